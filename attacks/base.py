@@ -1,0 +1,108 @@
+"""Attack interface, restart loop with NaN/stall handling, and the result type."""
+from __future__ import annotations
+
+import math
+import sys
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from attacks.target import AttackTarget
+
+
+@dataclass
+class Attempt:
+    """One restart's outcome.
+
+    Attributes:
+        images: reconstructed images in model input space ``[N, C, H, W]``.
+        labels: recovered or optimised labels ``[N]``.
+        objective: final objective, relative to the observed gradient's squared norm.
+        status: ``converged``, ``budget`` (ran all iterations), ``stalled`` or ``nan``.
+        iterations: optimiser steps taken.
+    """
+
+    images: torch.Tensor
+    labels: torch.Tensor
+    objective: float
+    status: str
+    iterations: int
+
+
+@dataclass
+class AttackResult:
+    """The best attempt and the record of all of them."""
+
+    images: torch.Tensor | None
+    labels: torch.Tensor | None
+    objective: float
+    attempts: list[dict[str, Any]] = field(default_factory=list)
+    label_source: str = "optimised"
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def failed(self) -> bool:
+        """True when every attempt diverged (no reconstruction to score)."""
+        return self.images is None
+
+
+class Attack(ABC):
+    """A gradient-inversion attack with restarts.
+
+    Args:
+        iterations: optimiser steps per attempt.
+        restarts: most attempts; each starts from a new random image.
+        converged: relative objective below which an attempt counts as converged and no
+            further attempt is made.
+        stall_at: fraction of ``iterations`` after which an attempt whose relative
+            objective is still above ``stall_tol`` is abandoned as stalled.
+        stall_tol: see ``stall_at``.
+    """
+
+    name = "attack"
+    reads: tuple[str, ...] = ()
+
+    def __init__(self, *, iterations: int = 300, restarts: int = 4, converged: float = 1e-6,
+                 stall_at: float = 0.25, stall_tol: float = 0.05) -> None:
+        if iterations < 1 or restarts < 1:
+            raise ValueError("attack.iterations and attack.restarts must be >= 1")
+        self.iterations, self.restarts = iterations, restarts
+        self.converged, self.stall_at, self.stall_tol = converged, stall_at, stall_tol
+
+    def cannot_read(self, kind: str) -> str | None:
+        """Why this attack cannot read a ``kind`` payload, or None if it can."""
+        if kind in self.reads:
+            return None
+        return f"attack {self.name} reads {', '.join(self.reads)} payloads; {kind} is not one of them"
+
+    def run(self, target: AttackTarget, *, seed: int) -> AttackResult:
+        """Run up to ``restarts`` attempts; keep the one with the lowest finite objective."""
+        attempts: list[Attempt] = []
+        for k in range(self.restarts):
+            generator = torch.Generator().manual_seed(seed * 1000 + k)
+            attempt = self.attempt(target, generator=generator)
+            attempts.append(attempt)
+            if attempt.status == "converged":
+                break
+        finite = [a for a in attempts if math.isfinite(a.objective) and a.status != "nan"]
+        log = [{"objective": a.objective, "status": a.status, "iterations": a.iterations} for a in attempts]
+        if not finite:
+            return AttackResult(None, None, math.nan, log, self.label_source(target))
+        best = min(finite, key=lambda a: a.objective)
+        return AttackResult(best.images, best.labels, best.objective, log, self.label_source(target))
+
+    def label_source(self, target: AttackTarget) -> str:
+        """How labels are obtained: ``optimised`` (jointly) or ``recovered`` (analytically)."""
+        return "optimised"
+
+    @abstractmethod
+    def attempt(self, target: AttackTarget, *, generator: torch.Generator) -> Attempt:
+        """One optimisation from a random start drawn with ``generator``."""
+
+    def progress(self, *, desc: str):
+        """A progress bar over iterations on a terminal, silent otherwise."""
+        from tqdm.auto import tqdm
+
+        return tqdm(total=self.iterations, desc=desc, disable=not sys.stderr.isatty(), leave=False)

@@ -1,0 +1,34 @@
+"""DLG (Zhu et al., 2019): joint optimisation of images and soft labels by L-BFGS."""
+from __future__ import annotations
+
+import torch
+
+from attacks.base import Attack, Attempt
+from attacks.matching import candidate_gradient, lbfgs_match
+from attacks.target import AttackTarget
+
+
+class DLG(Attack):
+    """Deep Leakage from Gradients.
+
+    Images and label logits start from N(0, 1) and are optimised jointly with L-BFGS to
+    match the observed gradient in squared L2. Labels are the argmax of the logits.
+
+    Example:
+        >>> result = DLG(iterations=300, restarts=4).run(target, seed=0)  # doctest: +SKIP
+    """
+
+    name = "dlg"
+    reads = ("gradient", "update")
+
+    def attempt(self, target: AttackTarget, *, generator: torch.Generator) -> Attempt:
+        n, shape = target.num_images, target.image_shape
+        images = torch.randn((n, *shape), generator=generator).requires_grad_(True)
+        logits = torch.randn((n, target.num_classes), generator=generator).requires_grad_(True)
+        with self.progress(desc=self.name) as bar:
+            objective, status, iters = lbfgs_match(
+                [images, logits], lambda: candidate_gradient(target, images, label_logits=logits), target,
+                iterations=self.iterations, converged=self.converged, stall_at=self.stall_at,
+                stall_tol=self.stall_tol, on_step=lambda v: bar.update(1),
+            )
+        return Attempt(images.detach(), logits.detach().argmax(1), objective, status, iters)

@@ -1,0 +1,4 @@
+"""Entry point of ``python -m privbench``."""
+from privbench.cli import main
+
+main()

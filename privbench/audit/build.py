@@ -1,0 +1,67 @@
+"""Instantiate a config group's ``_target_`` with key checking and one-line errors."""
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+from hydra.utils import get_object, instantiate
+from omegaconf import DictConfig, OmegaConf
+
+from privbench.errors import ConfigError, PrivbenchError
+
+#: Keys a group config may carry that are metadata, not constructor arguments.
+META_KEYS = {"_target_", "_partial_", "_recursive_", "_convert_", "describe"}
+
+
+def allowed_keys(target: str) -> list[str]:
+    """Keyword arguments accepted by ``target`` (a class or function path)."""
+    obj = get_object(target)
+    fn = obj.__init__ if inspect.isclass(obj) else obj
+    return [n for n, p in inspect.signature(fn).parameters.items() if n != "self" and p.kind is not p.VAR_KEYWORD]
+
+
+SCALARS = {"int": (int,), "float": (int, float), "bool": (bool,), "str": (str,)}
+
+
+def _hints(target: str) -> dict[str, str]:
+    obj = get_object(target)
+    fn = obj.__init__ if inspect.isclass(obj) else obj
+    return {n: str(p.annotation) for n, p in inspect.signature(fn).parameters.items()}
+
+
+def _fits(value: Any, types: tuple[type, ...]) -> bool:
+    if isinstance(value, bool) and bool not in types:
+        return False
+    return isinstance(value, types)
+
+
+def build(group: str, node: DictConfig, **runtime: Any) -> Any:
+    """Instantiate ``node`` (the ``group`` config), adding ``runtime`` keyword arguments.
+
+    Raises:
+        ConfigError: a key the target does not accept, or a value it rejects; the message
+            names ``group.key`` and the allowed keys or values.
+    """
+    if "_target_" not in node:
+        raise ConfigError(f"{group}: config has no _target_")
+    allowed = allowed_keys(node._target_)
+    for key in node:
+        if key not in META_KEYS and key not in allowed:
+            raise ConfigError(f"{group}.{key}: unknown key; allowed keys: {', '.join(a for a in allowed if a not in runtime)}")
+    hints = _hints(node._target_)
+    for key, value in node.items():
+        expected = hints.get(key)
+        if expected in SCALARS and value is not None and not _fits(value, SCALARS[expected]):
+            raise ConfigError(f"{group}.{key}={value!r}: expected {expected}")
+    kwargs = {k: v for k, v in OmegaConf.to_container(node, resolve=True).items() if k not in META_KEYS or k == "_target_"}
+    try:
+        return instantiate(kwargs, **runtime)
+    except PrivbenchError:
+        raise
+    except Exception as exc:  # instantiate wraps constructor errors
+        cause: BaseException = exc
+        while cause.__cause__ is not None and not isinstance(cause, PrivbenchError):
+            cause = cause.__cause__
+        if isinstance(cause, PrivbenchError):
+            raise cause from None
+        raise ConfigError(f"{group}: {cause}") from None

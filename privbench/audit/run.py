@@ -1,0 +1,121 @@
+"""One audit: validate the config, train the protocol, attack the chosen payload, score, write."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from attacks import AttackTarget
+from privbench.audit.build import build
+from privbench.audit.output import table, write_grid, write_metrics
+from privbench.data import FederatedData, denormalise
+from privbench.errors import AttackNotApplicableError, ConfigError
+from privbench.fl.wire import Wire
+from privbench.metrics.lpips_metric import lpips_network
+from privbench.metrics.reconstruction import MATCH_ON, score
+from privbench.payloads import PayloadStore
+
+GROUPS = ("data", "model", "fl", "payload", "attack", "defense")
+TOP_KEYS = set(GROUPS) | {"name", "seed", "victim", "capture", "metrics", "results_dir"}
+METRIC_KEYS = {"lpips", "match_on"}
+
+
+@dataclass
+class Plan:
+    """Everything built from the config before any data is loaded or model trained."""
+
+    cfg: DictConfig
+    protocol: Any
+    attack: Any
+    defense: Any
+    choice: Any
+    victim: Any
+    seed: int
+
+
+def _choice(cfg: DictConfig, group: str) -> str:
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        return HydraConfig.get().runtime.choices.get(group) or group
+    except ValueError:  # composed outside a Hydra app (tests)
+        return str(cfg[group].get("_target_", group)).rsplit(".", 1)[-1].lower()
+
+
+def plan(cfg: DictConfig) -> Plan:
+    """Check every key and value and build the parts; raise one-line errors, compute nothing."""
+    unknown = sorted(set(cfg) - TOP_KEYS)
+    if unknown:
+        raise ConfigError(f"{unknown[0]}: unknown key; allowed top-level keys: {', '.join(sorted(TOP_KEYS))}")
+    bad = sorted(set(cfg.metrics) - METRIC_KEYS)
+    if bad:
+        raise ConfigError(f"metrics.{bad[0]}: unknown key; allowed keys: {', '.join(sorted(METRIC_KEYS))}")
+    if cfg.metrics.match_on not in MATCH_ON:
+        raise ConfigError(f"metrics.match_on={cfg.metrics.match_on!r}: allowed values: {', '.join(MATCH_ON)}")
+    victim = build("victim", OmegaConf.merge({"_target_": "privbench.fl.victim.Victim"}, cfg.victim))
+    protocol = build("fl", cfg.fl)
+    attack = build("attack", cfg.attack)
+    defense = build("defense", cfg.defense)
+    choice = build("payload", cfg.payload)
+    if choice.kind not in protocol.emits:
+        raise ConfigError(f"payload={choice.kind}: fl={protocol.name} sends only {', '.join(protocol.emits)}")
+    reason = attack.cannot_read(choice.kind)
+    if reason:
+        raise AttackNotApplicableError(f"attack={attack.name} cannot attack payload={choice.kind}: {reason}")
+    return Plan(cfg, protocol, attack, defense, choice, victim, int(cfg.seed))
+
+
+def run_audit(cfg: DictConfig, out: Path) -> dict[str, Any]:
+    """Run the audit that ``cfg`` describes and write its files under ``out``."""
+    start = time.perf_counter()
+    p = plan(cfg)
+    data: FederatedData = build("data", cfg.data, seed=p.seed)
+    p.protocol.check(data=data, victim=p.victim)
+    torch.manual_seed(p.seed)
+    c, h, w = data.train.shape
+    model = build("model", cfg.model, in_channels=c, image_size=h, num_classes=data.train.num_classes)
+    policy = build("capture", OmegaConf.merge({"_target_": "privbench.payloads.CapturePolicy.build"}, cfg.capture),
+                   victim_round=p.victim.round, victim_client=p.victim.client)
+    out.mkdir(parents=True, exist_ok=True)
+    wire = Wire(PayloadStore(out / "payloads"), policy, p.defense)
+
+    fl = p.protocol.run(model=model, data=data, victim=p.victim, wire=wire, seed=p.seed)
+    trained = time.perf_counter()
+
+    payload, base = p.choice.select(wire.store, p.victim)
+    target = AttackTarget.from_payload(payload, base=base, model=model, num_images=p.victim.num_images,
+                                       image_shape=(c, h, w), num_classes=data.train.num_classes)
+    result = p.attack.run(target, seed=p.seed)
+    attacked = time.perf_counter()
+
+    truth_idx = torch.tensor(payload.truth)
+    truth = data.train.images[truth_idx].float() / 255.0
+    privacy: dict[str, Any] = {"failed": result.failed, "objective": result.objective,
+                               "label_source": result.label_source, "attempts": result.attempts}
+    if not result.failed:
+        recon = denormalise(result.images, data.train.mean, data.train.std)
+        scores = score(recon, truth, recon_labels=result.labels, truth_labels=data.train.labels[truth_idx],
+                       match_on=cfg.metrics.match_on, use_lpips=bool(cfg.metrics.lpips))
+        pairs = scores["matched"]
+        write_grid(out / "grid.png", truth[[m["truth"] for m in pairs]], recon[[m["recon"] for m in pairs]])
+        privacy.update(scores)
+    net = lpips_network() if cfg.metrics.lpips else None
+    metrics = {
+        "run": {"name": str(cfg.name), "fl": _choice(cfg, "fl"), "payload": p.choice.kind, "attack": p.attack.name,
+                "defense": p.defense.name, "model": _choice(cfg, "model"), "data": _choice(cfg, "data"),
+                "seed": p.seed, "num_images": p.victim.num_images, "victim_client": p.victim.client,
+                "victim_round": p.victim.round, "lpips_backbone": getattr(net, "source", None)},
+        "privacy": privacy,
+        "utility": {"accuracy": fl.accuracy, "history": fl.history},
+        "bytes": {**wire.totals(), "payload_bytes": payload.nbytes},
+        "timing": {"train_s": trained - start, "attack_s": attacked - trained, "total_s": time.perf_counter() - start},
+        "threat_model": {**target.knowledge, "defense": p.defense.describe()},
+    }
+    write_metrics(out, metrics)
+    print(table(metrics))
+    print(f"results: {out}")
+    return metrics

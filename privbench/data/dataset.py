@@ -1,0 +1,64 @@
+"""In-memory image dataset: uint8 images, labels and the normalisation they use."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class ImageDataset:
+    """A labelled image set held in memory as uint8 ``[N, C, H, W]``.
+
+    Attributes:
+        name: dataset name, e.g. ``"fashion_mnist_subset"``.
+        images: uint8 tensor ``[N, C, H, W]``.
+        labels: int64 tensor ``[N]``.
+        num_classes: number of classes of the full label set.
+        mean: per-channel mean used to normalise ``images / 255``.
+        std: per-channel standard deviation used likewise.
+    """
+
+    name: str
+    images: torch.Tensor
+    labels: torch.Tensor
+    num_classes: int
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        if self.images.dtype != torch.uint8 or self.images.ndim != 4:
+            raise ValueError("images must be uint8 [N, C, H, W]")
+        if len(self.images) != len(self.labels):
+            raise ValueError("images and labels differ in length")
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        """``(channels, height, width)`` of one image."""
+        return tuple(self.images.shape[1:])  # type: ignore[return-value]
+
+    def normalised(self, index: torch.Tensor | slice | None = None) -> torch.Tensor:
+        """Float images ``(x / 255 - mean) / std`` for ``index`` (all when None)."""
+        x = self.images if index is None else self.images[index]
+        return normalise(x.float() / 255.0, self.mean, self.std)
+
+    def subset(self, index: torch.Tensor) -> "ImageDataset":
+        """A dataset of the samples at ``index`` with the same normalisation."""
+        return ImageDataset(self.name, self.images[index], self.labels[index], self.num_classes, self.mean, self.std)
+
+
+def _stats(values: tuple[float, ...], like: torch.Tensor) -> torch.Tensor:
+    return torch.tensor(values, dtype=like.dtype, device=like.device).view(-1, 1, 1)
+
+
+def normalise(x01: torch.Tensor, mean: tuple[float, ...], std: tuple[float, ...]) -> torch.Tensor:
+    """Map ``[0, 1]`` images to the model's input space."""
+    return (x01 - _stats(mean, x01)) / _stats(std, x01)
+
+
+def denormalise(x: torch.Tensor, mean: tuple[float, ...], std: tuple[float, ...]) -> torch.Tensor:
+    """Map model-space images back to ``[0, 1]`` (clamped)."""
+    return (x * _stats(std, x) + _stats(mean, x)).clamp(0.0, 1.0)

@@ -1,0 +1,85 @@
+"""A dataset split among federated clients: what ``data=...`` configs build."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from privbench.data.dataset import ImageDataset
+from privbench.data.embedded import load_fashion_mnist_subset
+from privbench.data.partition import partition as partition_indices
+from privbench.data.partition import split_classes
+from privbench.data.torchvision_sets import SPECS, load_torchvision
+from privbench.errors import ConfigError
+
+EMBEDDED = ("fashion_mnist_subset",)
+
+
+def load_split(source: str, *, root: str, train: bool, download: bool) -> ImageDataset:
+    """Load one split of ``source`` (embedded or torchvision)."""
+    if source == "fashion_mnist_subset":
+        return load_fashion_mnist_subset(train=train)
+    if source in SPECS:
+        return load_torchvision(source, root=root, train=train, download=download)
+    raise ConfigError(f"data.source={source!r} is not one of {', '.join(EMBEDDED + tuple(SPECS))}")
+
+
+@dataclass
+class FederatedData:
+    """Train/test data and each known client's sample indices.
+
+    Attributes:
+        train: the full training split.
+        test: test samples of the known classes.
+        clients: one index array into ``train`` per known client.
+        known_classes: labels the known clients hold.
+        agnostic_classes: labels held back for agnostic clients (later joiners).
+    """
+
+    train: ImageDataset
+    test: ImageDataset
+    clients: list[np.ndarray]
+    known_classes: list[int]
+    agnostic_classes: list[int]
+
+    @classmethod
+    def build(
+        cls,
+        *,
+        source: str,
+        root: str = "data",
+        download: bool = False,
+        num_clients: int = 10,
+        partition: str = "shard",
+        classes_per_client: int = 2,
+        alpha: float = 0.5,
+        min_size: int = 1,
+        agnostic_classes: Sequence[int] = (),
+        seed: int = 0,
+    ) -> "FederatedData":
+        """Load ``source`` and partition its known classes among ``num_clients`` clients."""
+        train = load_split(source, root=root, train=True, download=download)
+        test = load_split(source, root=root, train=False, download=download)
+        known, agnostic = split_classes(train.num_classes, agnostic_classes)
+        pool = np.flatnonzero(np.isin(train.labels.numpy(), known))
+        parts = partition_indices(
+            train.labels.numpy()[pool],
+            scheme=partition,
+            num_clients=num_clients,
+            classes_per_client=classes_per_client,
+            alpha=alpha,
+            min_size=min_size,
+            seed=seed,
+        )
+        test_known = torch.from_numpy(np.flatnonzero(np.isin(test.labels.numpy(), known)))
+        return cls(train, test.subset(test_known), [pool[p] for p in parts], known, agnostic)
+
+    @property
+    def num_clients(self) -> int:
+        return len(self.clients)
+
+    def client(self, i: int) -> ImageDataset:
+        """Client ``i``'s private data."""
+        return self.train.subset(torch.from_numpy(self.clients[i]))

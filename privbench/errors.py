@@ -1,0 +1,17 @@
+"""Errors that privbench reports to the user as one line, without a traceback."""
+
+
+class PrivbenchError(Exception):
+    """Base class of errors caused by user input (configs, data, payloads)."""
+
+
+class ConfigError(PrivbenchError):
+    """A config key or value is invalid; the message names the key and what is allowed."""
+
+
+class DatasetNotFoundError(PrivbenchError):
+    """A dataset is not on disk; the message says how to get it."""
+
+
+class AttackNotApplicableError(PrivbenchError):
+    """An attack cannot read a payload; the message says why."""

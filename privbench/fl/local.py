@@ -1,0 +1,70 @@
+"""Client-side computation: local SGD epochs and one-batch gradients."""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from privbench.data.dataset import ImageDataset
+
+
+def parameters_of(model: nn.Module) -> dict[str, torch.Tensor]:
+    """Detached copies of the model's named parameters and floating buffers (its state)."""
+    return {name: t.detach().clone() for name, t in model.state_dict().items()}
+
+
+def batch_gradient(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Gradient of the mean cross-entropy on ``(x, y)`` for every named parameter."""
+    model.zero_grad(set_to_none=True)
+    loss = F.cross_entropy(model(x), y)
+    names, params = zip(*[(n, p) for n, p in model.named_parameters() if p.requires_grad])
+    grads = torch.autograd.grad(loss, params)
+    return {n: g.detach().clone() for n, g in zip(names, grads)}
+
+
+def local_steps(num_samples: int, *, epochs: int, batch_size: int) -> int:
+    """Number of SGD steps ``local_train`` takes."""
+    return epochs * math.ceil(num_samples / batch_size)
+
+
+def local_train(
+    model: nn.Module,
+    data: ImageDataset,
+    *,
+    epochs: int,
+    lr: float,
+    batch_size: int,
+    momentum: float = 0.0,
+    generator: torch.Generator,
+) -> int:
+    """Train ``model`` in place with SGD on cross-entropy; returns the number of steps.
+
+    Batches are reshuffled each epoch with ``generator``; the last batch may be smaller.
+    """
+    model.train()
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
+    x_all, y_all = data.normalised(), data.labels
+    steps = 0
+    for _ in range(epochs):
+        order = torch.randperm(len(data), generator=generator)
+        for start in range(0, len(data), batch_size):
+            idx = order[start : start + batch_size]
+            optimizer.zero_grad(set_to_none=True)
+            F.cross_entropy(model(x_all[idx]), y_all[idx]).backward()
+            optimizer.step()
+            steps += 1
+    return steps
+
+
+@torch.no_grad()
+def accuracy(model: nn.Module, data: ImageDataset, *, batch_size: int = 1000) -> float:
+    """Top-1 accuracy of ``model`` on ``data``."""
+    model.eval()
+    correct = 0
+    for start in range(0, len(data), batch_size):
+        x = data.normalised(slice(start, start + batch_size))
+        correct += int((model(x).argmax(1) == data.labels[start : start + batch_size]).sum())
+    model.train()
+    return correct / max(len(data), 1)

@@ -1,0 +1,90 @@
+"""What every federated protocol shares: settings, participant sampling, the round loop result."""
+from __future__ import annotations
+
+import sys
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from torch import nn
+
+from privbench.data import FederatedData
+from privbench.errors import ConfigError
+from privbench.fl.victim import Victim
+from privbench.fl.wire import Wire
+
+
+@dataclass
+class FLResult:
+    """Outcome of a federated run.
+
+    Attributes:
+        model: the final global model (or a representative one for clustered protocols).
+        accuracy: final test accuracy on the known classes.
+        history: one dict per round (participants, accuracy, bytes).
+    """
+
+    model: nn.Module
+    accuracy: float
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+
+class FederatedProtocol(ABC):
+    """A federated protocol with rounds of sampled participants and local SGD.
+
+    Args:
+        rounds: number of communication rounds.
+        participants: clients sampled per round (without replacement).
+        local_epochs: local epochs per round.
+        lr: local SGD learning rate.
+        batch_size: local batch size.
+        momentum: local SGD momentum.
+    """
+
+    name = "protocol"
+    #: payload kinds this protocol sends.
+    emits: tuple[str, ...] = ()
+
+    def __init__(self, *, rounds: int, participants: int, local_epochs: int, lr: float, batch_size: int, momentum: float = 0.0) -> None:
+        for key, value, low in (("rounds", rounds, 1), ("participants", participants, 1), ("local_epochs", local_epochs, 1), ("batch_size", batch_size, 1)):
+            if value < low:
+                raise ConfigError(f"fl.{key} must be >= {low}, got {value}")
+        if lr <= 0:
+            raise ConfigError(f"fl.lr must be > 0, got {lr}")
+        if not 0 <= momentum < 1:
+            raise ConfigError(f"fl.momentum must be in [0, 1), got {momentum}")
+        self.rounds, self.participants, self.local_epochs = rounds, participants, local_epochs
+        self.lr, self.batch_size, self.momentum = lr, batch_size, momentum
+
+    def check(self, *, data: FederatedData, victim: Victim) -> None:
+        """Fail before training if the settings cannot run on ``data`` with ``victim``."""
+        if self.participants > data.num_clients:
+            raise ConfigError(f"fl.participants={self.participants} exceeds data.num_clients={data.num_clients}")
+        if not 0 <= victim.client < data.num_clients:
+            raise ConfigError(f"victim.client={victim.client} must be in 0..{data.num_clients - 1}")
+        if not 0 <= victim.round < self.rounds:
+            raise ConfigError(f"victim.round={victim.round} must be in 0..{self.rounds - 1} (fl.rounds={self.rounds})")
+        victim.batch_positions(len(data.clients[victim.client]), seed=0)
+
+    def sample(self, round_: int, num_clients: int, *, seed: int, victim: Victim) -> list[int]:
+        """Participants of ``round_``: a seeded draw; the victim is swapped in on its round."""
+        chosen = list(np.random.default_rng([seed, round_]).choice(num_clients, self.participants, replace=False))
+        if round_ == victim.round and victim.client not in chosen:
+            chosen[-1] = victim.client
+        return sorted(int(c) for c in chosen)
+
+    def hparams(self) -> dict[str, Any]:
+        """Local hyper-parameters sent with each upload's metadata."""
+        return {"lr": self.lr, "epochs": self.local_epochs, "batch_size": self.batch_size, "momentum": self.momentum}
+
+    @staticmethod
+    def progress(iterable, *, desc: str):
+        """Progress bar on a terminal, silent otherwise."""
+        from tqdm.auto import tqdm
+
+        return tqdm(iterable, desc=desc, disable=not sys.stderr.isatty(), leave=False)
+
+    @abstractmethod
+    def run(self, *, model: nn.Module, data: FederatedData, victim: Victim, wire: Wire, seed: int) -> FLResult:
+        """Train ``model`` federatedly, sending every message through ``wire``."""

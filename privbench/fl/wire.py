@@ -1,0 +1,35 @@
+"""The wire: every message crosses it, is defended (uplink), counted, and kept or not."""
+from __future__ import annotations
+
+from collections import defaultdict
+
+from privbench.payloads import CapturePolicy, Payload, PayloadStore
+
+
+class Wire:
+    """Sends payloads: applies the defence to uplinks, records each, tallies bytes.
+
+    Args:
+        store: the run's payload store.
+        policy: which payloads keep their tensors.
+        defense: object with ``protect(payload) -> payload``, applied to every uplink.
+    """
+
+    def __init__(self, store: PayloadStore, policy: CapturePolicy, defense=None) -> None:
+        self.store = store
+        self.policy = policy
+        self.defense = defense
+        self.bytes: dict[str, int] = defaultdict(int)
+
+    def send(self, payload: Payload) -> Payload:
+        """Defend (if uplink), record and count ``payload``; return what was sent."""
+        if self.defense is not None and payload.direction == "up":
+            payload = self.defense.protect(payload)
+        self.store.add(payload, keep=self.policy.keeps(payload))
+        self.bytes[payload.direction] += payload.nbytes
+        return payload
+
+    def totals(self) -> dict[str, int]:
+        """Uplink, downlink and total bytes so far."""
+        up, down = self.bytes.get("up", 0), self.bytes.get("down", 0)
+        return {"uplink_bytes": up, "downlink_bytes": down, "total_bytes": up + down}

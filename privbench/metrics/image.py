@@ -1,0 +1,29 @@
+"""Per-image reconstruction metrics on [0, 1] images: MSE, PSNR, SSIM (scikit-image)."""
+from __future__ import annotations
+
+import numpy as np
+import torch
+from skimage.metrics import peak_signal_noise_ratio, structural_similarity
+
+
+def _hwc(x: torch.Tensor) -> np.ndarray:
+    return x.detach().cpu().double().permute(1, 2, 0).numpy()
+
+
+def mse(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Mean squared error of two ``[C, H, W]`` images in [0, 1]."""
+    return float(((a.double() - b.double()) ** 2).mean())
+
+
+def psnr(a: torch.Tensor, b: torch.Tensor) -> float:
+    """PSNR in dB (data range 1) of reconstruction ``a`` against ground truth ``b``; inf if equal."""
+    if mse(a, b) == 0.0:
+        return float("inf")
+    return float(peak_signal_noise_ratio(_hwc(b), _hwc(a), data_range=1.0))
+
+
+def ssim(a: torch.Tensor, b: torch.Tensor) -> float:
+    """SSIM (data range 1, Gaussian-free 7x7 window or the largest odd one that fits)."""
+    side = min(a.shape[-2:])
+    win = min(7, side if side % 2 else side - 1)
+    return float(structural_similarity(_hwc(b), _hwc(a), data_range=1.0, channel_axis=2, win_size=win))

@@ -1,0 +1,68 @@
+"""Score a reconstructed batch against the ground truth: Hungarian matching, mean and best."""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import torch
+from scipy.optimize import linear_sum_assignment
+
+from privbench.metrics.image import mse, psnr, ssim
+from privbench.metrics.lpips_metric import lpips_distance
+
+MATCH_ON = ("mse", "ssim", "lpips")
+
+
+def match(recon: torch.Tensor, truth: torch.Tensor, *, on: str = "mse") -> list[tuple[int, int]]:
+    """Pairs ``(reconstruction, truth)`` minimising total cost (Hungarian algorithm).
+
+    Cost is MSE, 1 - SSIM or LPIPS; with unequal counts only min(N, M) pairs are made.
+
+    Example:
+        >>> t = torch.rand(2, 1, 8, 8)
+        >>> match(t.flip(0), t)
+        [(0, 1), (1, 0)]
+    """
+    if on not in MATCH_ON:
+        raise ValueError(f"metrics.match_on={on!r} is not one of {', '.join(MATCH_ON)}")
+    cost_fn = {"mse": mse, "ssim": lambda a, b: 1.0 - ssim(a, b), "lpips": lpips_distance}[on]
+    cost = np.array([[cost_fn(r, t) for t in truth] for r in recon])
+    if on == "lpips" and np.isnan(cost).any():
+        cost = np.array([[mse(r, t) for t in truth] for r in recon])
+    rows, cols = linear_sum_assignment(cost)
+    return [(int(r), int(c)) for r, c in zip(rows, cols)]
+
+
+def score(recon: torch.Tensor, truth: torch.Tensor, *, recon_labels: torch.Tensor, truth_labels: torch.Tensor,
+          match_on: str = "mse", use_lpips: bool = True) -> dict[str, Any]:
+    """Metrics of ``recon`` vs ``truth`` (both ``[N, C, H, W]`` in [0, 1]).
+
+    Returns mean and best PSNR / SSIM / LPIPS, mean MSE, label accuracy over matched
+    pairs, and the per-pair values. LPIPS is NaN (missing) when disabled or unavailable.
+    """
+    pairs = match(recon, truth, on=match_on)
+    rows = []
+    for r, t in pairs:
+        rows.append({
+            "recon": r, "truth": t,
+            "psnr": psnr(recon[r], truth[t]), "ssim": ssim(recon[r], truth[t]), "mse": mse(recon[r], truth[t]),
+            "lpips": lpips_distance(recon[r], truth[t]) if use_lpips else math.nan,
+            "label_ok": bool(int(recon_labels[r]) == int(truth_labels[t])),
+        })
+    def col(key: str) -> np.ndarray:
+        return np.array([row[key] for row in rows], dtype=float)
+
+    lp = col("lpips")
+    out = {
+        "psnr_mean": float(np.mean(np.minimum(col("psnr"), 100.0))),
+        "psnr_best": float(np.max(col("psnr"))),
+        "ssim_mean": float(np.mean(col("ssim"))),
+        "ssim_best": float(np.max(col("ssim"))),
+        "mse_mean": float(np.mean(col("mse"))),
+        "lpips_mean": float(np.mean(lp)) if not np.isnan(lp).all() else math.nan,
+        "lpips_best": float(np.min(lp)) if not np.isnan(lp).all() else math.nan,
+        "label_accuracy": float(np.mean(col("label_ok"))),
+        "matched": rows,
+    }
+    return out
