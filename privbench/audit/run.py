@@ -15,6 +15,7 @@ from privbench.audit.output import table, write_grid, write_metrics
 from privbench.data import FederatedData, denormalise
 from privbench.errors import AttackNotApplicableError, ConfigError
 from privbench.fl.wire import Wire
+from privbench.io import atomic_write_text
 from privbench.metrics.lpips_metric import lpips_network
 from privbench.metrics.reconstruction import MATCH_ON, score
 from privbench.payloads import PayloadStore
@@ -81,6 +82,7 @@ def run_audit(cfg: DictConfig, out: Path) -> dict[str, Any]:
     policy = build("capture", OmegaConf.merge({"_target_": "privbench.payloads.CapturePolicy.build"}, cfg.capture),
                    victim_round=p.victim.round, victim_client=p.victim.client)
     out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
     wire = Wire(PayloadStore(out / "payloads"), policy, p.defense)
 
     fl = p.protocol.run(model=model, data=data, victim=p.victim, wire=wire, seed=p.seed)

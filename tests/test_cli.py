@@ -1,0 +1,77 @@
+"""The ``python -m privbench`` app end to end: help, one-line errors, outputs, multirun."""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from privbench.payloads import PayloadStore
+
+TINY = ["data.num_clients=4", "data.partition=iid", "fl.rounds=2", "fl.participants=2", "fl.local_epochs=1",
+        "attack.iterations=40", "attack.restarts=1"]
+
+
+def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HYDRA_FULL_ERROR": "0"}
+    return subprocess.run([sys.executable, "-m", "privbench", *args], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=600)
+
+
+def test_help_lists_groups_and_options(tmp_path):
+    out = cli("--help", cwd=tmp_path)
+    assert out.returncode == 0
+    for line in ("attack: dlg, idlg", "payload: global_model, gradient, update", "model: convnet, lenet, resnet18",
+                 "fl: fedavg", "defense: none", "experiment: dlg_paper, idlg_paper"):
+        assert line in out.stdout
+
+
+@pytest.mark.parametrize("args, message", [
+    (["attack=nope"], "attack=nope: unknown option; allowed: dlg, idlg"),
+    (["bogus=1"], "bogus: unknown key; allowed keys:"),
+    (["fl.lr=-1"], "fl.lr must be > 0, got -1"),
+    (["fl.participants=11"], "fl.participants=11 exceeds data.num_clients=10"),
+    (["victim.num_images=601"], "victim.num_images=601 exceeds client 0's 600 samples"),
+    (["payload=global_model"], "attack=idlg cannot attack payload=global_model"),
+    (["data=cifar10"], "data.download=true"),
+])
+def test_bad_input_is_one_line_without_traceback(tmp_path, args, message):
+    out = cli(*args, f"results_dir={tmp_path}", cwd=tmp_path)
+    assert out.returncode == 2
+    lines = [line for line in out.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("privbench: error: ") and message in lines[0], out.stderr
+    assert "Traceback" not in out.stderr + out.stdout
+    assert not list(tmp_path.rglob("metrics.json"))
+
+
+@pytest.mark.slow
+def test_audit_writes_every_output(tmp_path):
+    out = cli(*TINY, f"results_dir={tmp_path}", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    [run] = list((tmp_path / "fedavg-gradient-idlg-none").iterdir())
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert metrics["run"]["payload"] == "gradient" and metrics["privacy"]["label_source"] == "recovered"
+    assert metrics["privacy"]["psnr_mean"] > 0 and 0 <= metrics["utility"]["accuracy"] <= 1
+    assert metrics["bytes"]["uplink_bytes"] == (4 + 1) * 53704 and metrics["bytes"]["downlink_bytes"] == 4 * 53704
+    rows = list(csv.DictReader((run / "metrics.csv").open()))
+    assert len(rows) == 1 and float(rows[0]["psnr_mean"]) == pytest.approx(metrics["privacy"]["psnr_mean"])
+    assert Image.open(run / "grid.png").size == (28 * 4 + 4, 2 * 28 * 4 + 6)
+    threat = json.loads((run / "threat_model.json").read_text())
+    assert threat["labels"] == "not given" and threat["visible_fraction"] == 1.0 and threat["batch_size"] == 1
+    assert "fl:\n  _target_: privbench.fl.fedavg.FedAvg" in (run / "config.yaml").read_text()
+    store = PayloadStore.open(run / "payloads")
+    assert store.load(threat["payload"]).kind == "gradient"
+    assert "psnr_mean" in out.stdout and "uplink_bytes" in out.stdout
+
+
+@pytest.mark.slow
+def test_multirun_runs_each_job(tmp_path):
+    out = cli("-m", "attack=dlg,idlg", *TINY, f"results_dir={tmp_path}", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    done = sorted(json.loads(p.read_text())["run"]["attack"] for p in tmp_path.glob("multirun/*/*/metrics.json"))
+    assert done == ["dlg", "idlg"]

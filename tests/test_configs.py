@@ -1,0 +1,90 @@
+"""The real config tree composes, every option instantiates, and bad values fail before compute."""
+from __future__ import annotations
+
+import pytest
+from omegaconf import OmegaConf
+
+from privbench.audit.build import build
+from privbench.audit.run import plan
+from privbench.errors import AttackNotApplicableError, ConfigError, DatasetNotFoundError
+from privbench.overrides import check_overrides, options
+
+GROUPS = {
+    "data": ["cifar10", "cifar100", "fashion_mnist", "fashion_mnist_subset", "mnist", "svhn"],
+    "model": ["convnet", "lenet", "resnet18"],
+    "fl": ["fedavg"],
+    "payload": ["global_model", "gradient", "update"],
+    "attack": ["dlg", "idlg"],
+    "defense": ["none"],
+}
+
+
+def test_groups_and_options_are_the_documented_ones():
+    for group, expected in GROUPS.items():
+        assert options(group) == expected
+    assert set(options("experiment")) >= {"dlg_paper", "idlg_paper"}
+
+
+def test_default_config_composes_and_plans(compose_cfg):
+    cfg = compose_cfg()
+    p = plan(cfg)
+    assert (type(p.protocol).__name__, type(p.attack).__name__, p.choice.kind) == ("FedAvg", "IDLG", "gradient")
+    assert cfg.data.source == "fashion_mnist_subset" and cfg.model._target_.endswith("LeNet")
+
+
+@pytest.mark.parametrize("model", GROUPS["model"])
+def test_every_model_option_instantiates(compose_cfg, model):
+    cfg = compose_cfg(f"model={model}")
+    net = build("model", cfg.model, in_channels=1, image_size=28, num_classes=10)
+    assert sum(p.numel() for p in net.parameters()) > 0
+
+
+@pytest.mark.parametrize("source", ["cifar10", "cifar100", "svhn", "mnist"])
+def test_torchvision_data_options_compose_and_say_how_to_get_missing_data(compose_cfg, source, tmp_path):
+    cfg = compose_cfg(f"data={source}", f"data.root={tmp_path}")
+    assert cfg.data.source == source and cfg.data.num_clients == 10
+    with pytest.raises(DatasetNotFoundError, match="data.download=true"):
+        build("data", cfg.data, seed=0)
+
+
+def test_experiment_pins_a_setting(compose_cfg):
+    cfg = compose_cfg("experiment=dlg_paper")
+    assert cfg.attack._target_ == "attacks.dlg.DLG" and cfg.fl.rounds == 1 and cfg.victim.num_images == 1
+
+
+@pytest.mark.parametrize("overrides, error, message", [
+    (["fl.lr=-0.1"], ConfigError, "fl.lr must be > 0"),
+    (["fl.lr=abc"], ConfigError, "fl.lr='abc': expected float"),
+    (["fl.participants=0"], ConfigError, "fl.participants must be >= 1"),
+    (["payload=global_model"], AttackNotApplicableError, "cannot attack payload=global_model"),
+    (["victim.update_data=some"], ConfigError, "victim.update_data='some' is not one of batch, all"),
+    (["metrics.match_on=psnr"], ConfigError, "allowed values: mse, ssim, lpips"),
+    (["+attack.lr=1"], ConfigError, "attack.lr: unknown key; allowed keys: iterations"),
+    (["+oops=1"], ConfigError, "oops: unknown key; allowed top-level keys"),
+])
+def test_invalid_values_fail_in_planning(compose_cfg, overrides, error, message):
+    with pytest.raises(error, match=message):
+        plan(compose_cfg(*overrides))
+
+
+@pytest.mark.parametrize("args, message", [
+    (["attack=nope"], "attack=nope: unknown option; allowed: dlg, idlg"),
+    (["attack=dlg,nope"], "attack=nope: unknown option"),
+    (["fl.learning_rate=1"], "fl.learning_rate: unknown key; allowed keys: _target_, batch_size, local_epochs, lr"),
+    (["model=convnet", "model.norm=gn"], "model.norm: unknown key; allowed keys: _target_, groups, width"),
+    (["fl.lr=(("], "cannot parse overrides"),
+])
+def test_override_check_names_key_and_allowed_values(args, message):
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
+        check_overrides(args)
+
+
+def test_valid_sweep_overrides_pass():
+    check_overrides(["attack=dlg,idlg", "seed=0,1", "model=convnet", "fl.rounds=2"])
+
+
+def test_capture_config_builds_the_policy(compose_cfg):
+    cfg = compose_cfg("capture.rounds=all")
+    policy = build("capture", OmegaConf.merge({"_target_": "privbench.payloads.CapturePolicy.build"}, cfg.capture),
+                   victim_round=0, victim_client=0)
+    assert policy.rounds == "all" and policy.clients == "victim"

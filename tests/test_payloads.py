@@ -1,0 +1,70 @@
+"""Byte counts, the payload store round trip, the capture policy and aggregation."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from privbench.errors import ConfigError
+from privbench.fl.aggregate import aggregate
+from privbench.models import LeNet
+from privbench.payloads import CapturePolicy, Payload, PayloadStore, tensor_bytes
+
+
+def test_bytes_of_known_tensors():
+    tensors = {"a": torch.zeros(3, 5), "b": torch.zeros(7, dtype=torch.float64), "c": torch.zeros(2, 2, dtype=torch.int8)}
+    assert tensor_bytes(tensors) == 15 * 4 + 7 * 8 + 4 * 1
+
+
+def test_lenet_payload_bytes_by_hand():
+    # conv1 1*12*25+12, conv2/conv3 12*12*25+12, fc (12*7*7)*10+10, float32
+    expected = (312 + 3612 + 3612 + 5890) * 4
+    model = LeNet(in_channels=1, image_size=28, num_classes=10)
+    p = Payload.from_tensors(kind="update", round=0, sender="client0", receiver="server", tensors=model.state_dict())
+    assert p.nbytes == expected == 53704 and p.numel == expected // 4
+    assert p.names == ["body.0.weight", "body.0.bias", "body.2.weight", "body.2.bias", "body.4.weight", "body.4.bias",
+                       "fc.weight", "fc.bias"]
+
+
+def test_store_round_trip(tmp_path):
+    tensors = {"w": torch.randn(4, 3), "b": torch.arange(3.0)}
+    sent = Payload.from_tensors(kind="gradient", round=2, sender="client1", receiver="server", tensors=tensors,
+                                base="r0002-global_model-server-client1", hparams={"lr": 0.1}, truth=[5, 9])
+    counted = Payload.from_tensors(kind="update", round=2, sender="client2", receiver="server", tensors=tensors)
+    store = PayloadStore(tmp_path / "p")
+    store.add(sent, keep=True)
+    store.add(counted, keep=False)
+    store.flush()
+    reopened = PayloadStore.open(tmp_path / "p")
+    loaded = reopened.load(sent.id)
+    assert loaded.names == ["w", "b"] and loaded.hparams == {"lr": 0.1} and loaded.truth == [5, 9]
+    assert all(torch.equal(loaded.tensors[n], tensors[n]) for n in tensors)
+    assert loaded.nbytes == 4 * 15
+    index = json.loads((tmp_path / "p" / "index.json").read_text())
+    assert [r["stored"] for r in index] == [True, False] and index[1]["nbytes"] == 60
+    with pytest.raises(KeyError, match="not kept"):
+        reopened.load(counted.id)
+    assert not list((tmp_path / "p").glob("*.tmp"))
+
+
+def test_capture_policy_keeps_victim_round_only():
+    policy = CapturePolicy.build(victim_round=1, victim_client=3)
+    mk = lambda kind, r, s, d: Payload.from_tensors(kind=kind, round=r, sender=s, receiver=d, tensors={})  # noqa: E731
+    assert policy.keeps(mk("update", 1, "client3", "server"))
+    assert policy.keeps(mk("global_model", 1, "server", "client3"))
+    assert not policy.keeps(mk("update", 1, "client2", "server"))
+    assert not policy.keeps(mk("update", 0, "client3", "server"))
+    only = CapturePolicy.build(kinds=["gradient"], rounds="all", clients="all", victim_round=1, victim_client=3)
+    assert only.keeps(mk("gradient", 5, "client0", "server")) and not only.keeps(mk("update", 1, "client3", "server"))
+    with pytest.raises(ConfigError, match="unknown"):
+        CapturePolicy.build(kinds=["weights"], victim_round=0, victim_client=0)
+
+
+def test_aggregate_weights_by_samples_and_keeps_unsent_layers():
+    base = {"a": torch.zeros(2), "b": torch.ones(2), "c": torch.full((2,), 7.0)}
+    uploads = [(1, {"a": torch.ones(2), "b": torch.full((2,), 3.0)}), (3, {"a": torch.full((2,), 5.0)})]
+    out = aggregate(base, uploads)
+    assert torch.allclose(out["a"], torch.full((2,), (1 * 1 + 3 * 5) / 4))
+    assert torch.allclose(out["b"], torch.full((2,), 3.0))  # only one client sent b
+    assert torch.equal(out["c"], base["c"])  # nobody sent c
