@@ -19,7 +19,7 @@ class DLG(Attack):
     """
 
     name = "dlg"
-    reads = ("gradient", "update")
+    reads = ("gradient", "gene_gradient", "update", "learngene")
 
     def attempt(self, target: AttackTarget, *, generator: torch.Generator) -> Attempt:
         n, shape = target.num_images, target.image_shape

@@ -60,9 +60,14 @@ class AttackTarget:
                      image_shape: tuple[int, int, int], num_classes: int) -> "AttackTarget":
         """Build the attacker's view of ``payload`` given the server's copy of the base model."""
         model = copy.deepcopy(model)
-        if base is not None and base.tensors is not None:
-            model.load_state_dict(base.tensors)
         param_names = [n for n, _ in model.named_parameters()]
+        if base is not None and base.tensors is not None:
+            unknown = [n for n in param_names if n not in base.tensors]
+            if unknown:
+                raise AttackNotApplicableError(
+                    f"{payload.id}: its base {base.id} lacks {len(unknown)} parameters (e.g. {unknown[0]}); the server "
+                    "does not know the model the client trained from (downlink=gene after the client's first round)")
+            model.load_state_dict({**model.state_dict(), **base.tensors})
         gradient = observed_gradient(payload, base, param_names)
         if not gradient:
             raise AttackNotApplicableError(f"{payload.id} carries none of the model's parameters")

@@ -26,18 +26,23 @@ def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 def test_help_lists_groups_and_options(tmp_path):
     out = cli("--help", cwd=tmp_path)
     assert out.returncode == 0
-    for line in ("attack: dlg, idlg", "payload: global_model, gradient, update", "model: convnet, lenet, resnet18",
-                 "fl: fedavg", "defense: none", "experiment: dlg_paper, idlg_paper"):
+    for line in ("attack: dlg, idlg, none",
+                 "payload: cluster_gene, cluster_model, gene_gradient, global_model, gradient, learngene, subspace, update",
+                 "model: convnet, lenet, resnet18", "fl: cluster_fedavg, fedavg, genefl, local", "defense: none",
+                 "experiment: comm_accounting, dlg_paper, idlg_paper, paper_cifar10, xi_direction"):
         assert line in out.stdout
 
 
 @pytest.mark.parametrize("args, message", [
-    (["attack=nope"], "attack=nope: unknown option; allowed: dlg, idlg"),
+    (["attack=nope"], "attack=nope: unknown option; allowed: dlg, idlg, none"),
     (["bogus=1"], "bogus: unknown key; allowed keys:"),
     (["fl.lr=-1"], "fl.lr must be > 0, got -1"),
     (["fl.participants=11"], "fl.participants=11 exceeds data.num_clients=10"),
-    (["victim.num_images=601"], "victim.num_images=601 exceeds client 0's 600 samples"),
-    (["payload=global_model"], "attack=idlg cannot attack payload=global_model"),
+    (["victim.num_images=6001"], "victim.num_images=6001 exceeds client 0's"),
+    (["fl=fedavg", "payload=global_model"], "attack=idlg cannot attack payload=global_model"),
+    (["payload=global_model"], "payload=global_model: fl=genefl sends subspace, cluster_model, learngene"),
+    (["fl=local"], "fl=local sends nothing (use attack=none)"),
+    (["fl.gene.gamma=9"], "fl.gene.gamma=9 exceeds the model's 4 layers"),
     (["data=cifar10"], "data.download=true"),
 ])
 def test_bad_input_is_one_line_without_traceback(tmp_path, args, message):
@@ -51,13 +56,17 @@ def test_bad_input_is_one_line_without_traceback(tmp_path, args, message):
 
 @pytest.mark.slow
 def test_audit_writes_every_output(tmp_path):
-    out = cli(*TINY, f"results_dir={tmp_path}", cwd=tmp_path)
+    out = cli("fl=fedavg", "payload=gradient", "data.agnostic_classes=[]", *TINY, f"results_dir={tmp_path}", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     [run] = list((tmp_path / "fedavg-gradient-idlg-none").iterdir())
     metrics = json.loads((run / "metrics.json").read_text())
     assert metrics["run"]["payload"] == "gradient" and metrics["privacy"]["label_source"] == "recovered"
     assert metrics["privacy"]["psnr_mean"] > 0 and 0 <= metrics["utility"]["accuracy"] <= 1
-    assert metrics["bytes"]["uplink_bytes"] == (4 + 1) * 53704 and metrics["bytes"]["downlink_bytes"] == 4 * 53704
+    # protocol bytes: 2 rounds x 2 participants, full model each way; the victim's gradient is audit-only
+    assert metrics["bytes"]["uplink_bytes"] == 4 * 53704 and metrics["bytes"]["downlink_bytes"] == 4 * 53704
+    assert metrics["bytes"]["payload_bytes"] == 53704
+    comm = json.loads((run / "comm.json").read_text())
+    assert comm["audit_only"]["uplink_bytes"] == 53704 and comm["by_kind"]["gradient"] == 53704
     rows = list(csv.DictReader((run / "metrics.csv").open()))
     assert len(rows) == 1 and float(rows[0]["psnr_mean"]) == pytest.approx(metrics["privacy"]["psnr_mean"])
     assert Image.open(run / "grid.png").size == (28 * 4 + 4, 2 * 28 * 4 + 6)
@@ -71,7 +80,25 @@ def test_audit_writes_every_output(tmp_path):
 
 @pytest.mark.slow
 def test_multirun_runs_each_job(tmp_path):
-    out = cli("-m", "attack=dlg,idlg", *TINY, f"results_dir={tmp_path}", cwd=tmp_path)
+    out = cli("-m", "attack=dlg,idlg", "fl=fedavg", "payload=gradient", *TINY, f"results_dir={tmp_path}", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     done = sorted(json.loads(p.read_text())["run"]["attack"] for p in tmp_path.glob("multirun/*/*/metrics.json"))
     assert done == ["dlg", "idlg"]
+
+
+@pytest.mark.slow
+def test_genefl_audit_writes_comm_and_agnostic_results(tmp_path):
+    out = cli(*TINY, "fl.num_clusters=2", "fl.subspace_dim=3", "fl.agnostic.epochs=1", f"results_dir={tmp_path}",
+              cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    [run] = list((tmp_path / "genefl-learngene-idlg-none").iterdir())
+    comm = json.loads((run / "comm.json").read_text())
+    metrics = json.loads((run / "metrics.json").read_text())
+    index = json.loads((run / "payloads" / "index.json").read_text())
+    up = sum(r["nbytes"] for r in index if r["direction"] == "up" and r["kind"] not in ("gradient", "gene_gradient")
+             and r["round"] < 2)
+    assert comm["training"]["uplink_bytes"] == up == metrics["bytes"]["uplink_bytes"]
+    assert comm["vs_fedavg"]["uplink_ratio"] == pytest.approx(up / comm["fedavg_reference"]["uplink_bytes"])
+    assert set(comm["by_round"]) == {"0", "1", "2"} and "client0" in comm["by_client"]
+    assert 0 <= metrics["utility"]["agnostic_accuracy_learngene"] <= 1
+    assert metrics["threat_model"]["payload_kind"] == "learngene" and metrics["threat_model"]["visible_fraction"] < 1

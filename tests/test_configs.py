@@ -12,9 +12,10 @@ from privbench.overrides import check_overrides, options
 GROUPS = {
     "data": ["cifar10", "cifar100", "fashion_mnist", "fashion_mnist_subset", "mnist", "svhn"],
     "model": ["convnet", "lenet", "resnet18"],
-    "fl": ["fedavg"],
-    "payload": ["global_model", "gradient", "update"],
-    "attack": ["dlg", "idlg"],
+    "fl": ["cluster_fedavg", "fedavg", "genefl", "local"],
+    "payload": ["cluster_gene", "cluster_model", "gene_gradient", "global_model", "gradient", "learngene", "subspace",
+                "update"],
+    "attack": ["dlg", "idlg", "none"],
     "defense": ["none"],
 }
 
@@ -22,13 +23,13 @@ GROUPS = {
 def test_groups_and_options_are_the_documented_ones():
     for group, expected in GROUPS.items():
         assert options(group) == expected
-    assert set(options("experiment")) >= {"dlg_paper", "idlg_paper"}
+    assert options("experiment") == ["comm_accounting", "dlg_paper", "idlg_paper", "paper_cifar10", "xi_direction"]
 
 
 def test_default_config_composes_and_plans(compose_cfg):
     cfg = compose_cfg()
     p = plan(cfg)
-    assert (type(p.protocol).__name__, type(p.attack).__name__, p.choice.kind) == ("FedAvg", "IDLG", "gradient")
+    assert (type(p.protocol).__name__, type(p.attack).__name__, p.choice.kind) == ("GeneFL", "IDLG", "learngene")
     assert cfg.data.source == "fashion_mnist_subset" and cfg.model._target_.endswith("LeNet")
 
 
@@ -56,10 +57,13 @@ def test_experiment_pins_a_setting(compose_cfg):
     (["fl.lr=-0.1"], ConfigError, "fl.lr must be > 0"),
     (["fl.lr=abc"], ConfigError, "fl.lr='abc': expected float"),
     (["fl.participants=0"], ConfigError, "fl.participants must be >= 1"),
-    (["payload=global_model"], AttackNotApplicableError, "cannot attack payload=global_model"),
+    (["fl=fedavg", "payload=global_model"], AttackNotApplicableError, "cannot attack payload=global_model"),
+    (["payload=subspace"], AttackNotApplicableError, "cannot attack payload=subspace"),
+    (["+fl.gene.size=3"], ConfigError, "fl.gene.size: unknown key"),
     (["victim.update_data=some"], ConfigError, "victim.update_data='some' is not one of batch, all"),
     (["metrics.match_on=psnr"], ConfigError, "allowed values: mse, ssim, lpips"),
     (["+attack.lr=1"], ConfigError, "attack.lr: unknown key; allowed keys: iterations"),
+    (["fl.downlink=both"], ConfigError, "fl.downlink='both' is not one of full, gene"),
     (["+oops=1"], ConfigError, "oops: unknown key; allowed top-level keys"),
 ])
 def test_invalid_values_fail_in_planning(compose_cfg, overrides, error, message):
@@ -70,7 +74,7 @@ def test_invalid_values_fail_in_planning(compose_cfg, overrides, error, message)
 @pytest.mark.parametrize("args, message", [
     (["attack=nope"], "attack=nope: unknown option; allowed: dlg, idlg"),
     (["attack=dlg,nope"], "attack=nope: unknown option"),
-    (["fl.learning_rate=1"], "fl.learning_rate: unknown key; allowed keys: _target_, batch_size, local_epochs, lr"),
+    (["fl.learning_rate=1"], "fl.learning_rate: unknown key; allowed keys: _target_, agnostic, batch_size, downlink"),
     (["model=convnet", "model.norm=gn"], "model.norm: unknown key; allowed keys: _target_, groups, width"),
     (["fl.lr=(("], "cannot parse overrides"),
 ])
@@ -88,3 +92,26 @@ def test_capture_config_builds_the_policy(compose_cfg):
     policy = build("capture", OmegaConf.merge({"_target_": "privbench.payloads.CapturePolicy.build"}, cfg.capture),
                    victim_round=0, victim_client=0)
     assert policy.rounds == "all" and policy.clients == "victim"
+
+
+@pytest.mark.parametrize("experiment", ["comm_accounting", "xi_direction", "paper_cifar10", "dlg_paper", "idlg_paper"])
+def test_experiments_compose_and_plan(compose_cfg, experiment):
+    cfg = compose_cfg(f"experiment={experiment}")
+    p = plan(cfg)
+    assert p.protocol.rounds >= 1
+
+
+def test_paper_cifar10_is_the_paper_scale(compose_cfg):
+    cfg = compose_cfg("experiment=paper_cifar10")
+    p = plan(cfg)
+    assert (cfg.data.source, cfg.model._target_, p.protocol.rounds, p.protocol.participants) == (
+        "cifar10", "privbench.models.ResNet18", 100, 10)
+    net = build("model", cfg.model, in_channels=3, image_size=32, num_classes=10)
+    assert sum(q.numel() for q in net.parameters()) == 11173962
+
+
+@pytest.mark.parametrize("fl", ["genefl", "cluster_fedavg", "local", "fedavg"])
+def test_every_protocol_plans(compose_cfg, fl):
+    attack = "attack=none" if fl == "local" else "attack=idlg"
+    payload = {"genefl": "learngene", "cluster_fedavg": "update", "local": "gradient", "fedavg": "update"}[fl]
+    assert plan(compose_cfg(f"fl={fl}", attack, f"payload={payload}")).protocol.name == fl

@@ -13,20 +13,32 @@ from privbench.errors import ConfigError, PrivbenchError
 META_KEYS = {"_target_", "_partial_", "_recursive_", "_convert_", "describe"}
 
 
+def _parameters(target: str) -> dict[str, inspect.Parameter]:
+    """Keyword parameters of ``target``; a class's ``**kwargs`` are followed up its bases."""
+    obj = get_object(target)
+    if not inspect.isclass(obj):
+        return dict(inspect.signature(obj).parameters)
+    out: dict[str, inspect.Parameter] = {}
+    for cls in obj.__mro__:
+        if "__init__" not in vars(cls):
+            continue
+        params = inspect.signature(cls.__init__).parameters
+        out.update({n: p for n, p in params.items() if n != "self" and p.kind is not p.VAR_KEYWORD and n not in out})
+        if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+            break
+    return out
+
+
 def allowed_keys(target: str) -> list[str]:
     """Keyword arguments accepted by ``target`` (a class or function path)."""
-    obj = get_object(target)
-    fn = obj.__init__ if inspect.isclass(obj) else obj
-    return [n for n, p in inspect.signature(fn).parameters.items() if n != "self" and p.kind is not p.VAR_KEYWORD]
+    return [n for n, p in _parameters(target).items() if p.kind is not p.VAR_KEYWORD]
 
 
 SCALARS = {"int": (int,), "float": (int, float), "bool": (bool,), "str": (str,)}
 
 
 def _hints(target: str) -> dict[str, str]:
-    obj = get_object(target)
-    fn = obj.__init__ if inspect.isclass(obj) else obj
-    return {n: str(p.annotation) for n, p in inspect.signature(fn).parameters.items()}
+    return {n: str(p.annotation) for n, p in _parameters(target).items()}
 
 
 def _fits(value: Any, types: tuple[type, ...]) -> bool:

@@ -16,7 +16,9 @@ from privbench.io import atomic_write_bytes, atomic_write_text
 TABLE = [
     ("fl", "{}"), ("payload", "{}"), ("attack", "{}"), ("defense", "{}"),
     ("psnr_mean", "{:.2f}"), ("psnr_best", "{:.2f}"), ("ssim_mean", "{:.3f}"), ("lpips_mean", "{:.3f}"),
-    ("label_accuracy", "{:.2f}"), ("accuracy", "{:.3f}"), ("uplink_bytes", "{:,}"), ("downlink_bytes", "{:,}"),
+    ("label_accuracy", "{:.2f}"), ("accuracy", "{:.3f}"), ("agnostic_accuracy_learngene", "{:.3f}"),
+    ("uplink_bytes", "{:,}"), ("downlink_bytes", "{:,}"), ("uplink_ratio", "{:.3f}"), ("total_ratio", "{:.3f}"),
+    ("learngene_mean_bytes", "{:,.0f}"),
 ]
 
 
@@ -80,7 +82,9 @@ def table(metrics: dict[str, Any]) -> str:
     row = flat_row(metrics)
     cells = []
     for key, fmt in TABLE:
-        value = row.get(key)
+        if key not in row:
+            continue  # a column this run has no notion of (e.g. no attack, no agnostic clients)
+        value = row[key]
         text = "-" if value is None or (isinstance(value, float) and math.isnan(value)) else fmt.format(value)
         cells.append((key, text))
     widths = [max(len(k), len(v)) for k, v in cells]

@@ -1,6 +1,7 @@
 """One audit: validate the config, train the protocol, attack the chosen payload, score, write."""
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,10 +11,12 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from attacks import AttackTarget
+from attacks.none import NoAttack
 from privbench.audit.build import build
 from privbench.audit.output import table, write_grid, write_metrics
 from privbench.data import FederatedData, denormalise
 from privbench.errors import AttackNotApplicableError, ConfigError
+from privbench.fl.comm import comm_summary, ratios
 from privbench.fl.wire import Wire
 from privbench.io import atomic_write_text
 from privbench.metrics.lpips_metric import lpips_network
@@ -36,6 +39,10 @@ class Plan:
     choice: Any
     victim: Any
     seed: int
+
+    @property
+    def attacking(self) -> bool:
+        return not isinstance(self.attack, NoAttack)
 
 
 def _choice(cfg: DictConfig, group: str) -> str:
@@ -62,12 +69,36 @@ def plan(cfg: DictConfig) -> Plan:
     attack = build("attack", cfg.attack)
     defense = build("defense", cfg.defense)
     choice = build("payload", cfg.payload)
-    if choice.kind not in protocol.emits:
-        raise ConfigError(f"payload={choice.kind}: fl={protocol.name} sends only {', '.join(protocol.emits)}")
-    reason = attack.cannot_read(choice.kind)
-    if reason:
-        raise AttackNotApplicableError(f"attack={attack.name} cannot attack payload={choice.kind}: {reason}")
-    return Plan(cfg, protocol, attack, defense, choice, victim, int(cfg.seed))
+    p = Plan(cfg, protocol, attack, defense, choice, victim, int(cfg.seed))
+    if p.attacking:
+        if choice.kind not in protocol.emits:
+            sends = ", ".join(protocol.emits) or "nothing (use attack=none)"
+            raise ConfigError(f"payload={choice.kind}: fl={protocol.name} sends {sends}")
+        reason = attack.cannot_read(choice.kind)
+        if reason:
+            raise AttackNotApplicableError(f"attack={attack.name} cannot attack payload={choice.kind}: {reason}")
+    return p
+
+
+def _attack(p: Plan, wire: Wire, model, data: FederatedData, out: Path) -> tuple[dict[str, Any], dict[str, Any], int]:
+    """Select the payload, attack it, score the reconstruction; returns (privacy, threat model, payload bytes)."""
+    cfg = p.cfg
+    payload, base = p.choice.select(wire.store, p.victim)
+    target = AttackTarget.from_payload(payload, base=base, model=model, num_images=p.victim.num_images,
+                                       image_shape=data.train.shape, num_classes=data.train.num_classes)
+    result = p.attack.run(target, seed=p.seed)
+    privacy: dict[str, Any] = {"failed": result.failed, "objective": result.objective,
+                               "label_source": result.label_source, "attempts": result.attempts}
+    if not result.failed:
+        truth_idx = torch.tensor(payload.truth)
+        truth = data.train.images[truth_idx].float() / 255.0
+        recon = denormalise(result.images, data.train.mean, data.train.std)
+        scores = score(recon, truth, recon_labels=result.labels, truth_labels=data.train.labels[truth_idx],
+                       match_on=cfg.metrics.match_on, use_lpips=bool(cfg.metrics.lpips))
+        pairs = scores["matched"]
+        write_grid(out / "grid.png", truth[[m["truth"] for m in pairs]], recon[[m["recon"] for m in pairs]])
+        privacy.update(scores)
+    return privacy, {**target.knowledge, "defense": p.defense.describe()}, payload.nbytes
 
 
 def run_audit(cfg: DictConfig, out: Path) -> dict[str, Any]:
@@ -77,7 +108,7 @@ def run_audit(cfg: DictConfig, out: Path) -> dict[str, Any]:
     data: FederatedData = build("data", cfg.data, seed=p.seed)
     p.protocol.check(data=data, victim=p.victim)
     torch.manual_seed(p.seed)
-    c, h, w = data.train.shape
+    c, h, _ = data.train.shape
     model = build("model", cfg.model, in_channels=c, image_size=h, num_classes=data.train.num_classes)
     policy = build("capture", OmegaConf.merge({"_target_": "privbench.payloads.CapturePolicy.build"}, cfg.capture),
                    victim_round=p.victim.round, victim_client=p.victim.client)
@@ -87,35 +118,34 @@ def run_audit(cfg: DictConfig, out: Path) -> dict[str, Any]:
 
     fl = p.protocol.run(model=model, data=data, victim=p.victim, wire=wire, seed=p.seed)
     trained = time.perf_counter()
-
-    payload, base = p.choice.select(wire.store, p.victim)
-    target = AttackTarget.from_payload(payload, base=base, model=model, num_images=p.victim.num_images,
-                                       image_shape=(c, h, w), num_classes=data.train.num_classes)
-    result = p.attack.run(target, seed=p.seed)
+    privacy, threat, payload_bytes = _attack(p, wire, model, data, out) if p.attacking else ({}, {}, None)
     attacked = time.perf_counter()
 
-    truth_idx = torch.tensor(payload.truth)
-    truth = data.train.images[truth_idx].float() / 255.0
-    privacy: dict[str, Any] = {"failed": result.failed, "objective": result.objective,
-                               "label_source": result.label_source, "attempts": result.attempts}
-    if not result.failed:
-        recon = denormalise(result.images, data.train.mean, data.train.std)
-        scores = score(recon, truth, recon_labels=result.labels, truth_labels=data.train.labels[truth_idx],
-                       match_on=cfg.metrics.match_on, use_lpips=bool(cfg.metrics.lpips))
-        pairs = scores["matched"]
-        write_grid(out / "grid.png", truth[[m["truth"] for m in pairs]], recon[[m["recon"] for m in pairs]])
-        privacy.update(scores)
-    net = lpips_network() if cfg.metrics.lpips else None
+    comm = comm_summary(wire.store.records(), rounds=p.protocol.rounds)
+    agnostic = fl.extra.get("agnostic", {})
+    reference = agnostic.get("fedavg_reference_bytes")
+    if reference:
+        comm["fedavg_reference"] = reference
+        comm["vs_fedavg"] = ratios(comm["training"], reference)
+    atomic_write_text(out / "comm.json", json.dumps(comm, indent=2))
+    net = lpips_network() if cfg.metrics.lpips and p.attacking else None
+    utility = {"accuracy": fl.accuracy, **{k: v for k, v in fl.extra.items() if k in ("global_accuracy", "clusters")},
+               **{f"agnostic_{k}": v for k, v in agnostic.items() if k.startswith("accuracy_")},
+               "agnostic_clients": agnostic.get("clients"), "history": fl.history}
     metrics = {
-        "run": {"name": str(cfg.name), "fl": _choice(cfg, "fl"), "payload": p.choice.kind, "attack": p.attack.name,
-                "defense": p.defense.name, "model": _choice(cfg, "model"), "data": _choice(cfg, "data"),
-                "seed": p.seed, "num_images": p.victim.num_images, "victim_client": p.victim.client,
-                "victim_round": p.victim.round, "lpips_backbone": getattr(net, "source", None)},
+        "run": {"name": str(cfg.name), "fl": p.protocol.name, "payload": p.choice.kind if p.attacking else None,
+                "attack": p.attack.name, "defense": p.defense.name, "model": _choice(cfg, "model"),
+                "data": _choice(cfg, "data"), "seed": p.seed, "num_images": p.victim.num_images,
+                "victim_client": p.victim.client, "victim_round": p.victim.round,
+                "lpips_backbone": getattr(net, "source", None)},
         "privacy": privacy,
-        "utility": {"accuracy": fl.accuracy, "history": fl.history},
-        "bytes": {**wire.totals(), "payload_bytes": payload.nbytes},
+        "utility": utility,
+        "bytes": {**comm["training"], "protocol_total_bytes": comm["protocol"]["total_bytes"],
+                  "payload_bytes": payload_bytes, **comm.get("vs_fedavg", {}),
+                  **({"learngene_mean_bytes": comm["by_kind"]["learngene"] / comm["messages_by_kind"]["learngene"]}
+                     if "learngene" in comm["by_kind"] else {})},
         "timing": {"train_s": trained - start, "attack_s": attacked - trained, "total_s": time.perf_counter() - start},
-        "threat_model": {**target.knowledge, "defense": p.defense.describe()},
+        "threat_model": threat,
     }
     write_metrics(out, metrics)
     print(table(metrics))

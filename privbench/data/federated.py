@@ -36,6 +36,9 @@ class FederatedData:
         clients: one index array into ``train`` per known client.
         known_classes: labels the known clients hold.
         agnostic_classes: labels held back for agnostic clients (later joiners).
+        agnostic_clients: one index array into ``train`` per agnostic client (agnostic
+            classes only, split ``shard``-wise like the known clients; empty without them).
+        test_agnostic: test samples of the agnostic classes.
     """
 
     train: ImageDataset
@@ -43,6 +46,8 @@ class FederatedData:
     clients: list[np.ndarray]
     known_classes: list[int]
     agnostic_classes: list[int]
+    agnostic_clients: list[np.ndarray]
+    test_agnostic: ImageDataset
 
     @classmethod
     def build(
@@ -57,6 +62,7 @@ class FederatedData:
         alpha: float = 0.5,
         min_size: int = 1,
         agnostic_classes: Sequence[int] = (),
+        num_agnostic_clients: int = 2,
         seed: int = 0,
     ) -> "FederatedData":
         """Load ``source`` and partition its known classes among ``num_clients`` clients."""
@@ -73,13 +79,29 @@ class FederatedData:
             min_size=min_size,
             seed=seed,
         )
-        test_known = torch.from_numpy(np.flatnonzero(np.isin(test.labels.numpy(), known)))
-        return cls(train, test.subset(test_known), [pool[p] for p in parts], known, agnostic)
+        agnostic_parts: list[np.ndarray] = []
+        if agnostic:
+            apool = np.flatnonzero(np.isin(train.labels.numpy(), agnostic))
+            scheme = "shard" if partition == "shard" else "iid"
+            agnostic_parts = [apool[p] for p in partition_indices(
+                train.labels.numpy()[apool], scheme=scheme, num_clients=num_agnostic_clients,
+                classes_per_client=min(classes_per_client, len(agnostic)), min_size=min_size, seed=seed + 1)]
+        return cls(train, _classes(test, known), [pool[p] for p in parts], known, agnostic, agnostic_parts,
+                   _classes(test, agnostic))
+
+    def client_classes(self, i: int, *, agnostic: bool = False) -> list[int]:
+        """Labels present in client ``i``'s data (known or agnostic client)."""
+        idx = (self.agnostic_clients if agnostic else self.clients)[i]
+        return sorted(set(self.train.labels[torch.from_numpy(idx)].tolist()))
 
     @property
     def num_clients(self) -> int:
         return len(self.clients)
 
-    def client(self, i: int) -> ImageDataset:
-        """Client ``i``'s private data."""
-        return self.train.subset(torch.from_numpy(self.clients[i]))
+    def client(self, i: int, *, agnostic: bool = False) -> ImageDataset:
+        """Client ``i``'s private data (an agnostic client's when ``agnostic``)."""
+        return self.train.subset(torch.from_numpy((self.agnostic_clients if agnostic else self.clients)[i]))
+
+
+def _classes(data: ImageDataset, classes: Sequence[int]) -> ImageDataset:
+    return data.subset(torch.from_numpy(np.flatnonzero(np.isin(data.labels.numpy(), list(classes)))))

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import copy
 
-import numpy as np
 import torch
 from torch import nn
 
@@ -38,10 +37,14 @@ class FedAvg(FederatedProtocol):
             uploads = []
             for c in self.sample(r, data.num_clients, seed=seed, victim=victim):
                 uploads.append(self._client_round(model, base, data, c, r, victim, wire, seed))
-            model.load_state_dict(aggregate(base, uploads))
+            state = aggregate(base, uploads)
             wire.store.flush()
-            history.append({"round": r, "accuracy": accuracy(model, data.test), **wire.totals()})
-        return FLResult(model=model, accuracy=history[-1]["accuracy"], history=history)
+            acc = self.known_accuracy(model, data, lambda c: state)
+            model.load_state_dict(state)
+            history.append({"round": r, "accuracy": acc, "global_accuracy": accuracy(model, data.test), **wire.totals()})
+        last = history[-1]
+        return FLResult(model=model, accuracy=last["accuracy"], history=history,
+                        extra={"global_accuracy": last["global_accuracy"]})
 
     def _client_round(self, model, base, data: FederatedData, c: int, r: int, victim: Victim, wire: Wire, seed: int):
         name = f"client{c}"
@@ -58,7 +61,7 @@ class FedAvg(FederatedProtocol):
             ))
             if victim.update_data == "batch":
                 client_data, truth = client_data.subset(batch), truth[pos]
-        gen = torch.Generator().manual_seed(int(np.random.SeedSequence([seed, r, c]).generate_state(1)[0]))
+        gen = self.client_seed(seed, r, c)
         steps = local_train(local, client_data, epochs=self.local_epochs, lr=self.lr, batch_size=self.batch_size,
                             momentum=self.momentum, generator=gen)
         up = wire.send(Payload.from_tensors(

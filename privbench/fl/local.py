@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -38,10 +39,12 @@ def local_train(
     batch_size: int,
     momentum: float = 0.0,
     generator: torch.Generator,
+    regulariser: Callable[[nn.Module], torch.Tensor] | None = None,
 ) -> int:
-    """Train ``model`` in place with SGD on cross-entropy; returns the number of steps.
+    """Train ``model`` in place with SGD on cross-entropy (+ ``regulariser(model)``).
 
     Batches are reshuffled each epoch with ``generator``; the last batch may be smaller.
+    Returns the number of SGD steps.
     """
     model.train()
     optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
@@ -52,7 +55,10 @@ def local_train(
         for start in range(0, len(data), batch_size):
             idx = order[start : start + batch_size]
             optimizer.zero_grad(set_to_none=True)
-            F.cross_entropy(model(x_all[idx]), y_all[idx]).backward()
+            loss = F.cross_entropy(model(x_all[idx]), y_all[idx])
+            if regulariser is not None:
+                loss = loss + regulariser(model)
+            loss.backward()
             optimizer.step()
             steps += 1
     return steps
@@ -68,3 +74,10 @@ def accuracy(model: nn.Module, data: ImageDataset, *, batch_size: int = 1000) ->
         correct += int((model(x).argmax(1) == data.labels[start : start + batch_size]).sum())
     model.train()
     return correct / max(len(data), 1)
+
+
+def client_accuracy(model: nn.Module, test: ImageDataset, classes: list[int]) -> tuple[float, int]:
+    """Accuracy of ``model`` on the test samples whose label is in ``classes``, and their count."""
+    keep = torch.from_numpy(torch.isin(test.labels, torch.tensor(classes)).numpy().nonzero()[0])
+    subset = test.subset(keep)
+    return accuracy(model, subset), len(subset)

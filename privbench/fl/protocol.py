@@ -3,10 +3,12 @@ from __future__ import annotations
 
 import sys
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import torch
 from torch import nn
 
 from privbench.data import FederatedData
@@ -20,14 +22,17 @@ class FLResult:
     """Outcome of a federated run.
 
     Attributes:
-        model: the final global model (or a representative one for clustered protocols).
-        accuracy: final test accuracy on the known classes.
-        history: one dict per round (participants, accuracy, bytes).
+        model: the final global model (for clustered protocols, the victim's cluster model).
+        accuracy: known-client accuracy: each known client's model on the test images of
+            its own classes, averaged over those images.
+        history: one dict per round (accuracy, bytes so far).
+        extra: protocol-specific results (clusters, agnostic clients, reference runs).
     """
 
     model: nn.Module
     accuracy: float
     history: list[dict[str, Any]] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class FederatedProtocol(ABC):
@@ -77,6 +82,23 @@ class FederatedProtocol(ABC):
     def hparams(self) -> dict[str, Any]:
         """Local hyper-parameters sent with each upload's metadata."""
         return {"lr": self.lr, "epochs": self.local_epochs, "batch_size": self.batch_size, "momentum": self.momentum}
+
+    @staticmethod
+    def known_accuracy(model: nn.Module, data: FederatedData, state_of: Callable[[int], dict[str, torch.Tensor]]) -> float:
+        """Accuracy over known clients, each scored with ``state_of(client)`` on its own classes."""
+        from privbench.fl.local import client_accuracy
+
+        correct = total = 0.0
+        for c in range(data.num_clients):
+            model.load_state_dict(state_of(c))
+            acc, n = client_accuracy(model, data.test, data.client_classes(c))
+            correct, total = correct + acc * n, total + n
+        return correct / max(total, 1)
+
+    @staticmethod
+    def client_seed(seed: int, round_: int, client: int) -> torch.Generator:
+        """Generator for a client's batch order in a round, fixed by ``(seed, round, client)``."""
+        return torch.Generator().manual_seed(int(np.random.SeedSequence([seed, round_, client]).generate_state(1)[0]))
 
     @staticmethod
     def progress(iterable, *, desc: str):

@@ -1,0 +1,104 @@
+"""learnGene condensation: layers, their sensitivity score xi, and which layers form the gene."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from privbench.errors import ConfigError
+
+SCORES = ("cos_per_dim", "cos", "update_norm")
+SELECTS = ("top", "bottom", "random")
+
+
+def layers(model: nn.Module) -> dict[str, list[str]]:
+    """Layers in model order: each module that owns parameters, mapped to its state names.
+
+    A layer's names are its own parameters (weight and bias) and floating buffers (e.g.
+    BatchNorm's running statistics), as they appear in ``model.state_dict()``.
+
+    Example:
+        >>> layers(nn.Sequential(nn.Linear(2, 3), nn.ReLU(), nn.Linear(3, 1)))
+        {'0': ['0.weight', '0.bias'], '2': ['2.weight', '2.bias']}
+    """
+    out: dict[str, list[str]] = {}
+    for name, module in model.named_modules():
+        own = [n for n, _ in module.named_parameters(recurse=False)]
+        if not own:
+            continue
+        prefix = f"{name}." if name else ""
+        bufs = [n for n, b in module.named_buffers(recurse=False) if b.is_floating_point()]
+        out[name] = [prefix + n for n in own + bufs]
+    return out
+
+
+def _flat(state: dict[str, torch.Tensor], names: list[str]) -> torch.Tensor:
+    return torch.cat([state[n].detach().double().flatten() for n in names])
+
+
+def xi_scores(after: dict[str, torch.Tensor], before: dict[str, torch.Tensor], layer_params: dict[str, list[str]], *,
+              score: str = "cos_per_dim") -> dict[str, float]:
+    """Normalised per-layer scores (summing to 1) of the local update.
+
+    ``cos_per_dim``: ``cos(theta_l, theta~_l) / dim(theta_l)`` (the paper's Eq. 9);
+    ``cos``: the cosine alone; ``update_norm``: ``||theta_l - theta~_l||``. Only a layer's
+    parameters (not buffers) enter the score.
+    """
+    if score not in SCORES:
+        raise ConfigError(f"fl.gene.score={score!r} is not one of {', '.join(SCORES)}")
+    raw = {}
+    for layer, names in layer_params.items():
+        a, b = _flat(after, names), _flat(before, names)
+        if score == "update_norm":
+            raw[layer] = float(torch.linalg.vector_norm(a - b))
+        else:
+            cos = float(F.cosine_similarity(a, b, dim=0, eps=1e-12))
+            raw[layer] = cos / a.numel() if score == "cos_per_dim" else cos
+    total = sum(raw.values())
+    if not math.isfinite(total) or total == 0:
+        return {k: 1.0 / len(raw) for k in raw}
+    return {k: v / total for k, v in raw.items()}
+
+
+def gene_size(gamma: float, num_layers: int) -> int:
+    """Number of layers kept: ``gamma`` itself if >= 1 (a count), else ``ceil(gamma * L)``."""
+    if gamma <= 0:
+        raise ConfigError(f"fl.gene.gamma must be > 0 (a count >= 1 or a fraction < 1), got {gamma}")
+    count = int(gamma) if gamma >= 1 else math.ceil(gamma * num_layers)
+    if count > num_layers:
+        raise ConfigError(f"fl.gene.gamma={gamma} exceeds the model's {num_layers} layers")
+    return count
+
+
+def select_layers(scores: dict[str, float], count: int, *, select: str = "top", rng: np.random.Generator | None = None) -> list[str]:
+    """The ``count`` gene layers by ``select``: highest scores, lowest, or a seeded random draw.
+
+    Returned in model order. Ties are broken by model order.
+    """
+    names = list(scores)
+    if select == "top":
+        chosen = sorted(names, key=lambda n: (-scores[n], names.index(n)))[:count]
+    elif select == "bottom":
+        chosen = sorted(names, key=lambda n: (scores[n], names.index(n)))[:count]
+    elif select == "random":
+        rng = rng or np.random.default_rng(0)
+        chosen = [names[i] for i in rng.choice(len(names), count, replace=False)]
+    else:
+        raise ConfigError(f"fl.gene.select={select!r} is not one of {', '.join(SELECTS)}")
+    return [n for n in names if n in chosen]
+
+
+def cluster_gene(uploaded: list[list[str]], all_layers: list[str], count: int) -> list[str]:
+    """Layers uploaded by a strict majority of the cluster's clients in a round.
+
+    If no layer has a majority, the ``count`` most-uploaded layers (ties by model order).
+    """
+    freq = {layer: sum(layer in u for u in uploaded) for layer in all_layers}
+    majority = [layer for layer in all_layers if 2 * freq[layer] > len(uploaded)]
+    if majority:
+        return majority
+    ranked = sorted(all_layers, key=lambda layer: (-freq[layer], all_layers.index(layer)))
+    return [layer for layer in all_layers if layer in ranked[:count]]

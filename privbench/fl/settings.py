@@ -1,0 +1,47 @@
+"""Nested settings of protocols (``fl.gene.*``, ``fl.agnostic.*``) with key checking."""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any, TypeVar
+
+from privbench.errors import ConfigError
+
+T = TypeVar("T")
+
+
+def settings(cls: type[T], values: dict[str, Any] | None, *, key: str) -> T:
+    """Build dataclass ``cls`` from ``values``; unknown keys raise a ``ConfigError`` naming them."""
+    values = dict(values or {})
+    allowed = [f.name for f in fields(cls)]  # type: ignore[arg-type]
+    unknown = sorted(set(values) - set(allowed))
+    if unknown:
+        raise ConfigError(f"{key}.{unknown[0]}: unknown key; allowed keys: {', '.join(allowed)}")
+    return cls(**values)
+
+
+@dataclass(frozen=True)
+class GeneSettings:
+    """learnGene condensation: ``gamma`` layers (count >= 1 or fraction < 1) chosen by ``select`` on ``score``."""
+
+    gamma: float = 0.5
+    select: str = "top"
+    score: str = "cos_per_dim"
+
+
+@dataclass(frozen=True)
+class AgnosticSettings:
+    """Agnostic clients' fine-tuning budget, and whether to train a FedAvg reference to compare.
+
+    ``samples`` limits fine-tuning to that many of the client's images (0: all of them),
+    the few-shot regime in which an initialisation matters.
+    """
+
+    epochs: int = 1
+    lr: float = 0.05
+    batch_size: int = 32
+    samples: int = 0
+    fedavg_reference: bool = True
+
+    def __post_init__(self) -> None:
+        if self.epochs < 0 or self.lr <= 0 or self.batch_size < 1 or self.samples < 0:
+            raise ConfigError("fl.agnostic: epochs and samples must be >= 0, lr > 0, batch_size >= 1")

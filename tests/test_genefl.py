@@ -1,0 +1,208 @@
+"""GENE-FL mechanisms against hand computations, and the protocol end to end on tiny settings."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from privbench.data import FederatedData
+from privbench.data.dataset import ImageDataset
+from privbench.errors import ConfigError
+from privbench.fl.comm import comm_summary
+from privbench.fl.fisher import fisher_diagonal, gene_regulariser
+from privbench.fl.genefl import GeneFL
+from privbench.fl.learngene import cluster_gene, gene_size, layers, select_layers, xi_scores
+from privbench.fl.subspace import client_subspace, cluster, nearest_cluster, proximity
+from privbench.fl.victim import Victim
+from privbench.fl.wire import Wire
+from privbench.models import LeNet
+from privbench.payloads import CapturePolicy, PayloadStore
+
+
+class _Linear(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(2, 3)
+
+    def forward(self, x):
+        return self.fc(x.flatten(1))
+
+
+def test_fisher_diagonal_matches_hand_computation():
+    model = _Linear()
+    with torch.no_grad():
+        model.fc.weight.copy_(torch.tensor([[0.5, -1.0], [0.2, 0.3], [-0.4, 0.1]]))
+        model.fc.bias.copy_(torch.tensor([0.1, 0.0, -0.2]))
+    pixels = torch.tensor([[40, 200], [0, 255], [128, 90]], dtype=torch.uint8).view(3, 1, 1, 2)
+    y = np.array([0, 2, 1])
+    data = ImageDataset("t", pixels, torch.tensor(y), 3, (0.5,), (0.5,))
+    # By hand: d log p(y|x)/dW = (onehot(y) - softmax(Wx + b)) x^T, d/db = onehot(y) - softmax.
+    w, b = model.fc.weight.detach().double().numpy(), model.fc.bias.detach().double().numpy()
+    xq = (pixels.view(3, 2).double().numpy() / 255 - 0.5) / 0.5
+    fw, fb = np.zeros_like(w), np.zeros_like(b)
+    for xi, yi in zip(xq, y):
+        z = w @ xi + b
+        p = np.exp(z - z.max()) / np.exp(z - z.max()).sum()
+        r = np.eye(3)[yi] - p
+        fw += np.outer(r, xi) ** 2 / len(y)
+        fb += r**2 / len(y)
+    fisher = fisher_diagonal(model, data, batch_size=2)
+    assert np.allclose(fisher["fc.weight"].numpy(), fw, atol=1e-6)
+    assert np.allclose(fisher["fc.bias"].numpy(), fb, atol=1e-6)
+
+
+def test_elastic_gradient_is_zero_below_eps():
+    model = _Linear()
+    anchor = {n: p.detach() + 0.3 for n, p in model.named_parameters()}
+    fisher = {"fc.weight": torch.tensor([[1e-8, 2.0], [0.5, 1e-9], [3.0, 0.0]]), "fc.bias": torch.tensor([1e-7, 1.0, 1e-3])}
+    loss = gene_regulariser(model, anchor, fisher, lambda1=0.0, lambda2=2.0, eps=1e-6)
+    loss.backward()
+    for name, p in model.named_parameters():
+        f = fisher[name]
+        expected = torch.where(f >= 1e-6, 2 * 2.0 * f * (p.detach() - anchor[name]), torch.zeros_like(f))
+        assert torch.allclose(p.grad, expected, atol=1e-6)
+        assert (p.grad[f < 1e-6] == 0).all() and (p.grad[f >= 1e-6] != 0).all()
+
+
+def test_smooth_term_is_squared_distance():
+    model = _Linear()
+    anchor = {n: p.detach() - 0.1 for n, p in model.named_parameters()}
+    value = gene_regulariser(model, anchor, {}, lambda1=0.5, lambda2=0.0, eps=0.0)
+    assert value.item() == pytest.approx(0.5 * 0.01 * 9, rel=1e-5)  # 9 parameters, each 0.1 away
+
+
+def test_xi_prefers_the_untouched_layer():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 4))
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    after = {k: v.clone() for k, v in before.items()}
+    after["2.weight"] += torch.randn(4, 4)  # perturb layer "2" only
+    groups = layers(model)
+    for score in ("cos_per_dim", "cos"):
+        xi = xi_scores(after, before, groups, score=score)
+        assert xi["0"] > xi["2"] and sum(xi.values()) == pytest.approx(1.0)
+        assert select_layers(xi, 1, select="top") == ["0"] and select_layers(xi, 1, select="bottom") == ["2"]
+    norm = xi_scores(after, before, groups, score="update_norm")
+    assert norm["0"] == 0.0 and norm["2"] == pytest.approx(1.0)
+    assert xi_scores(after, before, groups, score="cos_per_dim")["0"] == pytest.approx(
+        (1 / 20) / (1 / 20 + float(F.cosine_similarity(torch.cat([after["2.weight"].flatten(), after["2.bias"]]).double(),
+                                                        torch.cat([before["2.weight"].flatten(), before["2.bias"]]).double(),
+                                                        dim=0)) / 20))
+
+
+def test_layers_group_weight_bias_and_buffers():
+    model = nn.Sequential(nn.Conv2d(1, 2, 3), nn.BatchNorm2d(2), nn.Flatten(), nn.Linear(2, 1))
+    assert layers(model) == {"0": ["0.weight", "0.bias"], "1": ["1.weight", "1.bias", "1.running_mean", "1.running_var"],
+                             "3": ["3.weight", "3.bias"]}
+
+
+def test_gene_size_and_random_selection():
+    assert gene_size(0.5, 4) == 2 and gene_size(3, 4) == 3 and gene_size(0.1, 4) == 1
+    with pytest.raises(ConfigError):
+        gene_size(5, 4)
+    scores = {"a": 0.1, "b": 0.2, "c": 0.3, "d": 0.4}
+    a = select_layers(scores, 2, select="random", rng=np.random.default_rng(1))
+    assert a == select_layers(scores, 2, select="random", rng=np.random.default_rng(1)) and len(a) == 2
+
+
+def test_cluster_gene_is_the_majority():
+    order = ["a", "b", "c", "d"]
+    assert cluster_gene([["a", "b"], ["a", "c"], ["a", "b"]], order, 2) == ["a", "b"]
+    assert cluster_gene([["a", "b"], ["c", "d"]], order, 2) == ["a", "b"]  # no majority: most uploaded, model order
+
+
+def _planted() -> FederatedData:
+    base = FederatedData.build(source="fashion_mnist_subset", num_clients=6, partition="iid")
+    labels = base.train.labels.numpy()
+    rng = np.random.default_rng(0)
+    groups = [[0, 1], [7, 9]]  # T-shirts/trousers vs sneakers/ankle boots
+    clients = []
+    for g in (0, 0, 0, 1, 1, 1):
+        pool = np.flatnonzero(np.isin(labels, groups[g]))
+        clients.append(np.sort(rng.choice(pool, 60, replace=False)))
+    base.clients = clients
+    return base
+
+
+def test_clustering_recovers_planted_clusters_and_matches_agnostic():
+    data = _planted()
+    bases = [client_subspace(data.client(c).normalised(), 5).double().numpy() for c in range(6)]
+    labels = cluster(proximity(bases), 2)
+    assert labels.tolist() == [0, 0, 0, 1, 1, 1]
+    pool = np.flatnonzero(np.isin(data.train.labels.numpy(), [7, 9]))
+    newcomer = data.train.subset(torch.from_numpy(pool[-50:]))
+    assert nearest_cluster(client_subspace(newcomer.normalised(), 5).double().numpy(), bases, labels) == 1
+
+
+def test_subspace_is_orthonormal_top_singular_vectors():
+    x = torch.randn(30, 1, 4, 4)
+    u = client_subspace(x, 4)
+    assert torch.allclose(u.T @ u, torch.eye(4), atol=1e-5)
+    full, _, _ = torch.linalg.svd(x.reshape(30, -1).T.double(), full_matrices=False)
+    assert torch.allclose((u.double().T @ full[:, :4]).abs().diag(), torch.ones(4, dtype=torch.float64), atol=1e-5)
+
+
+def _tiny(tmp_path, *, seed=0, downlink="full", reference=False):
+    data = FederatedData.build(source="fashion_mnist_subset", num_clients=6, partition="shard", classes_per_client=2,
+                               agnostic_classes=[8, 9], num_agnostic_clients=1, seed=seed)
+    torch.manual_seed(seed)
+    model = LeNet(in_channels=1, image_size=28, num_classes=10)
+    wire = Wire(PayloadStore(tmp_path / "payloads"), CapturePolicy.build(victim_round=1, victim_client=0))
+    protocol = GeneFL(rounds=2, participants=3, local_epochs=1, lr=0.1, batch_size=32, num_clusters=3, subspace_dim=3,
+                      downlink=downlink, gene={"gamma": 2}, agnostic={"epochs": 1, "fedavg_reference": reference})
+    result = protocol.run(model=model, data=data, victim=Victim(client=0, round=1), wire=wire, seed=seed)
+    return protocol, result, wire
+
+
+LENET_LAYER_BYTES = {"body.0": 312 * 4, "body.2": 3612 * 4, "body.4": 3612 * 4, "fc": 5890 * 4}
+
+
+def test_genefl_messages_and_bytes(tmp_path):
+    protocol, result, wire = _tiny(tmp_path)
+    kinds = [r["kind"] for r in wire.store.records()]
+    assert kinds.count("subspace") == 6 + 1 and kinds.count("cluster_gene") == 1
+    assert kinds.count("cluster_model") == kinds.count("learngene") == 2 * 3
+    assert kinds.count("gradient") == kinds.count("gene_gradient") == 1
+    for rec in wire.store.records(kind="learngene"):
+        chosen = rec["hparams"]["gene_layers"]
+        assert len(chosen) == 2 and rec["nbytes"] == sum(LENET_LAYER_BYTES[layer] for layer in chosen)
+    for rec in wire.store.records(kind="cluster_model"):
+        assert rec["nbytes"] == 53704  # downlink full: the whole model
+    for rec in wire.store.records(kind="subspace"):
+        assert rec["nbytes"] == 784 * 3 * 4
+    gene_grad = wire.store.load("r0001-gene_gradient-client0-server")
+    upload = wire.store.load("r0001-learngene-client0-server")
+    assert [n for n in gene_grad.names] == [n for n in upload.names]
+    assert set(result.extra["agnostic"]) >= {"accuracy_learngene", "accuracy_random", "accuracy_cluster_model"}
+
+
+def test_genefl_gene_downlink_sends_less(tmp_path):
+    _, _, wire = _tiny(tmp_path, downlink="gene")
+    sizes = [r["nbytes"] for r in wire.store.records(kind="cluster_model", round=1)]
+    first_timers = [r for r in wire.store.records(kind="cluster_model", round=1)
+                    if not list(wire.store.records(kind="learngene", round=0, sender=r["receiver"]))]
+    assert len(sizes) == 3 and min(sizes) < 53704
+    assert all(r["nbytes"] == 53704 for r in first_timers)
+
+
+def test_genefl_is_deterministic(tmp_path):
+    _, a, wa = _tiny(tmp_path / "a", seed=3, reference=True)
+    _, b, wb = _tiny(tmp_path / "b", seed=3, reference=True)
+    assert comm_summary(wa.store.records(), rounds=2) == comm_summary(wb.store.records(), rounds=2)
+    assert [h["accuracy"] for h in a.history] == [h["accuracy"] for h in b.history]
+    assert a.extra["agnostic"] == b.extra["agnostic"]
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"downlink": "half"}, "fl.downlink='half'"),
+    ({"gene": {"gamma": 0}}, "fl.gene.gamma must be > 0"),
+    ({"gene": {"pick": "top"}}, "fl.gene.pick: unknown key"),
+    ({"gene": {"select": "middle"}}, "fl.gene.select='middle'"),
+    ({"lambda2": -1.0}, "must be >= 0"),
+    ({"agnostic": {"epochs": 1, "budget": 3}}, "fl.agnostic.budget: unknown key"),
+])
+def test_bad_genefl_settings(kwargs, message):
+    with pytest.raises(ConfigError, match=message):
+        GeneFL(rounds=1, participants=1, local_epochs=1, lr=0.1, batch_size=8, **kwargs)
