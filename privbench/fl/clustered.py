@@ -11,8 +11,9 @@ import torch
 from torch import nn
 
 from privbench.data import FederatedData
+from privbench.errors import ConfigError
 from privbench.fl.aggregate import aggregate
-from privbench.fl.local import batch_gradient, parameters_of
+from privbench.fl.local import parameters_of
 from privbench.fl.protocol import FederatedProtocol, FLResult
 from privbench.fl.settings import AgnosticSettings, settings
 from privbench.fl.subspace import client_subspace, cluster, proximity
@@ -38,8 +39,6 @@ class ClusteredProtocol(FederatedProtocol):
 
     def check(self, *, data: FederatedData, victim: Victim) -> None:
         super().check(data=data, victim=victim)
-        from privbench.errors import ConfigError
-
         if not 1 <= self.num_clusters <= data.num_clients:
             raise ConfigError(f"fl.num_clusters={self.num_clusters} must be in 1..{data.num_clients} (data.num_clients)")
         smallest = min(len(c) for c in data.clients)
@@ -97,20 +96,6 @@ class ClusteredProtocol(FederatedProtocol):
 
     def after_aggregation(self, k: int, uploaded_layers: list[list[str]]) -> None:
         """Hook after cluster ``k`` aggregated a round's uploads."""
-
-    def victim_gradient(self, local: nn.Module, client_data, truth, c: int, r: int, victim: Victim, wire: Wire,
-                        base_id: str, seed: int):
-        """The victim's one-step gradient payload; returns (gradient, data, truth) to train on."""
-        name = f"client{c}"
-        pos = victim.batch_positions(len(client_data), seed=seed)
-        batch = torch.from_numpy(pos)
-        grad = batch_gradient(local, client_data.normalised(batch), client_data.labels[batch])
-        wire.send(Payload.from_tensors(kind="gradient", round=r, sender=name, receiver="server", tensors=grad,
-                                       base=base_id, hparams={"batch_size": len(pos), "local_steps": 1},
-                                       truth=truth[pos].tolist()))
-        if victim.update_data == "batch":
-            return grad, client_data.subset(batch), truth[pos]
-        return grad, client_data, truth
 
     @staticmethod
     def fresh(model: nn.Module, state: dict[str, torch.Tensor]) -> nn.Module:

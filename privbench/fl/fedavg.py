@@ -8,7 +8,7 @@ from torch import nn
 
 from privbench.data import FederatedData
 from privbench.fl.aggregate import aggregate
-from privbench.fl.local import accuracy, batch_gradient, local_train, parameters_of
+from privbench.fl.local import accuracy, local_train, parameters_of
 from privbench.fl.protocol import FederatedProtocol, FLResult
 from privbench.fl.victim import Victim
 from privbench.fl.wire import Wire
@@ -52,15 +52,7 @@ class FedAvg(FederatedProtocol):
         local = copy.deepcopy(model)
         client_data, truth = data.client(c), data.clients[c]
         if (c, r) == (victim.client, victim.round):
-            pos = victim.batch_positions(len(client_data), seed=seed)
-            batch = torch.from_numpy(pos)
-            grad = batch_gradient(local, client_data.normalised(batch), client_data.labels[batch])
-            wire.send(Payload.from_tensors(
-                kind="gradient", round=r, sender=name, receiver="server", tensors=grad, base=down.id,
-                hparams={"batch_size": len(pos), "local_steps": 1}, truth=truth[pos].tolist(),
-            ))
-            if victim.update_data == "batch":
-                client_data, truth = client_data.subset(batch), truth[pos]
+            _, client_data, truth = self.victim_gradient(local, client_data, truth, c, r, victim, wire, down.id, seed)
         gen = self.client_seed(seed, r, c)
         steps = local_train(local, client_data, epochs=self.local_epochs, lr=self.lr, batch_size=self.batch_size,
                             momentum=self.momentum, generator=gen)

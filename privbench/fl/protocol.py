@@ -11,10 +11,12 @@ import numpy as np
 import torch
 from torch import nn
 
-from privbench.data import FederatedData
+from privbench.data import FederatedData, ImageDataset
 from privbench.errors import ConfigError
+from privbench.fl.local import batch_gradient, client_accuracy
 from privbench.fl.victim import Victim
 from privbench.fl.wire import Wire
+from privbench.payloads import Payload
 
 
 @dataclass
@@ -84,10 +86,27 @@ class FederatedProtocol(ABC):
         return {"lr": self.lr, "epochs": self.local_epochs, "batch_size": self.batch_size, "momentum": self.momentum}
 
     @staticmethod
+    def victim_gradient(local: nn.Module, client_data: ImageDataset, truth: np.ndarray, c: int, r: int, victim: Victim,
+                        wire: Wire, base_id: str, seed: int) -> tuple[dict[str, torch.Tensor], ImageDataset, np.ndarray]:
+        """Send the victim's one-step gradient on its victim batch at the received model.
+
+        Returns the gradient and the data (and its train-set indices) the victim trains on
+        this round: the victim batch when ``victim.update_data == "batch"``, else all of it.
+        """
+        name = f"client{c}"
+        pos = victim.batch_positions(len(client_data), seed=seed)
+        batch = torch.from_numpy(pos)
+        grad = batch_gradient(local, client_data.normalised(batch), client_data.labels[batch])
+        wire.send(Payload.from_tensors(kind="gradient", round=r, sender=name, receiver="server", tensors=grad,
+                                       base=base_id, hparams={"batch_size": len(pos), "local_steps": 1},
+                                       truth=truth[pos].tolist()))
+        if victim.update_data == "batch":
+            return grad, client_data.subset(batch), truth[pos]
+        return grad, client_data, truth
+
+    @staticmethod
     def known_accuracy(model: nn.Module, data: FederatedData, state_of: Callable[[int], dict[str, torch.Tensor]]) -> float:
         """Accuracy over known clients, each scored with ``state_of(client)`` on its own classes."""
-        from privbench.fl.local import client_accuracy
-
         correct = total = 0.0
         for c in range(data.num_clients):
             model.load_state_dict(state_of(c))
