@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from attacks.target import AttackTarget
+from privbench.errors import AttackNotApplicableError
 
 
 @dataclass
@@ -59,16 +60,20 @@ class Attack(ABC):
         stall_at: fraction of ``iterations`` after which an attempt whose relative
             objective is still above ``stall_tol`` is abandoned as stalled.
         stall_tol: see ``stall_at``.
+        unroll: for model payloads, replay the client's local training on the candidates
+            instead of matching the pseudo-gradient.
+        max_images: most images an attack will try to rebuild at once (a ``cluster_model``
+            aggregate holds every participant's data); more is refused before optimising.
     """
 
     name = "attack"
     reads: tuple[str, ...] = ()
 
     def __init__(self, *, iterations: int = 300, restarts: int = 4, converged: float = 1e-6,
-                 stall_at: float = 0.25, stall_tol: float = 0.05) -> None:
-        if iterations < 1 or restarts < 1:
-            raise ValueError("attack.iterations and attack.restarts must be >= 1")
-        self.iterations, self.restarts = iterations, restarts
+                 stall_at: float = 0.25, stall_tol: float = 0.05, unroll: bool = False, max_images: int = 64) -> None:
+        if iterations < 1 or restarts < 1 or max_images < 1:
+            raise ValueError("attack.iterations, attack.restarts and attack.max_images must be >= 1")
+        self.iterations, self.restarts, self.unroll, self.max_images = iterations, restarts, unroll, max_images
         self.converged, self.stall_at, self.stall_tol = converged, stall_at, stall_tol
 
     def cannot_read(self, kind: str) -> str | None:
@@ -79,6 +84,10 @@ class Attack(ABC):
 
     def run(self, target: AttackTarget, *, seed: int) -> AttackResult:
         """Run up to ``restarts`` attempts; keep the one with the lowest finite objective."""
+        if target.num_images > self.max_images:
+            raise AttackNotApplicableError(
+                f"{target.knowledge.get('payload', 'payload')} holds {target.num_images} private images; attack "
+                f"{self.name} rebuilds at most attack.max_images={self.max_images} at once")
         attempts: list[Attempt] = []
         for k in range(self.restarts):
             generator = torch.Generator().manual_seed(seed * 1000 + k)

@@ -19,7 +19,7 @@ class DLG(Attack):
     """
 
     name = "dlg"
-    reads = ("gradient", "gene_gradient", "update", "learngene")
+    reads = ("gradient", "gene_gradient", "update", "learngene", "cluster_model")
 
     def attempt(self, target: AttackTarget, *, generator: torch.Generator) -> Attempt:
         n, shape = target.num_images, target.image_shape

@@ -1,4 +1,4 @@
-"""Candidate gradients and the L-BFGS gradient-matching loop shared by DLG and iDLG."""
+"""Candidate gradients (one step or unrolled) and the L-BFGS gradient-matching loop of DLG and iDLG."""
 from __future__ import annotations
 
 import math
@@ -6,26 +6,67 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
+from torch.func import functional_call
 
 from attacks.objectives import squared_l2, squared_norm
 from attacks.target import AttackTarget
 
 
+def _loss(out: torch.Tensor, labels: torch.Tensor | None, label_logits: torch.Tensor | None) -> torch.Tensor:
+    if labels is not None:
+        return F.cross_entropy(out, labels)
+    return torch.mean(torch.sum(-F.softmax(label_logits, dim=-1) * F.log_softmax(out, dim=-1), dim=-1))
+
+
 def candidate_gradient(target: AttackTarget, images: torch.Tensor, *, labels: torch.Tensor | None = None,
                        label_logits: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
-    """Gradient of the client's loss on candidate data, differentiable w.r.t. the candidate.
+    """What the payload would show for candidate data, differentiable w.r.t. the candidate.
 
     Hard ``labels`` give mean cross-entropy; ``label_logits`` give DLG's soft-label
-    cross-entropy ``mean_b sum_i -softmax(l_b)_i log p_bi``.
+    cross-entropy. Without ``target.unroll`` this is one gradient at the base model; with it,
+    the client's local SGD is replayed on the candidates (``torch.func.functional_call``,
+    ``create_graph=True``) and the result is the pseudo-gradient ``-(delta)/(lr * steps)``,
+    the same transform the observed payload went through.
     """
-    out = target.model(images)
-    if labels is not None:
-        loss = F.cross_entropy(out, labels)
-    else:
-        loss = torch.mean(torch.sum(-F.softmax(label_logits, dim=-1) * F.log_softmax(out, dim=-1), dim=-1))
-    params = target.params()
-    grads = torch.autograd.grad(loss, list(params.values()), create_graph=True)
-    return dict(zip(params, grads))
+    target.evaluations += 1
+    if target.unroll is None:
+        params = target.params()
+        loss = _loss(target.model(images), labels, label_logits)
+        grads = torch.autograd.grad(loss, list(params.values()), create_graph=True)
+        return dict(zip(params, grads))
+    spec = target.unroll
+    start = {n: p.detach() for n, p in target.model.named_parameters()}
+    total: dict[str, torch.Tensor] = {}
+    weight: dict[str, float] = {}
+    for part in spec.parts:
+        end = _replay(target, spec, part, start, images, labels, label_logits)
+        for n in target.gradient:
+            if part.names is None or n in part.names:
+                total[n] = total.get(n, 0) + part.weight * (end[n] - start[n])
+                weight[n] = weight.get(n, 0.0) + part.weight
+    scale = spec.lr * spec.steps
+    return {n: -(total[n] / weight[n]) / scale if n in total else torch.zeros_like(start[n]) for n in target.gradient}
+
+
+def _replay(target: AttackTarget, spec, part, start, images, labels, label_logits) -> dict[str, torch.Tensor]:
+    """SGD (with momentum and the smooth-update term) on one part's candidates, differentiably."""
+    params = {n: p.clone().requires_grad_(True) for n, p in start.items()}
+    velocity = {n: torch.zeros_like(p) for n, p in params.items()}
+    names = list(params)
+    for batch in part.batches():
+        sub_labels = labels[batch] if labels is not None else None
+        sub_logits = label_logits[batch] if label_logits is not None else None
+        loss = _loss(functional_call(target.model, params, (images[batch],)), sub_labels, sub_logits)
+        if spec.lambda1:
+            loss = loss + spec.lambda1 * sum(((params[n] - start[n]) ** 2).sum() for n in names)
+        grads = torch.autograd.grad(loss, [params[n] for n in names], create_graph=True, allow_unused=True)
+        new = {}
+        for n, g in zip(names, grads):
+            g = torch.zeros_like(params[n]) if g is None else g
+            velocity[n] = spec.momentum * velocity[n] + g if spec.momentum else g
+            new[n] = params[n] - spec.lr * velocity[n]
+        params = new
+    return params
 
 
 def lbfgs_match(

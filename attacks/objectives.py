@@ -17,3 +17,23 @@ def squared_l2(candidate: dict[str, torch.Tensor], observed: dict[str, torch.Ten
 def squared_norm(observed: dict[str, torch.Tensor]) -> float:
     """``sum_name ||g||^2``: the scale that makes ``squared_l2`` relative."""
     return float(sum((g.double() ** 2).sum() for g in observed.values()))
+
+
+def cosine_distance(candidate: dict[str, torch.Tensor], observed: dict[str, torch.Tensor]) -> torch.Tensor:
+    """``1 - cos`` between the concatenated gradients (Inverting Gradients).
+
+    Example:
+        >>> cosine_distance({"w": torch.tensor([1.0, 0.0])}, {"w": torch.tensor([2.0, 0.0])})
+        tensor(0.)
+    """
+    dot = sum((candidate[n] * observed[n]).sum() for n in observed)
+    cand = sum((candidate[n] ** 2).sum() for n in observed)
+    obs = sum((observed[n] ** 2).sum() for n in observed)
+    return 1 - dot / (cand.sqrt() * obs.sqrt() + 1e-12)
+
+
+def total_variation(images: torch.Tensor) -> torch.Tensor:
+    """Mean absolute difference of neighbouring pixels (anisotropic TV), ``[N, C, H, W]``."""
+    dx = (images[..., :, 1:] - images[..., :, :-1]).abs().mean()
+    dy = (images[..., 1:, :] - images[..., :-1, :]).abs().mean()
+    return dx + dy

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import copy
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,15 +14,16 @@ from privbench.models import classifier_head
 from privbench.payloads import Payload
 
 GRADIENT_KINDS = ("gradient", "gene_gradient")
-MODEL_KINDS = ("update", "learngene")
+MODEL_KINDS = ("update", "learngene", "cluster_model")
 
 
 def observed_gradient(payload: Payload, base: Payload | None, param_names: list[str]) -> dict[str, torch.Tensor]:
     """The gradient an attack matches, restricted to parameters present in ``payload``.
 
-    A ``gradient`` payload is used as sent. A model upload (``update``) is turned into the
-    pseudo-gradient ``-(theta_after - theta_base) / (lr * local_steps)``, which equals the
-    gradient for one full-batch step and approximates its mean over several steps.
+    A ``gradient`` payload is used as sent. A model (``update``, ``learngene``,
+    ``cluster_model``) is turned into the pseudo-gradient
+    ``-(theta_after - theta_base) / (lr * local_steps)``, which equals the gradient for one
+    full-batch step and approximates its mean over several steps.
     """
     assert payload.tensors is not None
     names = [n for n in param_names if n in payload.tensors]
@@ -35,17 +37,74 @@ def observed_gradient(payload: Payload, base: Payload | None, param_names: list[
     raise AttackNotApplicableError(f"payload kind {payload.kind!r} carries no client gradient or update")
 
 
+@dataclass(frozen=True)
+class Part:
+    """One client's share of a replayed update: candidates ``start:stop``, its steps and weight."""
+
+    start: int
+    stop: int
+    steps: int
+    batch_size: int
+    weight: float = 1.0
+    names: tuple[str, ...] | None = None  # parameters it uploaded (None: all)
+
+    def batches(self) -> list[slice]:
+        """Candidate slices of each SGD step, cycling through the part's images in order."""
+        n, b = self.stop - self.start, min(self.batch_size, self.stop - self.start)
+        per_epoch = math.ceil(n / b)
+        return [slice(self.start + (s % per_epoch) * b, min(self.start + (s % per_epoch + 1) * b, self.stop))
+                for s in range(self.steps)]
+
+
+@dataclass(frozen=True)
+class Unroll:
+    """The clients' local training as the attacker replays it (from the payloads' metadata).
+
+    Attributes:
+        lr: SGD learning rate.
+        steps: the step count that scales the pseudo-gradient (as for the observed payload).
+        momentum: SGD momentum.
+        lambda1: weight of GENE-FL's smooth-update term (data-independent, so known). The
+            Fisher-elastic term depends on the private data and is not replayed.
+        parts: one ``Part`` per client in the payload (one for an upload; the cluster's
+            participants for a ``cluster_model`` aggregate, averaged per name by weight).
+    """
+
+    lr: float
+    steps: int
+    momentum: float = 0.0
+    lambda1: float = 0.0
+    parts: tuple[Part, ...] = ()
+
+    @classmethod
+    def from_hparams(cls, hparams: dict[str, Any], num_images: int) -> "Unroll":
+        common = {"lr": float(hparams["lr"]), "steps": int(hparams["local_steps"]),
+                  "momentum": float(hparams.get("momentum", 0.0)), "lambda1": float(hparams.get("lambda1", 0.0))}
+        if "parts" not in hparams:
+            part = Part(0, num_images, int(hparams["local_steps"]), int(hparams.get("batch_size", num_images)))
+            return cls(**common, parts=(part,))
+        parts, start = [], 0
+        for p in hparams["parts"]:
+            parts.append(Part(start, start + p["images"], p["local_steps"], p["batch_size"], float(p["num_samples"]),
+                              tuple(p["names"])))
+            start += p["images"]
+        return cls(**common, parts=tuple(parts))
+
+
 @dataclass
 class AttackTarget:
     """Everything the attack is given, and nothing else.
 
     Attributes:
         model: the architecture at the parameters the client started from (the base model).
-        gradient: observed gradient, keyed by parameter name (only names the payload carries).
+        gradient: observed (pseudo-)gradient, keyed by parameter name (only names the payload carries).
         num_images: batch size the attacker assumes.
         image_shape: ``(C, H, W)`` of one image.
         num_classes: number of classes of the model's head.
+        bounds: per-channel ``(low, high)`` of valid pixels in model input space, ``[C, 1, 1]`` each.
+        unroll: when set, candidates are scored by replaying the local training, not by one gradient.
         knowledge: the threat-model declaration recorded with the results.
+        evaluations: objective evaluations so far (for benchmarks).
     """
 
     model: nn.Module
@@ -53,11 +112,15 @@ class AttackTarget:
     num_images: int
     image_shape: tuple[int, int, int]
     num_classes: int
+    bounds: tuple[torch.Tensor, torch.Tensor] | None = None
+    unroll: Unroll | None = None
     knowledge: dict[str, Any] = field(default_factory=dict)
+    evaluations: int = 0
 
     @classmethod
     def from_payload(cls, payload: Payload, *, base: Payload | None, model: nn.Module, num_images: int,
-                     image_shape: tuple[int, int, int], num_classes: int) -> "AttackTarget":
+                     image_shape: tuple[int, int, int], num_classes: int, mean: tuple[float, ...] | None = None,
+                     std: tuple[float, ...] | None = None, unroll: bool = False) -> "AttackTarget":
         """Build the attacker's view of ``payload`` given the server's copy of the base model."""
         model = copy.deepcopy(model)
         param_names = [n for n, _ in model.named_parameters()]
@@ -71,19 +134,35 @@ class AttackTarget:
         gradient = observed_gradient(payload, base, param_names)
         if not gradient:
             raise AttackNotApplicableError(f"{payload.id} carries none of the model's parameters")
+        spec = None
+        if unroll:
+            if payload.kind not in MODEL_KINDS:
+                raise AttackNotApplicableError(f"attack.unroll=true needs a model payload ({', '.join(MODEL_KINDS)}), "
+                                               f"not {payload.kind}: a one-step gradient has nothing to unroll")
+            spec = Unroll.from_hparams(payload.hparams, num_images)
+        bounds = None
+        if mean is not None and std is not None:
+            m, s = torch.tensor(mean).view(-1, 1, 1), torch.tensor(std).view(-1, 1, 1)
+            bounds = ((0 - m) / s, (1 - m) / s)
         visible = sum(gradient[n].numel() for n in gradient)
         total = sum(p.numel() for p in model.parameters())
+        head = f"{classifier_head(model)}.weight"
         knowledge = {
             "payload": payload.id,
             "payload_kind": payload.kind,
             "base_model": base.id if base is not None else None,
             "batch_size": num_images,
             "labels": "not given",
-            "hparams": {k: v for k, v in payload.hparams.items() if k in ("lr", "local_steps", "epochs", "batch_size")},
+            "label_head_visible": head in gradient,
+            "hparams": {k: v for k, v in payload.hparams.items()
+                        if k in ("lr", "local_steps", "epochs", "batch_size", "momentum", "lambda1", "lambda2", "eps")},
+            "matching": "unrolled local training" if spec else ("gradient" if payload.kind in GRADIENT_KINDS
+                                                                 else "pseudo-gradient -(delta)/(lr*steps)"),
+            "replayed_regularisers": (["lambda1 * ||theta - Theta||^2"] if spec and spec.lambda1 else []),
             "visible_names": list(gradient),
             "visible_fraction": visible / total,
         }
-        return cls(model, gradient, num_images, image_shape, num_classes, knowledge)
+        return cls(model, gradient, num_images, image_shape, num_classes, bounds, spec, knowledge)
 
     @property
     def head(self) -> str:
@@ -94,3 +173,9 @@ class AttackTarget:
         """The model's parameters whose gradients are observed, by name."""
         named = dict(self.model.named_parameters())
         return {n: named[n] for n in self.gradient}
+
+    def clamp_(self, images: torch.Tensor) -> None:
+        """Box ``images`` in place to the valid pixel range (no-op without bounds)."""
+        if self.bounds is not None:
+            with torch.no_grad():
+                images.copy_(torch.maximum(torch.minimum(images, self.bounds[1]), self.bounds[0]))

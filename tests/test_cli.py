@@ -26,7 +26,7 @@ def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 def test_help_lists_groups_and_options(tmp_path):
     out = cli("--help", cwd=tmp_path)
     assert out.returncode == 0
-    for line in ("attack: dlg, idlg, none",
+    for line in ("attack: dlg, idlg, ig, none, projection",
                  "payload: cluster_gene, cluster_model, gene_gradient, global_model, gradient, learngene, subspace, update",
                  "model: convnet, lenet, resnet18", "fl: cluster_fedavg, fedavg, genefl, local", "defense: none",
                  "experiment: comm_accounting, dlg_paper, idlg_paper, paper_cifar10, xi_direction"):
@@ -34,7 +34,7 @@ def test_help_lists_groups_and_options(tmp_path):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["attack=nope"], "attack=nope: unknown option; allowed: dlg, idlg, none"),
+    (["attack=nope"], "attack=nope: unknown option; allowed: dlg, idlg, ig, none, projection"),
     (["bogus=1"], "bogus: unknown key; allowed keys:"),
     (["fl.lr=-1"], "fl.lr must be > 0, got -1"),
     (["fl.participants=11"], "fl.participants=11 exceeds data.num_clients=10"),

@@ -15,7 +15,7 @@ GROUPS = {
     "fl": ["cluster_fedavg", "fedavg", "genefl", "local"],
     "payload": ["cluster_gene", "cluster_model", "gene_gradient", "global_model", "gradient", "learngene", "subspace",
                 "update"],
-    "attack": ["dlg", "idlg", "none"],
+    "attack": ["dlg", "idlg", "ig", "none", "projection"],
     "defense": ["none"],
 }
 

@@ -12,6 +12,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from attacks import AttackTarget
 from attacks.none import NoAttack
+from attacks.projection import SubspaceProjection
+from attacks.target import MODEL_KINDS
 from privbench.audit.build import build
 from privbench.audit.output import table, write_grid, write_metrics
 from privbench.data import FederatedData, denormalise
@@ -22,6 +24,7 @@ from privbench.io import atomic_write_text
 from privbench.metrics.lpips_metric import lpips_network
 from privbench.metrics.reconstruction import MATCH_ON, score
 from privbench.payloads import PayloadStore
+from privbench.payloads.capture import AnyOf
 
 GROUPS = ("data", "model", "fl", "payload", "attack", "defense")
 TOP_KEYS = set(GROUPS) | {"name", "seed", "victim", "capture", "metrics", "results_dir"}
@@ -74,6 +77,9 @@ def plan(cfg: DictConfig) -> Plan:
         if choice.kind not in protocol.emits:
             sends = ", ".join(protocol.emits) or "nothing (use attack=none)"
             raise ConfigError(f"payload={choice.kind}: fl={protocol.name} sends {sends}")
+        if getattr(attack, "unroll", False) and choice.kind not in MODEL_KINDS:
+            raise AttackNotApplicableError(f"attack.unroll=true needs a model payload ({', '.join(MODEL_KINDS)}); "
+                                           f"payload={choice.kind} is a one-step gradient")
         reason = attack.cannot_read(choice.kind)
         if reason:
             raise AttackNotApplicableError(f"attack={attack.name} cannot attack payload={choice.kind}: {reason}")
@@ -84,8 +90,12 @@ def _attack(p: Plan, wire: Wire, model, data: FederatedData, out: Path) -> tuple
     """Select the payload, attack it, score the reconstruction; returns (privacy, threat model, payload bytes)."""
     cfg = p.cfg
     payload, base = p.choice.select(wire.store, p.victim)
-    target = AttackTarget.from_payload(payload, base=base, model=model, num_images=p.victim.num_images,
-                                       image_shape=data.train.shape, num_classes=data.train.num_classes)
+    if isinstance(p.attack, SubspaceProjection):
+        return _project(p, payload, data, out)
+    num_images = len(payload.truth) if payload.kind == "cluster_model" else p.victim.num_images
+    target = AttackTarget.from_payload(payload, base=base, model=model, num_images=num_images,
+                                       image_shape=data.train.shape, num_classes=data.train.num_classes,
+                                       mean=data.train.mean, std=data.train.std, unroll=p.attack.unroll)
     result = p.attack.run(target, seed=p.seed)
     privacy: dict[str, Any] = {"failed": result.failed, "objective": result.objective,
                                "label_source": result.label_source, "attempts": result.attempts}
@@ -101,6 +111,25 @@ def _attack(p: Plan, wire: Wire, model, data: FederatedData, out: Path) -> tuple
     return privacy, {**target.knowledge, "defense": p.defense.describe()}, payload.nbytes
 
 
+def _project(p: Plan, payload, data: FederatedData, out: Path) -> tuple[dict[str, Any], dict[str, Any], int]:
+    """The projection attack on a ``subspace`` payload: basis images scored like reconstructions."""
+    truth_idx = torch.tensor(payload.truth)
+    truth = data.train.images[truth_idx].float() / 255.0
+    basis = payload.tensors["U"]
+    recon = p.attack.basis_images(basis, data.train.shape)
+    unknown = torch.full((len(recon),), -1)
+    scores = score(recon, truth, recon_labels=unknown, truth_labels=data.train.labels[truth_idx],
+                   match_on=p.cfg.metrics.match_on, use_lpips=bool(p.cfg.metrics.lpips))
+    scores["label_accuracy"] = float("nan")  # a basis carries no labels
+    pairs = scores["matched"]
+    write_grid(out / "grid.png", truth[[m["truth"] for m in pairs]], recon[[m["recon"] for m in pairs]])
+    privacy = {"failed": False, "label_source": "none", **scores,
+               **p.attack.evaluate(basis, truth, mean=data.train.mean, std=data.train.std)}
+    threat = {"payload": payload.id, "payload_kind": payload.kind, "visible_names": ["U"],
+              "basis_shape": list(basis.shape), "labels": "not given", "defense": p.defense.describe()}
+    return privacy, threat, payload.nbytes
+
+
 def run_audit(cfg: DictConfig, out: Path) -> dict[str, Any]:
     """Run the audit that ``cfg`` describes and write its files under ``out``."""
     start = time.perf_counter()
@@ -114,7 +143,8 @@ def run_audit(cfg: DictConfig, out: Path) -> dict[str, Any]:
                    victim_round=p.victim.round, victim_client=p.victim.client)
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
-    wire = Wire(PayloadStore(out / "payloads"), policy, p.defense)
+    extra = p.choice.capture(p.victim) if p.attacking else None
+    wire = Wire(PayloadStore(out / "payloads"), AnyOf((policy, extra)) if extra else policy, p.defense)
 
     fl = p.protocol.run(model=model, data=data, victim=p.victim, wire=wire, seed=p.seed)
     trained = time.perf_counter()

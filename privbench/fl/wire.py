@@ -4,6 +4,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from privbench.payloads import CapturePolicy, Payload, PayloadStore
+from privbench.payloads.capture import AnyOf
 
 
 class Wire:
@@ -15,7 +16,7 @@ class Wire:
         defense: object with ``protect(payload) -> payload``, applied to every uplink.
     """
 
-    def __init__(self, store: PayloadStore, policy: CapturePolicy, defense=None) -> None:
+    def __init__(self, store: PayloadStore, policy: "CapturePolicy | AnyOf", defense=None) -> None:
         self.store = store
         self.policy = policy
         self.defense = defense

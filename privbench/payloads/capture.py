@@ -54,3 +54,13 @@ class CapturePolicy:
         clients = {self.victim_client} if self.clients == "victim" else self.clients
         ends = {payload.sender, payload.receiver}
         return any(f"client{c}" in ends for c in clients)
+
+
+@dataclass(frozen=True)
+class AnyOf:
+    """Keeps a payload when any of its policies does."""
+
+    policies: tuple[CapturePolicy, ...]
+
+    def keeps(self, payload: Payload) -> bool:
+        return any(p.keeps(payload) for p in self.policies)

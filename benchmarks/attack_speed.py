@@ -1,0 +1,65 @@
+"""Attack speed: objective evaluations per second and wall time of DLG, iDLG and IG.
+
+Each attack runs one attempt of a fixed number of iterations on a one-step ``gradient``
+payload of ``lenet`` and ``convnet`` (embedded Fashion-MNIST, 28x28), at 1 and 8 images.
+Figures depend on the machine; compare runs on the same one.
+
+Example:
+    python benchmarks/attack_speed.py --iterations 20
+"""
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+
+from attacks import DLG, IDLG, AttackTarget
+from attacks.ig import InvertingGradients
+from privbench.data import FederatedData
+from privbench.fl.local import batch_gradient
+from privbench.models import ConvNet, LeNet
+from privbench.payloads import Payload
+
+MODELS = {"lenet": LeNet, "convnet": ConvNet}
+
+
+def target_for(model_name: str, num_images: int, data: FederatedData) -> AttackTarget:
+    """A one-step gradient payload of ``num_images`` images, as the attacker sees it."""
+    torch.manual_seed(0)
+    model = MODELS[model_name](in_channels=1, image_size=28, num_classes=10)
+    x, y = data.train.normalised(slice(0, num_images)), data.train.labels[:num_images]
+    base = Payload.from_tensors(kind="global_model", round=0, sender="server", receiver="client0", tensors=model.state_dict())
+    grad = Payload.from_tensors(kind="gradient", round=0, sender="client0", receiver="server",
+                                tensors=batch_gradient(model, x, y), base=base.id)
+    return AttackTarget.from_payload(grad, base=base, model=model, num_images=num_images, image_shape=(1, 28, 28),
+                                     num_classes=10, mean=data.train.mean, std=data.train.std)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--iterations", type=int, default=20, help="optimiser steps per attack")
+    args = parser.parse_args()
+    data = FederatedData.build(source="fashion_mnist_subset", num_clients=10, partition="iid")
+    attacks = {
+        # stall checks off so every attack runs its full budget
+        "dlg": DLG(iterations=args.iterations, restarts=1, converged=0.0, stall_at=1.0, stall_tol=float("inf")),
+        "idlg": IDLG(iterations=args.iterations, restarts=1, converged=0.0, stall_at=1.0, stall_tol=float("inf")),
+        "ig": InvertingGradients(iterations=args.iterations, restarts=1),
+    }
+    attacks["idlg"].run(target_for("lenet", 1, data), seed=0)  # warm-up, untimed
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.iterations} iterations per attack")
+    print(f"{'model':>8} {'images':>6} {'attack':>6} {'evals':>6} {'evals/s':>8} {'wall s':>7}")
+    for model_name in MODELS:
+        for n in (1, 8):
+            for name, attack in attacks.items():
+                target = target_for(model_name, n, data)
+                start = time.perf_counter()
+                attack.run(target, seed=0)
+                wall = time.perf_counter() - start
+                print(f"{model_name:>8} {n:>6} {name:>6} {target.evaluations:>6} {target.evaluations / wall:>8.1f} "
+                      f"{wall:>7.2f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
