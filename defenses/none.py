@@ -7,12 +7,16 @@ from privbench.payloads import Payload
 class NoDefense:
     """No defence (``defense=none``): every payload is sent unchanged.
 
-    Defences implement ``protect(payload) -> payload`` and ``describe() -> dict``.
+    Defences implement ``protect(payload, base) -> payload`` (``base``: the model the
+    client received, for model uploads) and ``describe() -> dict``.
     """
 
     name = "none"
 
-    def protect(self, payload: Payload) -> Payload:
+    def __init__(self, *, seed: int = 0) -> None:
+        del seed
+
+    def protect(self, payload: Payload, base=None) -> Payload:
         """Return ``payload`` unchanged."""
         return payload
 

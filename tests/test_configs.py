@@ -16,14 +16,15 @@ GROUPS = {
     "payload": ["cluster_gene", "cluster_model", "gene_gradient", "global_model", "gradient", "learngene", "subspace",
                 "update"],
     "attack": ["dlg", "idlg", "ig", "none", "projection"],
-    "defense": ["none"],
+    "defense": ["dpsgd", "noise", "none", "prune"],
 }
 
 
 def test_groups_and_options_are_the_documented_ones():
     for group, expected in GROUPS.items():
         assert options(group) == expected
-    assert options("experiment") == ["comm_accounting", "dlg_paper", "idlg_paper", "paper_cifar10", "xi_direction"]
+    assert options("experiment") == ["comm_accounting", "dlg_paper", "idlg_paper", "paper_cifar10", "privacy_tradeoff",
+                                     "xi_direction"]
 
 
 def test_default_config_composes_and_plans(compose_cfg):
@@ -94,7 +95,8 @@ def test_capture_config_builds_the_policy(compose_cfg):
     assert policy.rounds == "all" and policy.clients == "victim"
 
 
-@pytest.mark.parametrize("experiment", ["comm_accounting", "xi_direction", "paper_cifar10", "dlg_paper", "idlg_paper"])
+@pytest.mark.parametrize("experiment", ["comm_accounting", "xi_direction", "paper_cifar10", "dlg_paper", "idlg_paper",
+                                        "privacy_tradeoff"])
 def test_experiments_compose_and_plan(compose_cfg, experiment):
     cfg = compose_cfg(f"experiment={experiment}")
     p = plan(cfg)

@@ -16,7 +16,8 @@ from privbench.io import atomic_write_bytes, atomic_write_text
 TABLE = [
     ("fl", "{}"), ("payload", "{}"), ("attack", "{}"), ("defense", "{}"),
     ("psnr_mean", "{:.2f}"), ("psnr_best", "{:.2f}"), ("ssim_mean", "{:.3f}"), ("lpips_mean", "{:.3f}"),
-    ("projection_psnr_mean", "{:.2f}"), ("label_accuracy", "{:.2f}"), ("accuracy", "{:.3f}"), ("agnostic_accuracy_learngene", "{:.3f}"),
+    ("projection_psnr_mean", "{:.2f}"), ("label_accuracy", "{:.2f}"), ("epsilon", "{:.2f}"),
+    ("accuracy", "{:.3f}"), ("agnostic_accuracy_learngene", "{:.3f}"),
     ("uplink_bytes", "{:,}"), ("downlink_bytes", "{:,}"), ("uplink_ratio", "{:.3f}"), ("total_ratio", "{:.3f}"),
     ("learngene_mean_bytes", "{:,.0f}"),
 ]
@@ -25,7 +26,7 @@ TABLE = [
 def flat_row(metrics: dict[str, Any]) -> dict[str, Any]:
     """One CSV row: the scalar entries of every section of ``metrics.json``."""
     row: dict[str, Any] = {}
-    for section in ("run", "privacy", "utility", "bytes", "timing"):
+    for section in ("run", "privacy", "utility", "bytes", "defense", "timing"):
         for key, value in metrics.get(section, {}).items():
             if isinstance(value, (int, float, str, bool)) or value is None:
                 row[key] = value
@@ -51,7 +52,8 @@ def write_metrics(out: Path, metrics: dict[str, Any]) -> None:
     Non-finite numbers are written as missing (``null`` / empty), never as 0; infinite
     PSNR (exact reconstruction) is written as ``"inf"``.
     """
-    atomic_write_text(out / "threat_model.json", _json(metrics.get("threat_model", {})))
+    atomic_write_text(out / "threat_model.json", _json({**metrics.get("threat_model", {}),
+                                                        "defense": metrics.get("defense", {})}))
     row = flat_row(metrics)
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=list(row))

@@ -15,6 +15,7 @@ from attacks.none import NoAttack
 from attacks.projection import SubspaceProjection
 from attacks.target import MODEL_KINDS
 from privbench.audit.build import build
+from privbench.audit.resume import config_key, finished
 from privbench.audit.output import table, write_grid, write_metrics
 from privbench.data import FederatedData, denormalise
 from privbench.errors import AttackNotApplicableError, ConfigError
@@ -27,7 +28,7 @@ from privbench.payloads import PayloadStore
 from privbench.payloads.capture import AnyOf
 
 GROUPS = ("data", "model", "fl", "payload", "attack", "defense")
-TOP_KEYS = set(GROUPS) | {"name", "seed", "victim", "capture", "metrics", "results_dir"}
+TOP_KEYS = set(GROUPS) | {"name", "seed", "victim", "capture", "metrics", "results_dir", "resume"}
 METRIC_KEYS = {"lpips", "match_on"}
 
 
@@ -46,6 +47,15 @@ class Plan:
     @property
     def attacking(self) -> bool:
         return not isinstance(self.attack, NoAttack)
+
+
+def _overrides() -> list[str]:
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        return list(HydraConfig.get().overrides.task)
+    except ValueError:  # composed outside a Hydra app (tests)
+        return []
 
 
 def _choice(cfg: DictConfig, group: str) -> str:
@@ -70,7 +80,7 @@ def plan(cfg: DictConfig) -> Plan:
     victim = build("victim", OmegaConf.merge({"_target_": "privbench.fl.victim.Victim"}, cfg.victim))
     protocol = build("fl", cfg.fl)
     attack = build("attack", cfg.attack)
-    defense = build("defense", cfg.defense)
+    defense = build("defense", cfg.defense, seed=int(cfg.seed))
     choice = build("payload", cfg.payload)
     p = Plan(cfg, protocol, attack, defense, choice, victim, int(cfg.seed))
     if p.attacking:
@@ -108,7 +118,7 @@ def _attack(p: Plan, wire: Wire, model, data: FederatedData, out: Path) -> tuple
         pairs = scores["matched"]
         write_grid(out / "grid.png", truth[[m["truth"] for m in pairs]], recon[[m["recon"] for m in pairs]])
         privacy.update(scores)
-    return privacy, {**target.knowledge, "defense": p.defense.describe()}, payload.nbytes
+    return privacy, dict(target.knowledge), payload.nbytes
 
 
 def _project(p: Plan, payload, data: FederatedData, out: Path) -> tuple[dict[str, Any], dict[str, Any], int]:
@@ -126,19 +136,37 @@ def _project(p: Plan, payload, data: FederatedData, out: Path) -> tuple[dict[str
     privacy = {"failed": False, "label_source": "none", **scores,
                **p.attack.evaluate(basis, truth, mean=data.train.mean, std=data.train.std)}
     threat = {"payload": payload.id, "payload_kind": payload.kind, "visible_names": ["U"],
-              "basis_shape": list(basis.shape), "labels": "not given", "defense": p.defense.describe()}
+              "basis_shape": list(basis.shape), "labels": "not given"}
     return privacy, threat, payload.nbytes
+
+
+def _defense_summary(p: Plan) -> dict[str, Any]:
+    """The defence's settings and, for DP-SGD, the epsilon of the victim and the largest over clients."""
+    out = dict(p.defense.describe())
+    per_client = out.get("epsilon_per_client")
+    if per_client is not None:
+        out["epsilon"] = per_client.get(p.victim.name, float("nan"))
+        out["epsilon_covers_all_reads"] = not out.get("uncovered_reads")
+    return out
 
 
 def run_audit(cfg: DictConfig, out: Path) -> dict[str, Any]:
     """Run the audit that ``cfg`` describes and write its files under ``out``."""
     start = time.perf_counter()
     p = plan(cfg)
+    key = config_key(cfg)
+    done = finished(Path(cfg.results_dir), key) if cfg.get("resume", True) else None
+    if done is not None:
+        print(f"skipped: the same config finished in {done} (resume=false reruns it)")
+        return json.loads((done / "metrics.json").read_text())
     data: FederatedData = build("data", cfg.data, seed=p.seed)
     p.protocol.check(data=data, victim=p.victim)
     torch.manual_seed(p.seed)
     c, h, _ = data.train.shape
     model = build("model", cfg.model, in_channels=c, image_size=h, num_classes=data.train.num_classes)
+    if hasattr(p.defense, "train"):  # a defence inside local training (DP-SGD)
+        p.defense.check_model(model)
+        p.protocol.private = p.defense
     policy = build("capture", OmegaConf.merge({"_target_": "privbench.payloads.CapturePolicy.build"}, cfg.capture),
                    victim_round=p.victim.round, victim_client=p.victim.client)
     out.mkdir(parents=True, exist_ok=True)
@@ -163,7 +191,7 @@ def run_audit(cfg: DictConfig, out: Path) -> dict[str, Any]:
                **{f"agnostic_{k}": v for k, v in agnostic.items() if k.startswith("accuracy_")},
                "agnostic_clients": agnostic.get("clients"), "history": fl.history}
     metrics = {
-        "run": {"name": str(cfg.name), "fl": p.protocol.name, "payload": p.choice.kind if p.attacking else None,
+        "run": {"name": str(cfg.name), "config_key": key, "overrides": _overrides(), "fl": p.protocol.name, "payload": p.choice.kind if p.attacking else None,
                 "attack": p.attack.name, "defense": p.defense.name, "model": _choice(cfg, "model"),
                 "data": _choice(cfg, "data"), "seed": p.seed, "num_images": p.victim.num_images,
                 "victim_client": p.victim.client, "victim_round": p.victim.round,
@@ -176,6 +204,7 @@ def run_audit(cfg: DictConfig, out: Path) -> dict[str, Any]:
                      if "learngene" in comm["by_kind"] else {})},
         "timing": {"train_s": trained - start, "attack_s": attacked - trained, "total_s": time.perf_counter() - start},
         "threat_model": threat,
+        "defense": _defense_summary(p),
     }
     write_metrics(out, metrics)
     print(table(metrics))

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from privbench.fl.clustered import ClusteredProtocol
 from privbench.fl.learngene import layers
-from privbench.fl.local import local_train, parameters_of
+from privbench.fl.local import parameters_of
 from privbench.payloads import Payload
 
 
@@ -27,8 +27,7 @@ class ClusterFedAvg(ClusteredProtocol):
         client_data, truth = data.client(c), data.clients[c]
         if (c, r) == (victim.client, victim.round):
             _, client_data, truth = self.victim_gradient(local, client_data, truth, c, r, victim, wire, base_id, seed)
-        steps = local_train(local, client_data, epochs=self.local_epochs, lr=self.lr, batch_size=self.batch_size,
-                            momentum=self.momentum, generator=self.client_seed(seed, r, c))
+        steps = self.local_update(local, client_data, client=c, round_=r, seed=seed)
         up = wire.send(Payload.from_tensors(
             kind="update", round=r, sender=name, receiver="server", tensors=parameters_of(local), base=base_id, cluster=k,
             hparams={**self.hparams(), "local_steps": steps, "num_samples": len(client_data)}, truth=truth.tolist(),

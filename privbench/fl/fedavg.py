@@ -8,7 +8,7 @@ from torch import nn
 
 from privbench.data import FederatedData
 from privbench.fl.aggregate import aggregate
-from privbench.fl.local import accuracy, local_train, parameters_of
+from privbench.fl.local import accuracy, parameters_of
 from privbench.fl.protocol import FederatedProtocol, FLResult
 from privbench.fl.victim import Victim
 from privbench.fl.wire import Wire
@@ -53,9 +53,7 @@ class FedAvg(FederatedProtocol):
         client_data, truth = data.client(c), data.clients[c]
         if (c, r) == (victim.client, victim.round):
             _, client_data, truth = self.victim_gradient(local, client_data, truth, c, r, victim, wire, down.id, seed)
-        gen = self.client_seed(seed, r, c)
-        steps = local_train(local, client_data, epochs=self.local_epochs, lr=self.lr, batch_size=self.batch_size,
-                            momentum=self.momentum, generator=gen)
+        steps = self.local_update(local, client_data, client=c, round_=r, seed=seed)
         up = wire.send(Payload.from_tensors(
             kind="update", round=r, sender=name, receiver="server", tensors=parameters_of(local), base=down.id,
             hparams={**self.hparams(), "local_steps": steps, "num_samples": len(client_data)}, truth=truth.tolist(),

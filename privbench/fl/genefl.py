@@ -12,7 +12,7 @@ from privbench.errors import ConfigError
 from privbench.fl.clustered import ClusteredProtocol
 from privbench.fl.fisher import fisher_diagonal, gene_regulariser
 from privbench.fl.learngene import cluster_gene, gene_size, layers, select_layers, xi_scores
-from privbench.fl.local import local_train, parameters_of
+from privbench.fl.local import parameters_of
 from privbench.fl.settings import GeneSettings, settings
 from privbench.fl.victim import Victim
 from privbench.fl.wire import Wire
@@ -100,9 +100,10 @@ class GeneFL(ClusteredProtocol):
             grad, client_data, truth = self.victim_gradient(local, client_data, truth, c, r, victim, wire, base_id, seed)
         anchor = {n: p.detach().clone() for n, p in local.named_parameters()}
         fisher = fisher_diagonal(local, client_data) if self.lambda2 else {}
-        steps = local_train(
-            local, client_data, epochs=self.local_epochs, lr=self.lr, batch_size=self.batch_size, momentum=self.momentum,
-            generator=self.client_seed(seed, r, c),
+        if self.private is not None and self.lambda2:
+            self.private.reads_uncovered.add("genefl fisher_diagonal (computed on private data without noise)")
+        steps = self.local_update(
+            local, client_data, client=c, round_=r, seed=seed,
             regulariser=lambda m: gene_regulariser(m, anchor, fisher, lambda1=self.lambda1, lambda2=self.lambda2, eps=self.eps),
         )
         after = parameters_of(local)

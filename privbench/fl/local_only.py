@@ -4,7 +4,7 @@ from __future__ import annotations
 import copy
 
 from privbench.data import FederatedData
-from privbench.fl.local import local_train, parameters_of
+from privbench.fl.local import parameters_of
 from privbench.fl.protocol import FederatedProtocol, FLResult
 from privbench.fl.victim import Victim
 from privbench.fl.wire import Wire
@@ -24,8 +24,7 @@ class LocalOnly(FederatedProtocol):
             for c in self.sample(r, data.num_clients, seed=seed, victim=victim):
                 local = copy.deepcopy(model)
                 local.load_state_dict(own[c])
-                local_train(local, data.client(c), epochs=self.local_epochs, lr=self.lr, batch_size=self.batch_size,
-                            momentum=self.momentum, generator=self.client_seed(seed, r, c))
+                self.local_update(local, data.client(c), client=c, round_=r, seed=seed)
                 own[c] = parameters_of(local)
             history.append({"round": r, "accuracy": self.known_accuracy(model, data, lambda c: own[c]), **wire.totals()})
         model.load_state_dict(own[victim.client])

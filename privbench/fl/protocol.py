@@ -13,7 +13,7 @@ from torch import nn
 
 from privbench.data import FederatedData, ImageDataset
 from privbench.errors import ConfigError
-from privbench.fl.local import batch_gradient, client_accuracy
+from privbench.fl.local import batch_gradient, client_accuracy, local_train
 from privbench.fl.victim import Victim
 from privbench.fl.wire import Wire
 from privbench.payloads import Payload
@@ -63,6 +63,22 @@ class FederatedProtocol(ABC):
             raise ConfigError(f"fl.momentum must be in [0, 1), got {momentum}")
         self.rounds, self.participants, self.local_epochs = rounds, participants, local_epochs
         self.lr, self.batch_size, self.momentum = lr, batch_size, momentum
+        self.private = None  # a DP trainer (defenses.dpsgd.DPSGD) when defense=dpsgd
+
+    def local_update(self, model: nn.Module, data: ImageDataset, *, client: int, round_: int, seed: int,
+                     regulariser: Callable[[nn.Module], torch.Tensor] | None = None) -> int:
+        """Client ``client``'s local training this round (DP-SGD when a DP trainer is set); returns steps."""
+        generator = self.client_seed(seed, round_, client)
+        if self.private is not None:
+            return self.private.train(model, data, client=f"client{client}", epochs=self.local_epochs, lr=self.lr,
+                                      batch_size=self.batch_size, momentum=self.momentum, generator=generator,
+                                      max_steps=self.max_steps(len(data)), regulariser=regulariser)
+        return local_train(model, data, epochs=self.local_epochs, lr=self.lr, batch_size=self.batch_size,
+                           momentum=self.momentum, generator=generator, regulariser=regulariser)
+
+    def max_steps(self, num_samples: int) -> int:
+        """Steps a client with ``num_samples`` takes if it joins every round (a DP accounting bound)."""
+        return self.rounds * self.local_epochs * -(-num_samples // self.batch_size)
 
     def check(self, *, data: FederatedData, victim: Victim) -> None:
         """Fail before training if the settings cannot run on ``data`` with ``victim``."""
@@ -85,9 +101,9 @@ class FederatedProtocol(ABC):
         """Local hyper-parameters sent with each upload's metadata."""
         return {"lr": self.lr, "epochs": self.local_epochs, "batch_size": self.batch_size, "momentum": self.momentum}
 
-    @staticmethod
-    def victim_gradient(local: nn.Module, client_data: ImageDataset, truth: np.ndarray, c: int, r: int, victim: Victim,
-                        wire: Wire, base_id: str, seed: int) -> tuple[dict[str, torch.Tensor], ImageDataset, np.ndarray]:
+    def victim_gradient(self, local: nn.Module, client_data: ImageDataset, truth: np.ndarray, c: int, r: int,
+                        victim: Victim, wire: Wire, base_id: str,
+                        seed: int) -> tuple[dict[str, torch.Tensor], ImageDataset, np.ndarray]:
         """Send the victim's one-step gradient on its victim batch at the received model.
 
         Returns the gradient and the data (and its train-set indices) the victim trains on
@@ -96,7 +112,13 @@ class FederatedProtocol(ABC):
         name = f"client{c}"
         pos = victim.batch_positions(len(client_data), seed=seed)
         batch = torch.from_numpy(pos)
-        grad = batch_gradient(local, client_data.normalised(batch), client_data.labels[batch])
+        x, y = client_data.normalised(batch), client_data.labels[batch]
+        if self.private is not None:
+            gen = torch.Generator().manual_seed(seed * 7 + 1)
+            grad = self.private.gradient(local, x, y, client=name, num_samples=len(client_data), generator=gen,
+                                         max_steps=self.max_steps(len(client_data)))
+        else:
+            grad = batch_gradient(local, x, y)
         wire.send(Payload.from_tensors(kind="gradient", round=r, sender=name, receiver="server", tensors=grad,
                                        base=base_id, hparams={"batch_size": len(pos), "local_steps": 1},
                                        truth=truth[pos].tolist()))

@@ -21,11 +21,14 @@ class Wire:
         self.policy = policy
         self.defense = defense
         self.bytes: dict[str, int] = defaultdict(int)
+        self._received: dict[str, dict] = {}
 
     def send(self, payload: Payload) -> Payload:
         """Defend (if uplink), record and count ``payload``; return what was sent."""
+        if payload.direction == "down" and payload.tensors is not None:
+            self._received[payload.receiver] = {**self._received.get(payload.receiver, {}), **payload.tensors}
         if self.defense is not None and payload.direction == "up":
-            payload = self.defense.protect(payload)
+            payload = self.defense.protect(payload, self._received.get(payload.sender))
         self.store.add(payload, keep=self.policy.keeps(payload))
         self.bytes[payload.direction] += payload.nbytes
         return payload

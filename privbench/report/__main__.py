@@ -1,0 +1,45 @@
+"""``python -m privbench.report RESULTS_DIR``: write the report of every finished run below it."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from privbench.io import atomic_write_text
+from privbench.report.collect import collect
+from privbench.report.html import page
+from privbench.report.plots import write_plots
+from privbench.report.table import summarise, to_markdown
+
+
+def build_report(root: Path, out: Path | None = None) -> Path:
+    """Write ``table.csv``, ``table.md``, ``runs.csv``, the plots and ``audit.html`` to ``out``."""
+    runs = collect(root)
+    if runs.empty:
+        raise SystemExit(f"privbench.report: error: no finished run (metrics.json) under {root}")
+    out = Path(out or Path(root) / "report")
+    out.mkdir(parents=True, exist_ok=True)
+    table = summarise(runs)
+    atomic_write_text(out / "runs.csv", runs.to_csv(index=False))
+    atomic_write_text(out / "table.csv", table.to_csv(index=False))
+    atomic_write_text(out / "table.md", to_markdown(table))
+    plots = write_plots(table, out)
+    atomic_write_text(out / "audit.html", page(table, runs, plots, title=f"privbench audit: {Path(root).name}", root=root))
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m privbench.report", description=__doc__.splitlines()[0])
+    parser.add_argument("results", type=Path, help="a results folder (a sweep or several runs)")
+    parser.add_argument("--out", type=Path, default=None, help="where to write (default RESULTS/report)")
+    args = parser.parse_args(argv)
+    if not args.results.exists():
+        print(f"privbench.report: error: {args.results} does not exist", file=sys.stderr)
+        raise SystemExit(2)
+    out = build_report(args.results, args.out)
+    print(f"report: {out / 'audit.html'}")
+    print(to_markdown(summarise(collect(args.results))))
+
+
+if __name__ == "__main__":
+    main()
