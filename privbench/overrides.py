@@ -1,7 +1,6 @@
 """Check command-line overrides against the real config tree before Hydra runs anything."""
 from __future__ import annotations
 
-import itertools
 from importlib import resources
 
 from omegaconf import OmegaConf

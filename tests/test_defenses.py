@@ -11,7 +11,6 @@ from defenses.dpsgd import DPSGD
 from defenses.noise import GaussianNoise
 from defenses.prune import Prune, keep_top
 from privbench.audit.run import run_audit
-from privbench.data import FederatedData
 from privbench.errors import ConfigError
 from privbench.models import LeNet
 from privbench.payloads import Payload

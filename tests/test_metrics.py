@@ -4,7 +4,6 @@ from __future__ import annotations
 import math
 import warnings
 
-import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F

@@ -6,7 +6,6 @@ import math
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pandas as pd
 import pytest

@@ -150,6 +150,33 @@ def _defense_summary(p: Plan) -> dict[str, Any]:
     return out
 
 
+def _run_section(p: Plan, key: str) -> dict[str, Any]:
+    """What ran: protocol, payload, attack, defence, model, data, seed, victim, overrides."""
+    net = lpips_network() if p.cfg.metrics.lpips and p.attacking else None
+    return {"name": str(p.cfg.name), "config_key": key, "overrides": _overrides(), "fl": p.protocol.name,
+            "payload": p.choice.kind if p.attacking else None, "attack": p.attack.name, "defense": p.defense.name,
+            "model": _choice(p.cfg, "model"), "data": _choice(p.cfg, "data"), "seed": p.seed,
+            "num_images": p.victim.num_images, "victim_client": p.victim.client, "victim_round": p.victim.round,
+            "lpips_backbone": getattr(net, "source", None)}
+
+
+def _utility(fl) -> dict[str, Any]:
+    """Known-client accuracy (and global where it exists), agnostic accuracies per init, history."""
+    agnostic = fl.extra.get("agnostic", {})
+    return {"accuracy": fl.accuracy, **{k: v for k, v in fl.extra.items() if k in ("global_accuracy", "clusters")},
+            **{f"agnostic_{k}": v for k, v in agnostic.items() if k.startswith("accuracy_")},
+            "agnostic_clients": agnostic.get("clients"), "history": fl.history}
+
+
+def _bytes_section(comm: dict[str, Any], payload_bytes: int | None) -> dict[str, Any]:
+    """Training bytes by direction, ratios vs FedAvg, the attacked payload's and mean learnGene size."""
+    out = {**comm["training"], "protocol_total_bytes": comm["protocol"]["total_bytes"], "payload_bytes": payload_bytes,
+           **comm.get("vs_fedavg", {})}
+    if "learngene" in comm["by_kind"]:
+        out["learngene_mean_bytes"] = comm["by_kind"]["learngene"] / comm["messages_by_kind"]["learngene"]
+    return out
+
+
 def run_audit(cfg: DictConfig, out: Path) -> dict[str, Any]:
     """Run the audit that ``cfg`` describes and write its files under ``out``."""
     start = time.perf_counter()
@@ -181,27 +208,15 @@ def run_audit(cfg: DictConfig, out: Path) -> dict[str, Any]:
 
     comm = comm_summary(wire.store.records(), rounds=p.protocol.rounds)
     agnostic = fl.extra.get("agnostic", {})
-    reference = agnostic.get("fedavg_reference_bytes")
-    if reference:
-        comm["fedavg_reference"] = reference
-        comm["vs_fedavg"] = ratios(comm["training"], reference)
+    if agnostic.get("fedavg_reference_bytes"):
+        comm["fedavg_reference"] = agnostic["fedavg_reference_bytes"]
+        comm["vs_fedavg"] = ratios(comm["training"], comm["fedavg_reference"])
     atomic_write_text(out / "comm.json", json.dumps(comm, indent=2))
-    net = lpips_network() if cfg.metrics.lpips and p.attacking else None
-    utility = {"accuracy": fl.accuracy, **{k: v for k, v in fl.extra.items() if k in ("global_accuracy", "clusters")},
-               **{f"agnostic_{k}": v for k, v in agnostic.items() if k.startswith("accuracy_")},
-               "agnostic_clients": agnostic.get("clients"), "history": fl.history}
     metrics = {
-        "run": {"name": str(cfg.name), "config_key": key, "overrides": _overrides(), "fl": p.protocol.name, "payload": p.choice.kind if p.attacking else None,
-                "attack": p.attack.name, "defense": p.defense.name, "model": _choice(cfg, "model"),
-                "data": _choice(cfg, "data"), "seed": p.seed, "num_images": p.victim.num_images,
-                "victim_client": p.victim.client, "victim_round": p.victim.round,
-                "lpips_backbone": getattr(net, "source", None)},
+        "run": _run_section(p, key),
         "privacy": privacy,
-        "utility": utility,
-        "bytes": {**comm["training"], "protocol_total_bytes": comm["protocol"]["total_bytes"],
-                  "payload_bytes": payload_bytes, **comm.get("vs_fedavg", {}),
-                  **({"learngene_mean_bytes": comm["by_kind"]["learngene"] / comm["messages_by_kind"]["learngene"]}
-                     if "learngene" in comm["by_kind"] else {})},
+        "utility": _utility(fl),
+        "bytes": _bytes_section(comm, payload_bytes),
         "timing": {"train_s": trained - start, "attack_s": attacked - trained, "total_s": time.perf_counter() - start},
         "threat_model": threat,
         "defense": _defense_summary(p),

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import copy
 
-import torch
 from torch import nn
 
 from privbench.data import FederatedData

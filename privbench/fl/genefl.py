@@ -54,11 +54,6 @@ class GeneFL(ClusteredProtocol):
             raise ConfigError(f"fl.downlink={downlink!r} is not one of {', '.join(DOWNLINKS)}")
         self.lambda1, self.lambda2, self.eps, self.downlink_mode = lambda1, lambda2, eps, downlink
         self.gene = settings(GeneSettings, gene, key="fl.gene")
-        if self.gene.gamma <= 0:
-            raise ConfigError(f"fl.gene.gamma must be > 0, got {self.gene.gamma}")
-        select_layers({"a": 1.0}, 1, select=self.gene.select)  # validates select
-        if self.gene.score not in ("cos_per_dim", "cos", "update_norm"):
-            raise ConfigError(f"fl.gene.score={self.gene.score!r} is not one of cos_per_dim, cos, update_norm")
 
     def hparams(self) -> dict[str, Any]:
         return {**super().hparams(), "lambda1": self.lambda1, "lambda2": self.lambda2, "eps": self.eps}

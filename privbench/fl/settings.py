@@ -27,6 +27,16 @@ class GeneSettings:
     select: str = "top"
     score: str = "cos_per_dim"
 
+    def __post_init__(self) -> None:
+        from privbench.fl.learngene import SCORES, SELECTS
+
+        if self.gamma <= 0:
+            raise ConfigError(f"fl.gene.gamma must be > 0, got {self.gamma}")
+        if self.select not in SELECTS:
+            raise ConfigError(f"fl.gene.select={self.select!r} is not one of {', '.join(SELECTS)}")
+        if self.score not in SCORES:
+            raise ConfigError(f"fl.gene.score={self.score!r} is not one of {', '.join(SCORES)}")
+
 
 @dataclass(frozen=True)
 class AgnosticSettings:
