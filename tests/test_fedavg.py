@@ -30,9 +30,10 @@ def test_every_message_counted_with_exact_bytes(tmp_path, fmnist):
     assert len(list(wire.store.records(kind="global_model"))) == 2 * 3
     assert len(list(wire.store.records(kind="update"))) == 2 * 3
     assert len(list(wire.store.records(kind="gradient"))) == 1
-    assert wire.totals() == {"downlink_bytes": 6 * MODEL_BYTES, "uplink_bytes": 7 * MODEL_BYTES,
-                             "total_bytes": 13 * MODEL_BYTES}
-    assert sum(r["nbytes"] for r in records) == wire.totals()["total_bytes"]
+    # protocol traffic; the victim's audit-only gradient is recorded but not counted as protocol bytes
+    assert wire.totals() == {"downlink_bytes": 6 * MODEL_BYTES, "uplink_bytes": 6 * MODEL_BYTES,
+                             "total_bytes": 12 * MODEL_BYTES}
+    assert sum(r["nbytes"] for r in records) == wire.totals()["total_bytes"] + MODEL_BYTES
     stored = {r["id"] for r in records if r["stored"]}
     assert stored == {"r0001-global_model-server-client3", "r0001-update-client3-server", "r0001-gradient-client3-server"}
     assert "client3" in [r["receiver"] for r in wire.store.records(round=1, kind="global_model")]  # victim swapped in

@@ -5,8 +5,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
-#: Messages that exist only for the audit (FedSGD worst-case gradients), not protocol traffic.
-AUDIT_ONLY = ("gradient", "gene_gradient")
+from privbench.payloads.payload import AUDIT_ONLY
 
 
 def _client(record: dict[str, Any]) -> str:

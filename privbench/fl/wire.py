@@ -5,6 +5,7 @@ from collections import defaultdict
 
 from privbench.payloads import CapturePolicy, Payload, PayloadStore
 from privbench.payloads.capture import AnyOf
+from privbench.payloads.payload import AUDIT_ONLY
 
 
 class Wire:
@@ -30,10 +31,11 @@ class Wire:
         if self.defense is not None and payload.direction == "up":
             payload = self.defense.protect(payload, self._received.get(payload.sender))
         self.store.add(payload, keep=self.policy.keeps(payload))
-        self.bytes[payload.direction] += payload.nbytes
+        if payload.kind not in AUDIT_ONLY:
+            self.bytes[payload.direction] += payload.nbytes
         return payload
 
     def totals(self) -> dict[str, int]:
-        """Uplink, downlink and total bytes so far."""
+        """Protocol bytes so far (uplink, downlink, total; audit-only gradients excluded)."""
         up, down = self.bytes.get("up", 0), self.bytes.get("down", 0)
         return {"uplink_bytes": up, "downlink_bytes": down, "total_bytes": up + down}

@@ -17,6 +17,9 @@ KINDS = {
     "cluster_gene": "down",
 }
 
+#: Messages that exist only for the audit (FedSGD worst-case gradients), not protocol traffic.
+AUDIT_ONLY = ("gradient", "gene_gradient")
+
 
 def tensor_bytes(tensors: dict[str, torch.Tensor]) -> int:
     """Exact wire size: sum of element count x element size.
