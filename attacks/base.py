@@ -12,6 +12,9 @@ import torch
 from attacks.target import AttackTarget
 from privbench.errors import AttackNotApplicableError
 
+#: ``label_source`` when the payload lacks the classifier head: labels cannot be read off it.
+UNKNOWN_LABELS = "unknown: optimised jointly"
+
 
 @dataclass
 class Attempt:

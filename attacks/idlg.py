@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from attacks.base import Attempt
+from attacks.base import UNKNOWN_LABELS, Attempt
 from attacks.dlg import DLG
 from attacks.labels import recover_labels
 from attacks.matching import candidate_gradient, lbfgs_match
@@ -16,13 +16,13 @@ class IDLG(DLG):
     When the payload carries the classifier head's weight, labels are read off its
     gradient (``recover_labels``) and only the images are optimised. Without the head the
     labels are unknown and the attack falls back to DLG's joint optimisation, which the
-    result records as ``label_source = "optimised"``.
+    result records as ``label_source = "unknown: optimised jointly"``.
     """
 
     name = "idlg"
 
     def label_source(self, target: AttackTarget) -> str:
-        return "recovered" if f"{target.head}.weight" in target.gradient else "optimised"
+        return "recovered" if f"{target.head}.weight" in target.gradient else UNKNOWN_LABELS
 
     def attempt(self, target: AttackTarget, *, generator: torch.Generator) -> Attempt:
         head = f"{target.head}.weight"

@@ -5,7 +5,7 @@ import math
 
 import torch
 
-from attacks.base import Attack, Attempt
+from attacks.base import UNKNOWN_LABELS, Attack, Attempt
 from attacks.labels import recover_labels
 from attacks.matching import candidate_gradient
 from attacks.objectives import cosine_distance, total_variation
@@ -39,7 +39,7 @@ class InvertingGradients(Attack):
         self.lr, self.tv = lr, tv
 
     def label_source(self, target: AttackTarget) -> str:
-        return "recovered" if f"{target.head}.weight" in target.gradient else "optimised"
+        return "recovered" if f"{target.head}.weight" in target.gradient else UNKNOWN_LABELS
 
     def attempt(self, target: AttackTarget, *, generator: torch.Generator) -> Attempt:
         n = target.num_images

@@ -70,7 +70,7 @@ def test_attack_reads_by_name_and_reports_hidden_head(fmnist):
     target = AttackTarget.from_payload(masked, base=base, model=model, num_images=1, image_shape=(1, 28, 28), num_classes=10)
     assert set(target.gradient) == {"body.0.weight", "body.0.bias", "body.2.weight", "body.2.bias", "body.4.weight", "body.4.bias"}
     assert target.knowledge["visible_fraction"] == pytest.approx((13426 - 5890) / 13426)
-    assert IDLG().label_source(target) == "optimised"
+    assert IDLG().label_source(target) == "unknown: optimised jointly"
     full = AttackTarget.from_payload(gp, base=base, model=model, num_images=1, image_shape=(1, 28, 28), num_classes=10)
     assert IDLG().label_source(full) == "recovered"
 
