@@ -19,6 +19,14 @@ from privbench.payloads import Payload
 ACCOUNTANTS = ("rdp", "prv")
 
 
+def _add_gradient(model: nn.Module, loss: torch.Tensor) -> None:
+    """Add ``d loss / d theta`` to each parameter's ``.grad`` (after DP-SGD has set it)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    for p, g in zip(params, torch.autograd.grad(loss, params, allow_unused=True)):
+        if g is not None:
+            p.grad = g if p.grad is None else p.grad + g
+
+
 class DPSGD:
     """DP-SGD (per-sample clipping to ``max_grad_norm`` + Gaussian noise) via Opacus.
 
@@ -105,20 +113,18 @@ class DPSGD:
                 max_grad_norm=self.max_grad_norm, poisson_sampling=True, noise_generator=noise)
         module.train()
         steps = 0
-        warnings.filterwarnings("ignore", message="Full backward hook is firing")  # inputs need no grad here
-        for _ in range(epochs):
-            for x, y in dp_loader:
-                dp_optimizer.zero_grad(set_to_none=True)
-                if len(x):
-                    F.cross_entropy(module(x), y).backward()
-                if dp_optimizer.pre_step():  # clip per sample, add noise, average
-                    if regulariser is not None:  # data-independent: outside the clipping
-                        params = [p for p in model.parameters() if p.requires_grad]
-                        for p, g in zip(params, torch.autograd.grad(regulariser(model), params, allow_unused=True)):
-                            if g is not None:
-                                p.grad = g if p.grad is None else p.grad + g
-                    dp_optimizer.original_optimizer.step()
-                steps += 1
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Full backward hook is firing")  # inputs need no grad here
+            for _ in range(epochs):
+                for x, y in dp_loader:
+                    dp_optimizer.zero_grad(set_to_none=True)
+                    if len(x):
+                        F.cross_entropy(module(x), y).backward()
+                    if dp_optimizer.pre_step():  # clip per sample, add noise, average
+                        if regulariser is not None:  # data-independent: outside the clipping
+                            _add_gradient(model, regulariser(model))
+                        dp_optimizer.original_optimizer.step()
+                    steps += 1
         module._close()
         return steps
 

@@ -184,7 +184,7 @@ def test_genefl_gene_downlink_sends_less(tmp_path):
     first_timers = [r for r in wire.store.records(kind="cluster_model", round=1)
                     if not list(wire.store.records(kind="learngene", round=0, sender=r["receiver"]))]
     assert len(sizes) == 3 and min(sizes) < 53704
-    assert all(r["nbytes"] == 53704 for r in first_timers)
+    assert first_timers and all(r["nbytes"] == 53704 for r in first_timers)
 
 
 def test_genefl_is_deterministic(tmp_path):

@@ -86,8 +86,8 @@ class FederatedData:
             agnostic_parts = [apool[p] for p in partition_indices(
                 train.labels.numpy()[apool], scheme=scheme, num_clients=num_agnostic_clients,
                 classes_per_client=min(classes_per_client, len(agnostic)), min_size=min_size, seed=seed + 1)]
-        return cls(train, _classes(test, known), [pool[p] for p in parts], known, agnostic, agnostic_parts,
-                   _classes(test, agnostic))
+        return cls(train, test.with_classes(known), [pool[p] for p in parts], known, agnostic, agnostic_parts,
+                   test.with_classes(agnostic))
 
     def client_classes(self, i: int, *, agnostic: bool = False) -> list[int]:
         """Labels present in client ``i``'s data (known or agnostic client)."""
@@ -102,6 +102,3 @@ class FederatedData:
         """Client ``i``'s private data (an agnostic client's when ``agnostic``)."""
         return self.train.subset(torch.from_numpy((self.agnostic_clients if agnostic else self.clients)[i]))
 
-
-def _classes(data: ImageDataset, classes: Sequence[int]) -> ImageDataset:
-    return data.subset(torch.from_numpy(np.flatnonzero(np.isin(data.labels.numpy(), list(classes)))))

@@ -78,6 +78,5 @@ def accuracy(model: nn.Module, data: ImageDataset, *, batch_size: int = 1000) ->
 
 def client_accuracy(model: nn.Module, test: ImageDataset, classes: list[int]) -> tuple[float, int]:
     """Accuracy of ``model`` on the test samples whose label is in ``classes``, and their count."""
-    keep = torch.from_numpy(torch.isin(test.labels, torch.tensor(classes)).numpy().nonzero()[0])
-    subset = test.subset(keep)
+    subset = test.with_classes(classes)
     return accuracy(model, subset), len(subset)
