@@ -1,16 +1,18 @@
-"""Attack interface, restart loop with NaN/stall handling, and the result type."""
+"""The attack interface, the gradient-inversion restart loop with NaN/stall handling, and result types."""
 from __future__ import annotations
 
 import math
 import sys
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
 from attacks.target import AttackTarget
 from privbench.errors import AttackNotApplicableError
+from privbench.payloads import kind as payload_kind
+from privbench.payloads.kinds import Carries, kinds_where
 
 #: ``label_source`` when the payload lacks the classifier head: labels cannot be read off it.
 UNKNOWN_LABELS = "unknown: optimised jointly"
@@ -53,6 +55,30 @@ class AttackResult:
 
 
 class Attack(ABC):
+    """Anything the audit can point at a recorded payload.
+
+    Subclasses set ``name`` and ``reads`` (what a payload must carry: ``gradient``,
+    ``model`` or ``basis``); which kinds qualify comes from the payload kinds' specs.
+    """
+
+    name: ClassVar[str] = "attack"
+    reads: ClassVar[frozenset[Carries]] = frozenset()
+    #: replay the client's local training (model payloads; gradient inversions only).
+    unroll: bool = False
+
+    def cannot_read(self, kind: str) -> str | None:
+        """Why this attack cannot read a ``kind`` payload, or None if it can."""
+        spec = payload_kind(kind)
+        if not spec.readable:
+            return spec.unreadable_why
+        if spec.carries in self.reads:
+            return None
+        readable = [k for c in sorted(self.reads) for k in kinds_where(carries=c, readable=True)]
+        return (f"attack {self.name} reads payloads carrying a {' or a '.join(sorted(self.reads))} "
+                f"({', '.join(readable)}); {kind} carries a {spec.carries}")
+
+
+class GradientInversion(Attack):
     """A gradient-inversion attack with restarts.
 
     Args:
@@ -69,8 +95,7 @@ class Attack(ABC):
             aggregate holds every participant's data); more is refused before optimising.
     """
 
-    name = "attack"
-    reads: tuple[str, ...] = ()
+    reads: ClassVar[frozenset[Carries]] = frozenset({"gradient", "model"})
 
     def __init__(self, *, iterations: int = 300, restarts: int = 4, converged: float = 1e-6,
                  stall_at: float = 0.25, stall_tol: float = 0.05, unroll: bool = False, max_images: int = 64) -> None:
@@ -78,12 +103,6 @@ class Attack(ABC):
             raise ValueError("attack.iterations, attack.restarts and attack.max_images must be >= 1")
         self.iterations, self.restarts, self.unroll, self.max_images = iterations, restarts, unroll, max_images
         self.converged, self.stall_at, self.stall_tol = converged, stall_at, stall_tol
-
-    def cannot_read(self, kind: str) -> str | None:
-        """Why this attack cannot read a ``kind`` payload, or None if it can."""
-        if kind in self.reads:
-            return None
-        return f"attack {self.name} reads {', '.join(self.reads)} payloads; {kind} is not one of them"
 
     def run(self, target: AttackTarget, *, seed: int) -> AttackResult:
         """Run up to ``restarts`` attempts; keep the one with the lowest finite objective."""
@@ -113,7 +132,7 @@ class Attack(ABC):
     def attempt(self, target: AttackTarget, *, generator: torch.Generator) -> Attempt:
         """One optimisation from a random start drawn with ``generator``."""
 
-    def progress(self, *, desc: str):
+    def progress(self, *, desc: str) -> Any:
         """A progress bar over iterations on a terminal, silent otherwise."""
         from tqdm.auto import tqdm
 

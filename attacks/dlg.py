@@ -3,12 +3,12 @@ from __future__ import annotations
 
 import torch
 
-from attacks.base import Attack, Attempt
+from attacks.base import Attempt, GradientInversion
 from attacks.matching import candidate_gradient, lbfgs_match
 from attacks.target import AttackTarget
 
 
-class DLG(Attack):
+class DLG(GradientInversion):
     """Deep Leakage from Gradients.
 
     Images and label logits start from N(0, 1) and are optimised jointly with L-BFGS to
@@ -19,7 +19,6 @@ class DLG(Attack):
     """
 
     name = "dlg"
-    reads = ("gradient", "gene_gradient", "update", "learngene", "cluster_model")
 
     def attempt(self, target: AttackTarget, *, generator: torch.Generator) -> Attempt:
         n, shape = target.num_images, target.image_shape

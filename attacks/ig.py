@@ -5,14 +5,14 @@ import math
 
 import torch
 
-from attacks.base import UNKNOWN_LABELS, Attack, Attempt
+from attacks.base import UNKNOWN_LABELS, Attempt, GradientInversion
 from attacks.labels import recover_labels
 from attacks.matching import candidate_gradient
 from attacks.objectives import cosine_distance, total_variation
 from attacks.target import AttackTarget
 
 
-class InvertingGradients(Attack):
+class InvertingGradients(GradientInversion):
     """Minimise ``1 - cos(g(x), g_obs) + tv * TV(x)`` over images ``x``.
 
     Adam on the sign of the image gradient, learning rate decayed x0.1 at 3/8, 5/8 and 7/8
@@ -28,7 +28,6 @@ class InvertingGradients(Attack):
     """
 
     name = "ig"
-    reads = ("gradient", "gene_gradient", "update", "learngene", "cluster_model")
 
     def __init__(self, *, iterations: int = 1000, restarts: int = 2, lr: float = 0.1, tv: float = 1e-3,
                  unroll: bool = False, max_images: int = 64) -> None:
@@ -61,6 +60,7 @@ class InvertingGradients(Attack):
                 leaves = [images] + ([logits] if logits is not None else [])
                 for leaf, g in zip(leaves, torch.autograd.grad(loss, leaves)):
                     leaf.grad = g
+                assert images.grad is not None
                 images.grad.sign_()
                 optimizer.step()
                 scheduler.step()
@@ -73,4 +73,7 @@ class InvertingGradients(Attack):
 
     @staticmethod
     def _labels(labels: torch.Tensor | None, logits: torch.Tensor | None) -> torch.Tensor:
-        return labels if labels is not None else logits.detach().argmax(1)
+        if labels is not None:
+            return labels
+        assert logits is not None
+        return logits.detach().argmax(1)

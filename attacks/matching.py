@@ -9,12 +9,13 @@ import torch.nn.functional as F
 from torch.func import functional_call
 
 from attacks.objectives import squared_l2, squared_norm
-from attacks.target import AttackTarget
+from attacks.target import AttackTarget, Part, Unroll
 
 
 def _loss(out: torch.Tensor, labels: torch.Tensor | None, label_logits: torch.Tensor | None) -> torch.Tensor:
     if labels is not None:
         return F.cross_entropy(out, labels)
+    assert label_logits is not None, "either labels or label_logits"
     return torch.mean(torch.sum(-F.softmax(label_logits, dim=-1) * F.log_softmax(out, dim=-1), dim=-1))
 
 
@@ -48,7 +49,8 @@ def candidate_gradient(target: AttackTarget, images: torch.Tensor, *, labels: to
     return {n: -(total[n] / weight[n]) / scale if n in total else torch.zeros_like(start[n]) for n in target.gradient}
 
 
-def _replay(target: AttackTarget, spec, part, start, images, labels, label_logits) -> dict[str, torch.Tensor]:
+def _replay(target: AttackTarget, spec: Unroll, part: Part, start: dict[str, torch.Tensor], images: torch.Tensor,
+            labels: torch.Tensor | None, label_logits: torch.Tensor | None) -> dict[str, torch.Tensor]:
     """SGD (with momentum and the smooth-update term) on one part's candidates, differentiably."""
     params = {n: p.clone().requires_grad_(True) for n, p in start.items()}
     velocity = {n: torch.zeros_like(p) for n, p in params.items()}

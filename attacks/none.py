@@ -1,14 +1,18 @@
 """No attack: train, count bytes and score accuracy only (``attack=none``)."""
 from __future__ import annotations
 
-from privbench.payloads import KINDS
+from attacks.base import Attack
 
 
-class NoAttack:
-    """Placeholder-free opt-out: the audit skips payload selection and reconstruction."""
+class NoAttack(Attack):
+    """The opt-out: the audit skips payload selection and reconstruction.
+
+    Example:
+        >>> NoAttack().cannot_read("global_model") is None
+        True
+    """
 
     name = "none"
-    reads = tuple(KINDS)
 
     def cannot_read(self, kind: str) -> str | None:
         """Every payload is acceptable because none is read."""

@@ -1,6 +1,8 @@
 """Gradient-matching objectives over named gradients."""
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 
 
@@ -11,7 +13,7 @@ def squared_l2(candidate: dict[str, torch.Tensor], observed: dict[str, torch.Ten
         >>> squared_l2({"w": torch.ones(2)}, {"w": torch.zeros(2)})
         tensor(2.)
     """
-    return sum(((candidate[n] - observed[n]) ** 2).sum() for n in observed)
+    return cast(torch.Tensor, sum(((candidate[n] - observed[n]) ** 2).sum() for n in observed))
 
 
 def squared_norm(observed: dict[str, torch.Tensor]) -> float:
@@ -26,9 +28,9 @@ def cosine_distance(candidate: dict[str, torch.Tensor], observed: dict[str, torc
         >>> cosine_distance({"w": torch.tensor([1.0, 0.0])}, {"w": torch.tensor([2.0, 0.0])})
         tensor(0.)
     """
-    dot = sum((candidate[n] * observed[n]).sum() for n in observed)
-    cand = sum((candidate[n] ** 2).sum() for n in observed)
-    obs = sum((observed[n] ** 2).sum() for n in observed)
+    dot = cast(torch.Tensor, sum((candidate[n] * observed[n]).sum() for n in observed))
+    cand = cast(torch.Tensor, sum((candidate[n] ** 2).sum() for n in observed))
+    obs = cast(torch.Tensor, sum((observed[n] ** 2).sum() for n in observed))
     return 1 - dot / (cand.sqrt() * obs.sqrt() + 1e-12)
 
 

@@ -1,19 +1,18 @@
 """Projection attack on a ``subspace`` payload: how much of each private image the SVD basis reveals."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
 
-from privbench.data.dataset import denormalise, normalise
+from attacks.base import Attack
 from privbench.metrics.image import psnr, ssim
+from privbench.payloads.kinds import Carries
+from privbench.pixels import denormalise, normalise
 
-#: Payload kinds this attack reads.
-READS = ("subspace",)
 
-
-class SubspaceProjection:
+class SubspaceProjection(Attack):
     """Score the leakage of a client's SVD basis ``U`` (``[D, d]``, in model input space).
 
     Two views: (1) the attacker's own reconstructions, the basis vectors shown as images
@@ -24,13 +23,7 @@ class SubspaceProjection:
     """
 
     name = "projection"
-    reads = READS
-    unroll = False
-
-    def cannot_read(self, kind: str) -> str | None:
-        if kind in READS:
-            return None
-        return f"attack projection reads subspace payloads only; {kind} carries no SVD basis"
+    reads: ClassVar[frozenset[Carries]] = frozenset({"basis"})
 
     @staticmethod
     def basis_images(basis: torch.Tensor, shape: tuple[int, int, int]) -> torch.Tensor:

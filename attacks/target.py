@@ -11,30 +11,38 @@ from torch import nn
 
 from privbench.errors import AttackNotApplicableError
 from privbench.models import classifier_head
-from privbench.payloads import Payload
-
-GRADIENT_KINDS = ("gradient", "gene_gradient")
-MODEL_KINDS = ("update", "learngene", "cluster_model")
+from privbench.payloads import LocalTraining, Payload
+from privbench.pixels import bounds as pixel_bounds
 
 
 def observed_gradient(payload: Payload, base: Payload | None, param_names: list[str]) -> dict[str, torch.Tensor]:
     """The gradient an attack matches, restricted to parameters present in ``payload``.
 
-    A ``gradient`` payload is used as sent. A model (``update``, ``learngene``,
-    ``cluster_model``) is turned into the pseudo-gradient
-    ``-(theta_after - theta_base) / (lr * local_steps)``, which equals the gradient for one
-    full-batch step and approximates its mean over several steps.
+    A payload that carries a gradient is used as sent. One that carries a model (``update``,
+    ``learngene``, ``cluster_model``) is turned into the pseudo-gradient
+    ``-(theta_after - theta_base) / (lr * steps)`` with its declared training record, which
+    equals the gradient for one full-batch step and approximates its mean over several steps.
     """
     assert payload.tensors is not None
+    spec = payload.spec
     names = [n for n in param_names if n in payload.tensors]
-    if payload.kind in GRADIENT_KINDS:
+    if not spec.readable:
+        raise AttackNotApplicableError(f"{payload.id}: {spec.unreadable_why}")
+    if spec.carries == "gradient":
         return {n: payload.tensors[n].float() for n in names}
-    if payload.kind in MODEL_KINDS:
+    if spec.carries == "model":
         if base is None or base.tensors is None:
             raise AttackNotApplicableError(f"{payload.id}: the base model it is relative to ({payload.base}) was not kept")
-        scale = float(payload.hparams["lr"]) * int(payload.hparams["local_steps"])
+        training = _training(payload)
+        scale = float(training.lr) * int(training.steps)
         return {n: -(payload.tensors[n].float() - base.tensors[n].float()) / scale for n in names}
-    raise AttackNotApplicableError(f"payload kind {payload.kind!r} carries no client gradient or update")
+    raise AttackNotApplicableError(f"payload kind {payload.kind!r} carries a {spec.carries}, no client gradient or update")
+
+
+def _training(payload: Payload) -> LocalTraining:
+    if payload.training is None:
+        raise AttackNotApplicableError(f"{payload.id} declares no local training record (lr, steps, batch size)")
+    return payload.training
 
 
 @dataclass(frozen=True)
@@ -77,18 +85,16 @@ class Unroll:
     parts: tuple[Part, ...] = ()
 
     @classmethod
-    def from_hparams(cls, hparams: dict[str, Any], num_images: int) -> "Unroll":
-        common = {"lr": float(hparams["lr"]), "steps": int(hparams["local_steps"]),
-                  "momentum": float(hparams.get("momentum", 0.0)), "lambda1": float(hparams.get("lambda1", 0.0))}
-        if "parts" not in hparams:
-            part = Part(0, num_images, int(hparams["local_steps"]), int(hparams.get("batch_size", num_images)))
-            return cls(**common, parts=(part,))
+    def from_training(cls, training: LocalTraining, num_images: int) -> "Unroll":
+        """The replay of ``training`` on ``num_images`` candidates (one part per aggregated client)."""
+        lr, steps, momentum, lambda1 = float(training.lr), int(training.steps), float(training.momentum), float(training.lambda1)
+        if not training.parts:
+            return cls(lr, steps, momentum, lambda1, parts=(Part(0, num_images, training.steps, training.batch_size),))
         parts, start = [], 0
-        for p in hparams["parts"]:
-            parts.append(Part(start, start + p["images"], p["local_steps"], p["batch_size"], float(p["num_samples"]),
-                              tuple(p["names"])))
-            start += p["images"]
-        return cls(**common, parts=tuple(parts))
+        for p in training.parts:
+            parts.append(Part(start, start + p.images, p.steps, p.batch_size, float(p.num_samples), p.names))
+            start += p.images
+        return cls(lr, steps, momentum, lambda1, parts=tuple(parts))
 
 
 @dataclass
@@ -136,14 +142,11 @@ class AttackTarget:
             raise AttackNotApplicableError(f"{payload.id} carries none of the model's parameters")
         spec = None
         if unroll:
-            if payload.kind not in MODEL_KINDS:
-                raise AttackNotApplicableError(f"attack.unroll=true needs a model payload ({', '.join(MODEL_KINDS)}), "
+            if payload.spec.carries != "model":
+                raise AttackNotApplicableError(f"attack.unroll=true needs a payload that carries a model, "
                                                f"not {payload.kind}: a one-step gradient has nothing to unroll")
-            spec = Unroll.from_hparams(payload.hparams, num_images)
-        bounds = None
-        if mean is not None and std is not None:
-            m, s = torch.tensor(mean).view(-1, 1, 1), torch.tensor(std).view(-1, 1, 1)
-            bounds = ((0 - m) / s, (1 - m) / s)
+            spec = Unroll.from_training(_training(payload), num_images)
+        bounds = pixel_bounds(mean, std) if mean is not None and std is not None else None
         visible = sum(gradient[n].numel() for n in gradient)
         total = sum(p.numel() for p in model.parameters())
         head = f"{classifier_head(model)}.weight"
@@ -154,9 +157,8 @@ class AttackTarget:
             "batch_size": num_images,
             "labels": "not given",
             "label_head_visible": head in gradient,
-            "hparams": {k: v for k, v in payload.hparams.items()
-                        if k in ("lr", "local_steps", "epochs", "batch_size", "momentum", "lambda1", "lambda2", "eps")},
-            "matching": "unrolled local training" if spec else ("gradient" if payload.kind in GRADIENT_KINDS
+            "training": payload.training.hyperparameters() if payload.training else None,
+            "matching": "unrolled local training" if spec else ("gradient" if payload.spec.carries == "gradient"
                                                                  else "pseudo-gradient -(delta)/(lr*steps)"),
             "replayed_regularisers": (["lambda1 * ||theta - Theta||^2"] if spec and spec.lambda1 else []),
             "visible_names": list(gradient),

@@ -17,7 +17,7 @@ import torch
 from attacks import DLG, IDLG, AttackTarget
 from attacks.ig import InvertingGradients
 from privbench.data import FederatedData
-from privbench.fl.local import batch_gradient
+from privbench.fl.sgd import batch_gradient
 from privbench.models import ConvNet, LeNet
 from privbench.payloads import Payload
 

@@ -16,8 +16,8 @@ import torch
 
 from attacks import IDLG, AttackTarget
 from privbench.data import FederatedData, denormalise
-from privbench.fl.local import batch_gradient
-from privbench.fl.victim import Victim
+from privbench.fl.sgd import batch_gradient
+from privbench.victim import Victim
 from privbench.metrics.image import psnr, ssim
 from privbench.models import LeNet
 from privbench.payloads import Payload

@@ -1,4 +1,9 @@
-"""Defences applied to client training or to payloads before they are sent."""
+"""Defences in two shapes: message transforms (noise, prune) on what is sent, trainers (DP-SGD) inside training."""
+from defenses.dpsgd import DPSGD
+from defenses.noise import GaussianNoise
 from defenses.none import NoDefense
+from defenses.prune import Prune
+from privbench.fl.trainer import Trainer
+from privbench.payloads.transform import MessageTransform
 
-__all__ = ["NoDefense"]
+__all__ = ["DPSGD", "GaussianNoise", "MessageTransform", "NoDefense", "Prune", "Trainer"]

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -14,7 +13,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from privbench.data.dataset import ImageDataset
 from privbench.errors import ConfigError
-from privbench.payloads import Payload
+from privbench.fl.trainer import LocalSGD, Regulariser, Trainer
 
 ACCOUNTANTS = ("rdp", "prv")
 
@@ -27,14 +26,15 @@ def _add_gradient(model: nn.Module, loss: torch.Tensor) -> None:
             p.grad = g if p.grad is None else p.grad + g
 
 
-class DPSGD:
-    """DP-SGD (per-sample clipping to ``max_grad_norm`` + Gaussian noise) via Opacus.
+class DPSGD(Trainer):
+    """DP-SGD (per-sample clipping to ``max_grad_norm`` + Gaussian noise) via Opacus: a trainer.
 
     Each client has one ``opacus.PrivacyEngine`` for the whole run, so its accountant
     composes every round; each round calls ``make_private`` afresh on that round's model,
-    optimiser and Poisson-sampled loader. GENE-FL's regularisers do not read data: their
-    gradient is added after clipping and noise. The Fisher pass of GENE-FL reads private data
-    without noise and is *not* covered by the reported epsilon (``describe()`` says so).
+    optimiser and Poisson-sampled loader. GENE-FL's regularisers, given their anchor and
+    Fisher diagonal, do not read data: their gradient is added after clipping and noise. The
+    Fisher pass itself reads private data without noise and is *not* covered by the reported
+    epsilon: the protocol declares it (``declare_read``) and ``describe()`` lists it.
 
     Args:
         noise_multiplier: sigma; ignored when ``target_epsilon`` is set.
@@ -49,6 +49,7 @@ class DPSGD:
 
     def __init__(self, *, noise_multiplier: float = 1.0, target_epsilon: float | None = None, max_grad_norm: float = 1.0,
                  delta: float = 1e-5, accountant: str = "rdp", seed: int = 0) -> None:
+        super().__init__()
         if accountant not in ACCOUNTANTS:
             raise ConfigError(f"defense.accountant={accountant!r} is not one of {', '.join(ACCOUNTANTS)}")
         if max_grad_norm <= 0 or noise_multiplier < 0 or not 0 < delta < 1:
@@ -59,14 +60,8 @@ class DPSGD:
         self.max_grad_norm, self.delta, self.accountant, self.seed = max_grad_norm, delta, accountant, seed
         self.engines: dict[str, Any] = {}
         self.sigmas: dict[str, float] = {}
-        self.reads_uncovered: set[str] = set()
 
-    def protect(self, payload: Payload, base=None) -> Payload:
-        """Payloads are sent as computed: the privacy is in how they were computed."""
-        return payload
-
-    @staticmethod
-    def check_model(model: nn.Module) -> None:
+    def check_model(self, model: nn.Module) -> None:
         """Fail before training if Opacus cannot compute per-sample gradients of ``model``."""
         from opacus.validators import ModuleValidator
 
@@ -88,7 +83,8 @@ class DPSGD:
                                                            accountant=self.accountant)
         return self.sigmas[client]
 
-    def engine(self, client: str):
+    def engine(self, client: str) -> Any:
+        """The persistent Opacus ``PrivacyEngine`` (and accountant) of ``client``."""
         from opacus import PrivacyEngine
 
         if client not in self.engines:
@@ -97,10 +93,10 @@ class DPSGD:
                 self.engines[client] = PrivacyEngine(accountant=self.accountant)
         return self.engines[client]
 
-    def train(self, model: nn.Module, data: ImageDataset, *, client: str, epochs: int, lr: float, batch_size: int,
-              momentum: float, generator: torch.Generator, max_steps: int,
-              regulariser: Callable[[nn.Module], torch.Tensor] | None = None) -> int:
+    def _train(self, model: nn.Module, data: ImageDataset, *, client: str, sgd: LocalSGD, generator: torch.Generator,
+               max_steps: int, regulariser: Regulariser | None) -> int:
         """DP-SGD local training of ``model`` in place; returns the number of optimiser steps."""
+        epochs, lr, batch_size, momentum = sgd.epochs, sgd.lr, sgd.batch_size, sgd.momentum
         sample_rate = min(1.0, batch_size / len(data))
         sigma = self.sigma(client, sample_rate=sample_rate, max_steps=max_steps)
         loader = DataLoader(TensorDataset(data.normalised(), data.labels), batch_size=batch_size, generator=generator)
@@ -128,8 +124,8 @@ class DPSGD:
         module._close()
         return steps
 
-    def gradient(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, client: str, num_samples: int,
-                 generator: torch.Generator, max_steps: int) -> dict[str, torch.Tensor]:
+    def _gradient(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, client: str, num_samples: int,
+                  generator: torch.Generator, max_steps: int) -> dict[str, torch.Tensor]:
         """One DP-SGD step's gradient on a batch: clipped per-sample gradients, summed, noised, averaged.
 
         Accounted as one step of sampling rate ``len(x) / num_samples`` on the client's accountant.
@@ -137,7 +133,7 @@ class DPSGD:
         params = {n: p.detach() for n, p in model.named_parameters()}
         buffers = {n: b.detach() for n, b in model.named_buffers()}
 
-        def loss(p, xi, yi):
+        def loss(p: dict[str, torch.Tensor], xi: torch.Tensor, yi: torch.Tensor) -> torch.Tensor:
             return F.cross_entropy(functional_call(model, (p, buffers), (xi.unsqueeze(0),)), yi.unsqueeze(0))
 
         per_sample = vmap(grad(loss), in_dims=(None, 0, 0))(params, x, y)
@@ -158,11 +154,11 @@ class DPSGD:
         return {c: float(e.accountant.get_epsilon(delta=self.delta)) if len(e.accountant) else 0.0
                 for c, e in sorted(self.engines.items())}
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, Any]:
         eps = self.epsilons()
         return {"defense": self.name, "max_grad_norm": self.max_grad_norm, "delta": self.delta,
                 "accountant": self.accountant, "target_epsilon": self.target_epsilon,
                 "noise_multiplier": self.noise_multiplier if self.target_epsilon is None else None,
                 "noise_multipliers": dict(sorted(self.sigmas.items())),
                 "epsilon_per_client": eps, "epsilon_max": max(eps.values()) if eps else math.nan,
-                "uncovered_reads": sorted(self.reads_uncovered)}
+                "uncovered_reads": self.uncovered_reads()}

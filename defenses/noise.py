@@ -1,14 +1,17 @@
 """Gaussian noise on every uplink payload (on a model upload: on its change)."""
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from defenses.transform import payload_generator, transform
 from privbench.errors import ConfigError
 from privbench.payloads import Payload
+from privbench.payloads.transform import MessageTransform
 
 
-class GaussianNoise:
+class GaussianNoise(MessageTransform):
     """Add N(0, sigma^2) to each value a client sends.
 
     Example:
@@ -27,5 +30,5 @@ class GaussianNoise:
         gen = payload_generator(self.seed, payload)
         return transform(payload, base, lambda _, t: t + self.sigma * torch.randn(t.shape, generator=gen, dtype=t.dtype))
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, Any]:
         return {"defense": self.name, "sigma": self.sigma}

@@ -1,14 +1,20 @@
 """The undefended baseline: payloads go out exactly as computed."""
 from __future__ import annotations
 
+from typing import Any
+
+import torch
+
 from privbench.payloads import Payload
+from privbench.payloads.transform import MessageTransform
 
 
-class NoDefense:
+class NoDefense(MessageTransform):
     """No defence (``defense=none``): every payload is sent unchanged.
 
-    Defences implement ``protect(payload, base) -> payload`` (``base``: the model the
-    client received, for model uploads) and ``describe() -> dict``.
+    Example:
+        >>> NoDefense().describe()
+        {'defense': 'none'}
     """
 
     name = "none"
@@ -16,10 +22,10 @@ class NoDefense:
     def __init__(self, *, seed: int = 0) -> None:
         del seed
 
-    def protect(self, payload: Payload, base=None) -> Payload:
+    def protect(self, payload: Payload, base: dict[str, torch.Tensor] | None = None) -> Payload:
         """Return ``payload`` unchanged."""
         return payload
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, Any]:
         """Settings recorded with the results."""
         return {"defense": self.name}

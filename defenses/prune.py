@@ -1,6 +1,8 @@
 """Top-p pruning of every uplink payload tensor by magnitude (on a model upload: of its change)."""
 from __future__ import annotations
 
+from typing import Any
+
 import math
 
 import torch
@@ -8,6 +10,7 @@ import torch
 from defenses.transform import transform
 from privbench.errors import ConfigError
 from privbench.payloads import Payload
+from privbench.payloads.transform import MessageTransform
 
 
 def keep_top(t: torch.Tensor, fraction: float) -> torch.Tensor:
@@ -26,7 +29,7 @@ def keep_top(t: torch.Tensor, fraction: float) -> torch.Tensor:
     return torch.where(keep, flat, torch.zeros_like(flat)).view_as(t)
 
 
-class Prune:
+class Prune(MessageTransform):
     """Keep the top ``p`` fraction of each tensor by magnitude; ``p=1`` sends the payload unchanged."""
 
     name = "prune"
@@ -41,5 +44,5 @@ class Prune:
             return payload
         return transform(payload, base, lambda _, t: keep_top(t, self.p))
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, Any]:
         return {"defense": self.name, "p": self.p}

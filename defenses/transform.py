@@ -9,24 +9,23 @@ import torch
 
 from privbench.payloads import Payload
 
-#: Payload kinds that carry model parameters: defences act on their change from the base model.
-MODEL_KINDS = ("update", "learngene")
-
 
 def transform(payload: Payload, base: dict[str, torch.Tensor] | None,
               fn: Callable[[str, torch.Tensor], torch.Tensor]) -> Payload:
     """Apply ``fn(name, tensor)`` to what ``payload`` reveals and return the new payload.
 
-    For model payloads with a known base, ``fn`` sees the change ``theta - theta_base`` of
-    each floating tensor and the result is ``theta_base + fn(...)``; otherwise (gradients,
-    subspaces) it sees the tensors themselves. Integer tensors pass unchanged.
+    For payloads that carry a model, with a known base, ``fn`` sees the change
+    ``theta - theta_base`` of each floating tensor and the result is ``theta_base + fn(...)``;
+    otherwise (gradients, subspaces) it sees the tensors themselves. Integer tensors pass
+    unchanged.
     """
     assert payload.tensors is not None
+    relative = payload.spec.carries == "model" and base is not None
     out = {}
     for name, t in payload.tensors.items():
         if not t.is_floating_point():
             out[name] = t
-        elif payload.kind in MODEL_KINDS and base is not None and name in base:
+        elif relative and base is not None and name in base:
             out[name] = base[name] + fn(name, t - base[name])
         else:
             out[name] = fn(name, t)

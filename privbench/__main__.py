@@ -1,4 +1,5 @@
 """Entry point of ``python -m privbench``."""
 from privbench.cli import main
 
-main()
+if __name__ == "__main__":
+    main()

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from importlib import resources
 
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from privbench.errors import ConfigError
 
@@ -16,7 +16,7 @@ def options(group: str) -> list[str]:
     return sorted(p.name.removesuffix(".yaml") for p in folder.iterdir() if p.name.endswith(".yaml"))
 
 
-def _compose(overrides: list[str]):
+def _compose(overrides: list[str]) -> DictConfig:
     from hydra import compose, initialize_config_module
     from hydra.core.global_hydra import GlobalHydra
 
@@ -33,7 +33,7 @@ def _unknown_key(key: str, overrides: list[str]) -> ConfigError:
     groups = [o for o in overrides if o.split("=", 1)[0] in GROUPS]
     cfg = _compose(groups)
     node = OmegaConf.select(cfg, parent) if parent else cfg
-    allowed = sorted(k for k in node) if node is not None and OmegaConf.is_dict(node) else []
+    allowed = sorted(str(k) for k in node) if node is not None and OmegaConf.is_dict(node) else []
     where = f"{parent}." if parent else ""
     return ConfigError(f"{where}{leaf}: unknown key; allowed keys: {', '.join(allowed) or '(none)'}")
 

@@ -9,11 +9,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from attacks import DLG, IDLG, AttackTarget, observed_gradient, recover_labels
+from attacks import DLG, IDLG, AttackTarget, SubspaceProjection, observed_gradient, recover_labels
 from privbench.errors import AttackNotApplicableError
-from privbench.fl.local import batch_gradient
+from privbench.fl.sgd import batch_gradient
 from privbench.models import LeNet
-from privbench.payloads import Payload
+from privbench.payloads import LocalTraining, Payload
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -47,7 +47,7 @@ def _payloads(model, x, y, lr=0.1):
     gp = Payload.from_tensors(kind="gradient", round=0, sender="client0", receiver="server", tensors=grad, base=base.id)
     after = {n: base.tensors[n] - lr * grad[n] for n in grad}
     up = Payload.from_tensors(kind="update", round=0, sender="client0", receiver="server", tensors=after, base=base.id,
-                              hparams={"lr": lr, "local_steps": 1})
+                              training=LocalTraining(lr=lr, steps=1, batch_size=len(x), num_samples=len(x)))
     return base, gp, up, grad
 
 
@@ -86,8 +86,10 @@ def test_nan_gradient_is_reported_as_failed_not_garbage(fmnist):
 
 
 def test_attacks_refuse_payloads_they_cannot_read():
-    assert "global_model is not one of them" in IDLG().cannot_read("global_model")
-    assert DLG().cannot_read("update") is None
+    assert "a server-made model carries no client gradient" in IDLG().cannot_read("global_model")
+    assert "subspace carries a basis" in IDLG().cannot_read("subspace")
+    assert "gradient carries a gradient" in SubspaceProjection().cannot_read("gradient")
+    assert DLG().cannot_read("update") is None and SubspaceProjection().cannot_read("subspace") is None
 
 
 @pytest.mark.slow

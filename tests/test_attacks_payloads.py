@@ -13,14 +13,14 @@ from attacks.projection import SubspaceProjection
 from privbench.audit.run import plan
 from privbench.data import FederatedData, denormalise
 from privbench.errors import AttackNotApplicableError
-from privbench.fl.genefl import GeneFL
-from privbench.fl.local import batch_gradient, local_train, parameters_of
-from privbench.fl.subspace import client_subspace
-from privbench.fl.victim import Victim
+from privbench.fl.protocols.genefl import GeneFL
+from privbench.fl.sgd import batch_gradient, local_train, parameters_of
+from privbench.fl.genefl.subspace import client_subspace
+from privbench.victim import Victim
 from privbench.fl.wire import Wire
 from privbench.metrics.reconstruction import score
 from privbench.models import ConvNet, LeNet
-from privbench.payloads import CapturePolicy, Payload, PayloadStore
+from privbench.payloads import CapturePolicy, LocalTraining, Payload, PayloadStore
 from privbench.payloads.capture import AnyOf
 from privbench.payloads.select import PayloadChoice
 
@@ -44,7 +44,8 @@ def _update(model_cls, data, idx, *, lr, batch_size, epochs, seed=0):
     steps = local_train(local, client, epochs=epochs, lr=lr, batch_size=batch_size, generator=torch.Generator().manual_seed(0))
     base = Payload.from_tensors(kind="global_model", round=0, sender="server", receiver="client0", tensors=model.state_dict())
     up = Payload.from_tensors(kind="update", round=0, sender="client0", receiver="server", tensors=parameters_of(local),
-                              base=base.id, hparams={"lr": lr, "local_steps": steps, "batch_size": batch_size, "epochs": epochs})
+                              base=base.id, training=LocalTraining(lr=lr, steps=steps, batch_size=batch_size,
+                                                                    num_samples=len(idx), epochs=epochs))
     return model, client, base, up
 
 
@@ -84,7 +85,7 @@ def test_ig_reconstructs_one_convnet_image(fmnist):
 @pytest.mark.slow
 def test_unrolled_attack_beats_the_pseudo_gradient_on_a_two_step_update(fmnist):
     model, client, base, up = _update(LeNet, fmnist, [11, 14], lr=1.0, batch_size=2, epochs=2, seed=1)
-    assert up.hparams["local_steps"] == 2
+    assert up.training.steps == 2
     truth = client.images.float() / 255
     scores = {}
     for unroll in (False, True):
@@ -98,7 +99,7 @@ def test_masked_learngene_differs_from_the_full_update_and_says_what_it_saw(fmni
     model, client, base, up = _update(LeNet, fmnist, [5], lr=0.1, batch_size=1, epochs=1, seed=2)
     gene_names = ["body.0.weight", "body.0.bias", "body.2.weight", "body.2.bias"]  # half the layers, no head
     gene = Payload.from_tensors(kind="learngene", round=0, sender="client0", receiver="server",
-                                tensors={n: up.tensors[n] for n in gene_names}, base=base.id, hparams=up.hparams)
+                                tensors={n: up.tensors[n] for n in gene_names}, base=base.id, training=up.training)
     truth, labels = client.images.float() / 255, client.labels
     full_t, gene_t = _target(up, base, model, 1, fmnist), _target(gene, base, model, 1, fmnist)
     full = IDLG(iterations=100, restarts=2).run(full_t, seed=0)
@@ -125,8 +126,8 @@ def test_subspace_with_enough_directions_reveals_every_image(fmnist):
 
 @pytest.mark.parametrize("overrides, message", [
     (["payload=subspace"], "attack=idlg cannot attack payload=subspace"),
-    (["attack=projection"], "attack=projection cannot attack payload=learngene: attack projection reads subspace"),
-    (["payload=gradient", "attack.unroll=true"], "attack.unroll=true needs a model payload"),
+    (["attack=projection"], r"attack=projection cannot attack payload=learngene: attack projection reads payloads carrying a basis \(subspace\)"),
+    (["payload=gradient", "attack.unroll=true"], "attack.unroll=true needs a payload that carries a model"),
 ])
 def test_attacks_refuse_payloads_with_a_reason(compose_cfg, overrides, message):
     with pytest.raises(AttackNotApplicableError, match=message):
@@ -142,13 +143,13 @@ def test_cluster_model_aggregate_target(tmp_path):
     victim = Victim(client=0, round=0, num_images=2)
     choice = PayloadChoice(kind="cluster_model")
     policy = AnyOf((CapturePolicy.build(victim_round=0, victim_client=0), choice.capture(victim)))
-    wire = Wire(PayloadStore(tmp_path), policy)
     protocol = GeneFL(rounds=2, participants=4, local_epochs=1, lr=0.1, batch_size=2, num_clusters=1, subspace_dim=2,
                       gene={"gamma": 2}, agnostic={"fedavg_reference": False})
+    wire = Wire.for_protocol(protocol, PayloadStore(tmp_path), policy)
     protocol.run(model=model, data=data, victim=victim, wire=wire, seed=0)
     payload, base = choice.select(wire.store, victim)
     assert sorted(payload.truth) == sorted(np.concatenate(data.clients).tolist())  # union of the 4 participants
-    assert len(payload.hparams["parts"]) == 4 and payload.base == "r0000-cluster_model-server-client0"
+    assert len(payload.training.parts) == 4 and payload.base == "r0000-cluster_model-server-client0"
     uploaded = {n for rec in wire.store.records(kind="learngene", round=0) for n in rec["names"]}
     assert set(payload.names) == uploaded
     fresh = LeNet(in_channels=1, image_size=28, num_classes=10)

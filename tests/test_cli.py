@@ -73,7 +73,7 @@ def test_audit_writes_every_output(tmp_path):
     assert Image.open(run / "grid.png").size == (28 * 4 + 4, 2 * 28 * 4 + 6)
     threat = json.loads((run / "threat_model.json").read_text())
     assert threat["labels"] == "not given" and threat["visible_fraction"] == 1.0 and threat["batch_size"] == 1
-    assert "fl:\n  _target_: privbench.fl.fedavg.FedAvg" in (run / "config.yaml").read_text()
+    assert "fl:\n  _target_: privbench.fl.protocols.fedavg.FedAvg" in (run / "config.yaml").read_text()
     store = PayloadStore.open(run / "payloads")
     assert store.load(threat["payload"]).kind == "gradient"
     assert "psnr_mean" in out.stdout and "uplink_bytes" in out.stdout

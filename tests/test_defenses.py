@@ -11,7 +11,12 @@ from defenses.dpsgd import DPSGD
 from defenses.noise import GaussianNoise
 from defenses.prune import Prune, keep_top
 from privbench.audit.run import run_audit
+from defenses.none import NoDefense
 from privbench.errors import ConfigError
+from privbench.fl.trainer import Trainer
+from privbench.payloads import kinds_where
+from privbench.payloads.transform import MessageTransform
+from privbench.fl.trainer import LocalSGD
 from privbench.models import LeNet
 from privbench.payloads import Payload
 
@@ -47,9 +52,14 @@ def test_noise_is_seeded_and_has_the_right_scale():
     assert not torch.equal(a.tensors["w"], GaussianNoise(sigma=0.1, seed=4).protect(p).tensors["w"])
 
 
-@pytest.mark.parametrize("defense", [GaussianNoise(sigma=0.01), Prune(p=0.3), DPSGD()])
-@pytest.mark.parametrize("kind", ["gradient", "gene_gradient", "update", "learngene", "subspace"])
-def test_every_defence_composes_with_every_uplink_kind(defense, kind):
+def test_defences_come_in_two_shapes():
+    assert isinstance(DPSGD(), Trainer) and not isinstance(DPSGD(), MessageTransform)
+    assert all(isinstance(d, MessageTransform) for d in (GaussianNoise(), Prune(), NoDefense()))
+
+
+@pytest.mark.parametrize("defense", [GaussianNoise(sigma=0.01), Prune(p=0.3), NoDefense()])
+@pytest.mark.parametrize("kind", kinds_where(direction="up"))
+def test_every_transform_composes_with_every_uplink_kind(defense, kind):
     tensors = {"a": torch.randn(4, 3), "b": torch.randn(3), "n": torch.tensor([7])}
     base = {n: t.clone() for n, t in tensors.items()}
     out = defense.protect(_payload(kind, tensors), base)
@@ -62,8 +72,9 @@ def test_dp_epsilon_equals_opacus_accountant_computed_independently(fmnist):
     data = fmnist.client(0).subset(torch.arange(64))
     torch.manual_seed(0)
     model = LeNet(in_channels=1, image_size=28, num_classes=10)
-    steps = [dp.train(model, data, client="client0", epochs=1, lr=0.1, batch_size=16, momentum=0.0,
-                      generator=torch.Generator().manual_seed(r), max_steps=8) for r in range(2)]
+    sgd = LocalSGD(epochs=1, lr=0.1, batch_size=16, momentum=0.0)
+    steps = [dp.train(model, data, client="client0", sgd=sgd, generator=torch.Generator().manual_seed(r),
+                      max_steps=8).steps for r in range(2)]
     assert steps == [4, 4]  # Poisson loader: 1 / sample_rate batches per epoch
     independent = RDPAccountant()
     for _ in range(sum(steps)):

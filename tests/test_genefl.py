@@ -10,12 +10,14 @@ from torch import nn
 from privbench.data import FederatedData
 from privbench.data.dataset import ImageDataset
 from privbench.errors import ConfigError
-from privbench.fl.comm import comm_summary
-from privbench.fl.fisher import fisher_diagonal, gene_regulariser
-from privbench.fl.genefl import GeneFL
-from privbench.fl.learngene import cluster_gene, gene_size, layers, select_layers, xi_scores
-from privbench.fl.subspace import client_subspace, cluster, nearest_cluster, proximity
-from privbench.fl.victim import Victim
+from privbench.audit.reference import fedavg_reference
+from privbench.fl.genefl.agnostic import evaluate_agnostic
+from privbench.payloads.comm import comm_summary
+from privbench.fl.genefl.fisher import fisher_diagonal, gene_regulariser
+from privbench.fl.protocols.genefl import GeneFL
+from privbench.fl.genefl.learngene import cluster_gene, gene_size, layers, select_layers, xi_scores
+from privbench.fl.genefl.subspace import client_subspace, cluster, nearest_cluster, proximity
+from privbench.victim import Victim
 from privbench.fl.wire import Wire
 from privbench.models import LeNet
 from privbench.payloads import CapturePolicy, PayloadStore
@@ -149,24 +151,30 @@ def _tiny(tmp_path, *, seed=0, downlink="full", reference=False):
                                agnostic_classes=[8, 9], num_agnostic_clients=1, seed=seed)
     torch.manual_seed(seed)
     model = LeNet(in_channels=1, image_size=28, num_classes=10)
-    wire = Wire(PayloadStore(tmp_path / "payloads"), CapturePolicy.build(victim_round=1, victim_client=0))
     protocol = GeneFL(rounds=2, participants=3, local_epochs=1, lr=0.1, batch_size=32, num_clusters=3, subspace_dim=3,
                       downlink=downlink, gene={"gamma": 2}, agnostic={"epochs": 1, "fedavg_reference": reference})
+    wire = Wire.for_protocol(protocol, PayloadStore(tmp_path / "payloads"),
+                             CapturePolicy.build(victim_round=1, victim_client=0))
     result = protocol.run(model=model, data=data, victim=Victim(client=0, round=1), wire=wire, seed=seed)
-    return protocol, result, wire
+    reference_state = None
+    if reference:
+        reference_state, _ = fedavg_reference(protocol, model=model, data=data, root=tmp_path / "reference", seed=seed)
+    agnostic = evaluate_agnostic(result, settings=protocol.agnostic, subspace_dim=protocol.subspace_dim, round_=2,
+                                 model=model, data=data, wire=wire, seed=seed, reference=reference_state)
+    return protocol, result, wire, agnostic
 
 
 LENET_LAYER_BYTES = {"body.0": 312 * 4, "body.2": 3612 * 4, "body.4": 3612 * 4, "fc": 5890 * 4}
 
 
 def test_genefl_messages_and_bytes(tmp_path):
-    protocol, result, wire = _tiny(tmp_path)
+    protocol, result, wire, agnostic = _tiny(tmp_path)
     kinds = [r["kind"] for r in wire.store.records()]
     assert kinds.count("subspace") == 6 + 1 and kinds.count("cluster_gene") == 1
     assert kinds.count("cluster_model") == kinds.count("learngene") == 2 * 3
     assert kinds.count("gradient") == kinds.count("gene_gradient") == 1
     for rec in wire.store.records(kind="learngene"):
-        chosen = rec["hparams"]["gene_layers"]
+        chosen = rec["condensation"]["layers"]
         assert len(chosen) == 2 and rec["nbytes"] == sum(LENET_LAYER_BYTES[layer] for layer in chosen)
     for rec in wire.store.records(kind="cluster_model"):
         assert rec["nbytes"] == 53704  # downlink full: the whole model
@@ -175,11 +183,11 @@ def test_genefl_messages_and_bytes(tmp_path):
     gene_grad = wire.store.load("r0001-gene_gradient-client0-server")
     upload = wire.store.load("r0001-learngene-client0-server")
     assert [n for n in gene_grad.names] == [n for n in upload.names]
-    assert set(result.extra["agnostic"]) >= {"accuracy_learngene", "accuracy_random", "accuracy_cluster_model"}
+    assert set(agnostic) >= {"accuracy_learngene", "accuracy_random", "accuracy_cluster_model"}
 
 
 def test_genefl_gene_downlink_sends_less(tmp_path):
-    _, _, wire = _tiny(tmp_path, downlink="gene")
+    _, _, wire, _ = _tiny(tmp_path, downlink="gene")
     sizes = [r["nbytes"] for r in wire.store.records(kind="cluster_model", round=1)]
     first_timers = [r for r in wire.store.records(kind="cluster_model", round=1)
                     if not list(wire.store.records(kind="learngene", round=0, sender=r["receiver"]))]
@@ -188,11 +196,11 @@ def test_genefl_gene_downlink_sends_less(tmp_path):
 
 
 def test_genefl_is_deterministic(tmp_path):
-    _, a, wa = _tiny(tmp_path / "a", seed=3, reference=True)
-    _, b, wb = _tiny(tmp_path / "b", seed=3, reference=True)
-    assert comm_summary(wa.store.records(), rounds=2) == comm_summary(wb.store.records(), rounds=2)
-    assert [h["accuracy"] for h in a.history] == [h["accuracy"] for h in b.history]
-    assert a.extra["agnostic"] == b.extra["agnostic"]
+    _, a, wa, agnostic_a = _tiny(tmp_path / "a", seed=3, reference=True)
+    _, b, wb, agnostic_b = _tiny(tmp_path / "b", seed=3, reference=True)
+    assert comm_summary(wa.store.records()) == comm_summary(wb.store.records())
+    assert [h.accuracy for h in a.history] == [h.accuracy for h in b.history]
+    assert agnostic_a == agnostic_b and "accuracy_fedavg" in agnostic_a
 
 
 @pytest.mark.parametrize("kwargs, message", [

@@ -9,7 +9,7 @@ import torch
 from privbench.errors import ConfigError
 from privbench.fl.aggregate import aggregate
 from privbench.models import LeNet
-from privbench.payloads import CapturePolicy, Payload, PayloadStore, tensor_bytes
+from privbench.payloads import CapturePolicy, LocalTraining, Payload, PayloadStore, tensor_bytes
 
 
 def test_bytes_of_known_tensors():
@@ -30,7 +30,8 @@ def test_lenet_payload_bytes_by_hand():
 def test_store_round_trip(tmp_path):
     tensors = {"w": torch.randn(4, 3), "b": torch.arange(3.0)}
     sent = Payload.from_tensors(kind="gradient", round=2, sender="client1", receiver="server", tensors=tensors,
-                                base="r0002-global_model-server-client1", hparams={"lr": 0.1}, truth=[5, 9])
+                                base="r0002-global_model-server-client1", truth=[5, 9],
+                                training=LocalTraining(lr=0.1, steps=1, batch_size=2, num_samples=2))
     counted = Payload.from_tensors(kind="update", round=2, sender="client2", receiver="server", tensors=tensors)
     store = PayloadStore(tmp_path / "p")
     store.add(sent, keep=True)
@@ -38,7 +39,7 @@ def test_store_round_trip(tmp_path):
     store.flush()
     reopened = PayloadStore.open(tmp_path / "p")
     loaded = reopened.load(sent.id)
-    assert loaded.names == ["w", "b"] and loaded.hparams == {"lr": 0.1} and loaded.truth == [5, 9]
+    assert loaded.names == ["w", "b"] and loaded.training == sent.training and loaded.truth == [5, 9]
     assert all(torch.equal(loaded.tensors[n], tensors[n]) for n in tensors)
     assert loaded.nbytes == 4 * 15
     index = json.loads((tmp_path / "p" / "index.json").read_text())

@@ -5,7 +5,7 @@ import inspect
 from typing import Any
 
 from hydra.utils import get_object, instantiate
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from privbench.errors import ConfigError, PrivbenchError
 
@@ -22,7 +22,7 @@ def _parameters(target: str) -> dict[str, inspect.Parameter]:
     for cls in obj.__mro__:
         if "__init__" not in vars(cls):
             continue
-        params = inspect.signature(cls.__init__).parameters
+        params = inspect.signature(vars(cls)["__init__"]).parameters
         out.update({n: p for n, p in params.items() if n != "self" and p.kind is not p.VAR_KEYWORD and n not in out})
         if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
             break
@@ -47,25 +47,28 @@ def _fits(value: Any, types: tuple[type, ...]) -> bool:
     return isinstance(value, types)
 
 
-def build(group: str, node: DictConfig, **runtime: Any) -> Any:
+def build(group: str, node: DictConfig | ListConfig, **runtime: Any) -> Any:
     """Instantiate ``node`` (the ``group`` config), adding ``runtime`` keyword arguments.
 
     Raises:
         ConfigError: a key the target does not accept, or a value it rejects; the message
             names ``group.key`` and the allowed keys or values.
     """
-    if "_target_" not in node:
+    if not isinstance(node, DictConfig) or "_target_" not in node:
         raise ConfigError(f"{group}: config has no _target_")
-    allowed = allowed_keys(node._target_)
-    for key in node:
+    target = str(node._target_)
+    allowed = allowed_keys(target)
+    for key in map(str, node):
         if key not in META_KEYS and key not in allowed:
             raise ConfigError(f"{group}.{key}: unknown key; allowed keys: {', '.join(a for a in allowed if a not in runtime)}")
-    hints = _hints(node._target_)
-    for key, value in node.items():
-        expected = hints.get(key)
+    hints = _hints(target)
+    for name, value in node.items():
+        expected = hints.get(str(name))
         if expected in SCALARS and value is not None and not _fits(value, SCALARS[expected]):
-            raise ConfigError(f"{group}.{key}={value!r}: expected {expected}")
-    kwargs = {k: v for k, v in OmegaConf.to_container(node, resolve=True).items() if k not in META_KEYS or k == "_target_"}
+            raise ConfigError(f"{group}.{name!s}={value!r}: expected {expected}")
+    plain = OmegaConf.to_container(node, resolve=True)
+    assert isinstance(plain, dict)
+    kwargs = {str(k): v for k, v in plain.items() if k not in META_KEYS or k == "_target_"}
     try:
         return instantiate(kwargs, **runtime)
     except PrivbenchError:

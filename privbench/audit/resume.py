@@ -15,6 +15,7 @@ NOT_KEYED = ("results_dir", "resume")
 def config_key(cfg: DictConfig) -> str:
     """sha256 of the resolved config without ``NOT_KEYED`` keys."""
     plain = OmegaConf.to_container(cfg, resolve=True)
+    assert isinstance(plain, dict)
     for key in NOT_KEYED:
         plain.pop(key, None)
     return hashlib.sha256(json.dumps(plain, sort_keys=True).encode()).hexdigest()

@@ -9,44 +9,73 @@ from typing import Any
 
 import torch
 from omegaconf import DictConfig, OmegaConf
+from torch import nn
 
-from attacks import AttackTarget
-from attacks.none import NoAttack
-from attacks.projection import SubspaceProjection
-from attacks.target import MODEL_KINDS
+from attacks import Attack, AttackTarget, GradientInversion, NoAttack, SubspaceProjection
 from privbench.audit.build import build
-from privbench.audit.resume import config_key, finished
 from privbench.audit.output import table, write_grid, write_metrics
-from privbench.data import FederatedData, denormalise
+from privbench.audit.reference import fedavg_reference
+from privbench.audit.resume import config_key, finished
+from privbench.data import FederatedData
 from privbench.errors import AttackNotApplicableError, ConfigError
-from privbench.fl.comm import comm_summary, ratios
-from privbench.fl.wire import Wire
+from privbench.fl.genefl.agnostic import evaluate_agnostic
+from privbench.fl.protocols import FederatedProtocol, ProtocolResult
+from privbench.fl.protocols.clustered import ClusteredProtocol
+from privbench.fl.trainer import SGDTrainer, Trainer
+from privbench.fl.wire import Totals, Wire
 from privbench.io import atomic_write_text
 from privbench.metrics.lpips_metric import lpips_network
 from privbench.metrics.reconstruction import MATCH_ON, score
-from privbench.payloads import PayloadStore
+from privbench.payloads import Payload, PayloadStore
 from privbench.payloads.capture import AnyOf
+from privbench.payloads.comm import comm_summary, ratios
+from privbench.payloads.select import PayloadChoice
+from privbench.payloads.transform import MessageTransform
+from privbench.pixels import denormalise
+from privbench.victim import Victim
 
 GROUPS = ("data", "model", "fl", "payload", "attack", "defense")
 TOP_KEYS = set(GROUPS) | {"name", "seed", "victim", "capture", "metrics", "results_dir", "resume"}
 METRIC_KEYS = {"lpips", "match_on"}
 
 
-@dataclass
+@dataclass(frozen=True)
 class Plan:
-    """Everything built from the config before any data is loaded or model trained."""
+    """Everything built from the config before any data is loaded or model trained.
+
+    Attributes:
+        cfg: the resolved config.
+        protocol: the federated protocol, holding its trainer.
+        attack: the attack (``NoAttack`` for ``attack=none``).
+        transform: the message transform the wire applies to uplinks.
+        defense: the configured defence (the trainer or the transform).
+        choice: which recorded payload is attacked.
+        victim: the audited client.
+        seed: the run's seed.
+    """
 
     cfg: DictConfig
-    protocol: Any
-    attack: Any
-    defense: Any
-    choice: Any
-    victim: Any
+    protocol: FederatedProtocol
+    attack: Attack
+    transform: MessageTransform | None
+    defense: Trainer | MessageTransform
+    choice: PayloadChoice
+    victim: Victim
     seed: int
 
     @property
     def attacking(self) -> bool:
         return not isinstance(self.attack, NoAttack)
+
+
+def _defense(cfg: DictConfig, seed: int) -> tuple[Trainer, MessageTransform | None, Trainer | MessageTransform]:
+    """The trainer and the message transform the ``defense`` config stands for."""
+    defense = build("defense", cfg.defense, seed=seed)
+    if isinstance(defense, Trainer):
+        return defense, None, defense
+    if isinstance(defense, MessageTransform):
+        return SGDTrainer(), defense, defense
+    raise ConfigError(f"defense: {cfg.defense._target_} is neither a trainer nor a message transform")
 
 
 def _overrides() -> list[str]:
@@ -67,6 +96,10 @@ def _choice(cfg: DictConfig, group: str) -> str:
         return str(cfg[group].get("_target_", group)).rsplit(".", 1)[-1].lower()
 
 
+def _not_a(group: str, value: object, cls: type) -> ConfigError:
+    return ConfigError(f"{group}: _target_ builds a {type(value).__name__}, not a {cls.__name__}")
+
+
 def plan(cfg: DictConfig) -> Plan:
     """Check every key and value and build the parts; raise one-line errors, compute nothing."""
     unknown = sorted(set(cfg) - TOP_KEYS)
@@ -77,39 +110,48 @@ def plan(cfg: DictConfig) -> Plan:
         raise ConfigError(f"metrics.{bad[0]}: unknown key; allowed keys: {', '.join(sorted(METRIC_KEYS))}")
     if cfg.metrics.match_on not in MATCH_ON:
         raise ConfigError(f"metrics.match_on={cfg.metrics.match_on!r}: allowed values: {', '.join(MATCH_ON)}")
-    victim = build("victim", OmegaConf.merge({"_target_": "privbench.fl.victim.Victim"}, cfg.victim))
-    protocol = build("fl", cfg.fl)
+    victim = build("victim", OmegaConf.merge({"_target_": "privbench.victim.Victim"}, cfg.victim))
+    trainer, transform, defense = _defense(cfg, int(cfg.seed))
+    protocol = build("fl", cfg.fl, trainer=trainer)
     attack = build("attack", cfg.attack)
-    defense = build("defense", cfg.defense, seed=int(cfg.seed))
     choice = build("payload", cfg.payload)
-    p = Plan(cfg, protocol, attack, defense, choice, victim, int(cfg.seed))
+    if not isinstance(protocol, FederatedProtocol):
+        raise _not_a("fl", protocol, FederatedProtocol)
+    if not isinstance(attack, Attack):
+        raise _not_a("attack", attack, Attack)
+    if not isinstance(choice, PayloadChoice):
+        raise _not_a("payload", choice, PayloadChoice)
+    assert isinstance(victim, Victim)
+    p = Plan(cfg, protocol, attack, transform, defense, choice, victim, int(cfg.seed))
     if p.attacking:
-        if choice.kind not in protocol.emits:
-            sends = ", ".join(protocol.emits) or "nothing (use attack=none)"
+        if choice.kind not in protocol.sends:
+            sends = ", ".join(protocol.sends) or "nothing (use attack=none)"
             raise ConfigError(f"payload={choice.kind}: fl={protocol.name} sends {sends}")
-        if getattr(attack, "unroll", False) and choice.kind not in MODEL_KINDS:
-            raise AttackNotApplicableError(f"attack.unroll=true needs a model payload ({', '.join(MODEL_KINDS)}); "
-                                           f"payload={choice.kind} is a one-step gradient")
+        if attack.unroll and choice.spec.carries != "model":
+            raise AttackNotApplicableError(f"attack.unroll=true needs a payload that carries a model; "
+                                           f"payload={choice.kind} carries a {choice.spec.carries}")
         reason = attack.cannot_read(choice.kind)
         if reason:
             raise AttackNotApplicableError(f"attack={attack.name} cannot attack payload={choice.kind}: {reason}")
     return p
 
 
-def _attack(p: Plan, wire: Wire, model, data: FederatedData, out: Path) -> tuple[dict[str, Any], dict[str, Any], int]:
+def _attack(p: Plan, wire: Wire, model: nn.Module, data: FederatedData,
+            out: Path) -> tuple[dict[str, Any], dict[str, Any], int]:
     """Select the payload, attack it, score the reconstruction; returns (privacy, threat model, payload bytes)."""
     cfg = p.cfg
     payload, base = p.choice.select(wire.store, p.victim)
     if isinstance(p.attack, SubspaceProjection):
-        return _project(p, payload, data, out)
-    num_images = len(payload.truth) if payload.kind == "cluster_model" else p.victim.num_images
-    target = AttackTarget.from_payload(payload, base=base, model=model, num_images=num_images,
+        return _project(p, p.attack, payload, data, out)
+    if not isinstance(p.attack, GradientInversion):
+        raise AttackNotApplicableError(f"attack={p.attack.name} has no way to read payload={payload.kind}")
+    target = AttackTarget.from_payload(payload, base=base, model=model, num_images=p.choice.images(payload, p.victim),
                                        image_shape=data.train.shape, num_classes=data.train.num_classes,
                                        mean=data.train.mean, std=data.train.std, unroll=p.attack.unroll)
     result = p.attack.run(target, seed=p.seed)
     privacy: dict[str, Any] = {"failed": result.failed, "objective": result.objective,
                                "label_source": result.label_source, "attempts": result.attempts}
-    if not result.failed:
+    if result.images is not None and result.labels is not None:
         truth_idx = torch.tensor(payload.truth)
         truth = data.train.images[truth_idx].float() / 255.0
         recon = denormalise(result.images, data.train.mean, data.train.std)
@@ -121,12 +163,14 @@ def _attack(p: Plan, wire: Wire, model, data: FederatedData, out: Path) -> tuple
     return privacy, dict(target.knowledge), payload.nbytes
 
 
-def _project(p: Plan, payload, data: FederatedData, out: Path) -> tuple[dict[str, Any], dict[str, Any], int]:
+def _project(p: Plan, attack: SubspaceProjection, payload: Payload, data: FederatedData,
+             out: Path) -> tuple[dict[str, Any], dict[str, Any], int]:
     """The projection attack on a ``subspace`` payload: basis images scored like reconstructions."""
+    assert payload.tensors is not None
     truth_idx = torch.tensor(payload.truth)
     truth = data.train.images[truth_idx].float() / 255.0
     basis = payload.tensors["U"]
-    recon = p.attack.basis_images(basis, data.train.shape)
+    recon = attack.basis_images(basis, data.train.shape)
     unknown = torch.full((len(recon),), -1)
     scores = score(recon, truth, recon_labels=unknown, truth_labels=data.train.labels[truth_idx],
                    match_on=p.cfg.metrics.match_on, use_lpips=bool(p.cfg.metrics.lpips))
@@ -134,7 +178,7 @@ def _project(p: Plan, payload, data: FederatedData, out: Path) -> tuple[dict[str
     pairs = scores["matched"]
     write_grid(out / "grid.png", truth[[m["truth"] for m in pairs]], recon[[m["recon"] for m in pairs]])
     privacy = {"failed": False, "label_source": "none", **scores,
-               **p.attack.evaluate(basis, truth, mean=data.train.mean, std=data.train.std)}
+               **attack.evaluate(basis, truth, mean=data.train.mean, std=data.train.std)}
     threat = {"payload": payload.id, "payload_kind": payload.kind, "visible_names": ["U"],
               "basis_shape": list(basis.shape), "labels": "not given"}
     return privacy, threat, payload.nbytes
@@ -143,6 +187,8 @@ def _project(p: Plan, payload, data: FederatedData, out: Path) -> tuple[dict[str
 def _defense_summary(p: Plan) -> dict[str, Any]:
     """The defence's settings and, for DP-SGD, the epsilon of the victim and the largest over clients."""
     out = dict(p.defense.describe())
+    if isinstance(p.defense, Trainer):
+        out["defense"] = p.defense.name
     per_client = out.get("epsilon_per_client")
     if per_client is not None:
         out["epsilon"] = per_client.get(p.victim.name, float("nan"))
@@ -160,12 +206,16 @@ def _run_section(p: Plan, key: str) -> dict[str, Any]:
             "lpips_backbone": getattr(net, "source", None)}
 
 
-def _utility(fl) -> dict[str, Any]:
+def _utility(fl: ProtocolResult, agnostic: dict[str, Any]) -> dict[str, Any]:
     """Known-client accuracy (and global where it exists), agnostic accuracies per init, history."""
-    agnostic = fl.extra.get("agnostic", {})
-    return {"accuracy": fl.accuracy, **{k: v for k, v in fl.extra.items() if k in ("global_accuracy", "clusters")},
+    out: dict[str, Any] = {"accuracy": fl.accuracy}
+    if fl.global_accuracy is not None:
+        out["global_accuracy"] = fl.global_accuracy
+    if fl.clustering is not None:
+        out["clusters"] = list(fl.clustering.labels)
+    return {**out, "client_accuracy": {f"client{c}": a for c, a in fl.client_accuracy.items()},
             **{f"agnostic_{k}": v for k, v in agnostic.items() if k.startswith("accuracy_")},
-            "agnostic_clients": agnostic.get("clients"), "history": fl.history}
+            "agnostic_clients": agnostic.get("clients"), "history": [h.as_dict() for h in fl.history]}
 
 
 def _bytes_section(comm: dict[str, Any], payload_bytes: int | None) -> dict[str, Any]:
@@ -175,6 +225,26 @@ def _bytes_section(comm: dict[str, Any], payload_bytes: int | None) -> dict[str,
     if "learngene" in comm["by_kind"]:
         out["learngene_mean_bytes"] = comm["by_kind"]["learngene"] / comm["messages_by_kind"]["learngene"]
     return out
+
+
+def _agnostic_phase(p: Plan, fl: ProtocolResult, model: nn.Module, data: FederatedData, wire: Wire,
+                    out: Path) -> tuple[dict[str, Any], Totals | None]:
+    """Agnostic clients join a clustered protocol's result; the FedAvg reference runs first if asked for.
+
+    Returns the agnostic evaluation (empty without agnostic clients) and the reference's bytes.
+    """
+    protocol = p.protocol
+    if not isinstance(protocol, ClusteredProtocol) or not data.agnostic_clients:
+        return {}, None
+    reference, totals = None, None
+    if protocol.agnostic.fedavg_reference:
+        reference, totals = fedavg_reference(protocol, model=model, data=data, root=out / "payloads_fedavg_reference",
+                                             seed=p.seed)
+    agnostic = evaluate_agnostic(fl, settings=protocol.agnostic, subspace_dim=protocol.subspace_dim,
+                                 round_=protocol.rounds, model=model, data=data, wire=wire, seed=p.seed,
+                                 reference=reference)
+    wire.store.flush()
+    return agnostic, totals
 
 
 def run_audit(cfg: DictConfig, out: Path) -> dict[str, Any]:
@@ -191,31 +261,30 @@ def run_audit(cfg: DictConfig, out: Path) -> dict[str, Any]:
     torch.manual_seed(p.seed)
     c, h, _ = data.train.shape
     model = build("model", cfg.model, in_channels=c, image_size=h, num_classes=data.train.num_classes)
-    if hasattr(p.defense, "train"):  # a defence inside local training (DP-SGD)
-        p.defense.check_model(model)
-        p.protocol.private = p.defense
+    p.protocol.trainer.check_model(model)
     policy = build("capture", OmegaConf.merge({"_target_": "privbench.payloads.CapturePolicy.build"}, cfg.capture),
                    victim_round=p.victim.round, victim_client=p.victim.client)
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
     extra = p.choice.capture(p.victim) if p.attacking else None
-    wire = Wire(PayloadStore(out / "payloads"), AnyOf((policy, extra)) if extra else policy, p.defense)
+    wire = Wire(PayloadStore(out / "payloads"), AnyOf((policy, extra)) if extra else policy, sends=p.protocol.sends,
+                trainer=p.protocol.trainer, transform=p.transform)
 
     fl = p.protocol.run(model=model, data=data, victim=p.victim, wire=wire, seed=p.seed)
+    agnostic, reference_totals = _agnostic_phase(p, fl, model, data, wire, out)
     trained = time.perf_counter()
     privacy, threat, payload_bytes = _attack(p, wire, model, data, out) if p.attacking else ({}, {}, None)
     attacked = time.perf_counter()
 
-    comm = comm_summary(wire.store.records(), rounds=p.protocol.rounds)
-    agnostic = fl.extra.get("agnostic", {})
-    if agnostic.get("fedavg_reference_bytes"):
-        comm["fedavg_reference"] = agnostic["fedavg_reference_bytes"]
+    comm = comm_summary(wire.store.records())
+    if reference_totals is not None:
+        comm["fedavg_reference"] = reference_totals.as_dict()
         comm["vs_fedavg"] = ratios(comm["training"], comm["fedavg_reference"])
     atomic_write_text(out / "comm.json", json.dumps(comm, indent=2))
     metrics = {
         "run": _run_section(p, key),
         "privacy": privacy,
-        "utility": _utility(fl),
+        "utility": _utility(fl, agnostic),
         "bytes": _bytes_section(comm, payload_bytes),
         "timing": {"train_s": trained - start, "attack_s": attacked - trained, "total_s": time.perf_counter() - start},
         "threat_model": threat,

@@ -5,6 +5,10 @@ from dataclasses import dataclass
 
 import torch
 
+from privbench.pixels import denormalise, normalise
+
+__all__ = ["ImageDataset", "denormalise", "normalise"]
+
 
 @dataclass(frozen=True)
 class ImageDataset:
@@ -52,17 +56,3 @@ class ImageDataset:
     def subset(self, index: torch.Tensor) -> "ImageDataset":
         """A dataset of the samples at ``index`` with the same normalisation."""
         return ImageDataset(self.name, self.images[index], self.labels[index], self.num_classes, self.mean, self.std)
-
-
-def _stats(values: tuple[float, ...], like: torch.Tensor) -> torch.Tensor:
-    return torch.tensor(values, dtype=like.dtype, device=like.device).view(-1, 1, 1)
-
-
-def normalise(x01: torch.Tensor, mean: tuple[float, ...], std: tuple[float, ...]) -> torch.Tensor:
-    """Map ``[0, 1]`` images to the model's input space."""
-    return (x01 - _stats(mean, x01)) / _stats(std, x01)
-
-
-def denormalise(x: torch.Tensor, mean: tuple[float, ...], std: tuple[float, ...]) -> torch.Tensor:
-    """Map model-space images back to ``[0, 1]`` (clamped)."""
-    return (x * _stats(std, x) + _stats(mean, x)).clamp(0.0, 1.0)

@@ -82,7 +82,8 @@ def partition(
     return parts
 
 
-def _shard(labels, classes, num_clients, s, rng) -> list[np.ndarray]:
+def _shard(labels: np.ndarray, classes: np.ndarray, num_clients: int, s: int,
+           rng: np.random.Generator) -> list[np.ndarray]:
     if not 1 <= s <= len(classes):
         raise ConfigError(f"data.classes_per_client={s} must be in 1..{len(classes)} (the known classes)")
     if num_clients * s < len(classes):
@@ -100,7 +101,8 @@ def _shard(labels, classes, num_clients, s, rng) -> list[np.ndarray]:
     return [np.concatenate(p) for p in parts]
 
 
-def _dirichlet(labels, classes, num_clients, alpha, min_size, rng, max_tries) -> list[np.ndarray]:
+def _dirichlet(labels: np.ndarray, classes: np.ndarray, num_clients: int, alpha: float, min_size: int,
+               rng: np.random.Generator, max_tries: int) -> list[np.ndarray]:
     if alpha <= 0:
         raise ConfigError(f"data.alpha must be > 0, got {alpha}")
     for _ in range(max_tries):

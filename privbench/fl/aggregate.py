@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import cast
 
 import torch
 
@@ -26,5 +27,5 @@ def aggregate(base: dict[str, torch.Tensor], uploads: Sequence[tuple[int, dict[s
             out[name] = torch.stack([t for _, t in carried]).max(0).values
             continue
         total = float(sum(w for w, _ in carried))
-        out[name] = sum(t.double() * (w / total) for w, t in carried).to(base[name].dtype)
+        out[name] = cast(torch.Tensor, sum(t.double() * (w / total) for w, t in carried)).to(base[name].dtype)
     return out

@@ -1,41 +1,92 @@
-"""The wire: every message crosses it, is defended (uplink), counted, and kept or not."""
+"""The wire: every message crosses it, is checked, defended (uplink), counted, and kept or not."""
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Collection
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+import torch
+
+from privbench.fl.trainer import Trainer
 from privbench.payloads import CapturePolicy, Payload, PayloadStore
 from privbench.payloads.capture import AnyOf
-from privbench.payloads.payload import AUDIT_ONLY
+from privbench.payloads.transform import MessageTransform
+
+if TYPE_CHECKING:
+    from privbench.fl.protocols.base import FederatedProtocol
+
+
+class WireError(RuntimeError):
+    """A protocol sent what it did not declare, or an upload its trainer did not produce."""
+
+
+@dataclass(frozen=True)
+class Totals:
+    """Protocol bytes so far (audit-only messages excluded)."""
+
+    uplink_bytes: int
+    downlink_bytes: int
+
+    @property
+    def total_bytes(self) -> int:
+        return self.uplink_bytes + self.downlink_bytes
+
+    def as_dict(self) -> dict[str, int]:
+        return {"uplink_bytes": self.uplink_bytes, "downlink_bytes": self.downlink_bytes,
+                "total_bytes": self.total_bytes}
 
 
 class Wire:
-    """Sends payloads: applies the defence to uplinks, records each, tallies bytes.
+    """Sends payloads: checks them, applies the transform to uplinks, records each, tallies bytes.
 
     Args:
         store: the run's payload store.
         policy: which payloads keep their tensors.
-        defense: object with ``protect(payload) -> payload``, applied to every uplink.
+        sends: the payload kinds the protocol declared (``FederatedProtocol.sends``); any
+            other kind is refused.
+        trainer: the protocol's trainer; a client's gradient or model upload must carry a
+            training record it issued.
+        transform: a message transform applied to every uplink (None: sent as computed).
     """
 
-    def __init__(self, store: PayloadStore, policy: "CapturePolicy | AnyOf", defense=None) -> None:
+    def __init__(self, store: PayloadStore, policy: CapturePolicy | AnyOf, *, sends: Collection[str], trainer: Trainer,
+                 transform: MessageTransform | None = None) -> None:
         self.store = store
         self.policy = policy
-        self.defense = defense
+        self.sends = frozenset(sends)
+        self.trainer = trainer
+        self.transform = transform
         self.bytes: dict[str, int] = defaultdict(int)
-        self._received: dict[str, dict] = {}
+        self._received: dict[str, dict[str, torch.Tensor]] = {}
+
+    @classmethod
+    def for_protocol(cls, protocol: "FederatedProtocol", store: PayloadStore, policy: CapturePolicy | AnyOf, *,
+                     transform: MessageTransform | None = None) -> "Wire":
+        """The wire ``protocol`` may send on: its declared kinds, its trainer."""
+        return cls(store, policy, sends=protocol.sends, trainer=protocol.trainer, transform=transform)
+
+    def _check(self, payload: Payload) -> None:
+        if payload.kind not in self.sends:
+            raise WireError(f"{payload.id}: this protocol declared it sends {', '.join(sorted(self.sends)) or 'nothing'}, "
+                            f"not {payload.kind}")
+        spec = payload.spec
+        if spec.direction == "up" and spec.carries in ("gradient", "model") and not self.trainer.issued(payload.training):
+            raise WireError(f"{payload.id}: not trained by the configured trainer ({self.trainer.name}); a protocol "
+                            "must train through its trainer so that defences inside training apply")
 
     def send(self, payload: Payload) -> Payload:
-        """Defend (if uplink), record and count ``payload``; return what was sent."""
+        """Check, defend (if uplink), record and count ``payload``; return what was sent."""
+        self._check(payload)
         if payload.direction == "down" and payload.tensors is not None:
             self._received[payload.receiver] = {**self._received.get(payload.receiver, {}), **payload.tensors}
-        if self.defense is not None and payload.direction == "up":
-            payload = self.defense.protect(payload, self._received.get(payload.sender))
+        if self.transform is not None and payload.direction == "up":
+            payload = self.transform.protect(payload, self._received.get(payload.sender))
         self.store.add(payload, keep=self.policy.keeps(payload))
-        if payload.kind not in AUDIT_ONLY:
+        if not payload.spec.audit_only:
             self.bytes[payload.direction] += payload.nbytes
         return payload
 
-    def totals(self) -> dict[str, int]:
-        """Protocol bytes so far (uplink, downlink, total; audit-only gradients excluded)."""
-        up, down = self.bytes.get("up", 0), self.bytes.get("down", 0)
-        return {"uplink_bytes": up, "downlink_bytes": down, "total_bytes": up + down}
+    def totals(self) -> Totals:
+        """Protocol bytes so far (uplink, downlink; audit-only gradients excluded)."""
+        return Totals(self.bytes.get("up", 0), self.bytes.get("down", 0))

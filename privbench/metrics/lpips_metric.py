@@ -1,6 +1,8 @@
 """LPIPS (AlexNet) with a real ImageNet backbone, or reported missing, never random."""
 from __future__ import annotations
 
+from typing import Any
+
 import math
 import warnings
 from functools import lru_cache
@@ -14,7 +16,7 @@ MIN_SIDE = 64
 
 
 @lru_cache(maxsize=1)
-def lpips_network():
+def lpips_network() -> Any:
     """The ``lpips.LPIPS(net='alex')`` network with real weights, or None (one warning)."""
     found = alexnet_backbone()
     if found is None:

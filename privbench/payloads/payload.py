@@ -1,24 +1,18 @@
 """Payload: one message on the wire, as named tensors plus what the attacker may know of it."""
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 import torch
 
-KINDS = {
-    "gradient": "up",
-    "gene_gradient": "up",
-    "learngene": "up",
-    "update": "up",
-    "subspace": "up",
-    "cluster_model": "down",
-    "global_model": "down",
-    "cluster_gene": "down",
-}
+from privbench.payloads.kinds import Direction, PayloadKind
+from privbench.payloads.kinds import kind as kind_spec
+from privbench.payloads.training import Condensation, LocalTraining
 
-#: Messages that exist only for the audit (FedSGD worst-case gradients), not protocol traffic.
-AUDIT_ONLY = ("gradient", "gene_gradient")
+Phase = Literal["training", "agnostic"]
+#: Protocol phases a message can belong to: the federated rounds, or agnostic clients joining.
+PHASES: tuple[Phase, ...] = ("training", "agnostic")
 
 
 def tensor_bytes(tensors: dict[str, torch.Tensor]) -> int:
@@ -36,7 +30,7 @@ class Payload:
     """A message that crosses the wire.
 
     Attributes:
-        kind: one of ``KINDS`` (e.g. ``"gradient"``, ``"update"``, ``"global_model"``).
+        kind: one of ``privbench.payloads.KINDS`` (e.g. ``"gradient"``, ``"update"``).
         round: federated round the message belongs to.
         sender: ``"server"`` or ``"client<i>"``.
         receiver: ``"server"`` or ``"client<i>"``.
@@ -46,7 +40,9 @@ class Payload:
         nbytes: exact size of the tensors on the wire.
         base: id of the payload this one is relative to (the model the client started from).
         cluster: cluster index for clustered protocols, else None.
-        hparams: local hyper-parameters of the sender (lr, local_steps, batch_size, epochs).
+        phase: ``training`` (the federated rounds) or ``agnostic`` (agnostic clients joining).
+        training: how the sender trained before sending (client uploads and aggregates).
+        condensation: the gene layers chosen and their scores (GENE-FL uploads).
         truth: indices of the private training samples the message was computed from; the
             evaluator's ground truth, never given to an attack.
         tensors: the named tensors, or None when the capture policy did not keep them.
@@ -62,28 +58,34 @@ class Payload:
     nbytes: int
     base: str | None = None
     cluster: int | None = None
-    hparams: dict[str, Any] = field(default_factory=dict)
+    phase: Phase = "training"
+    training: LocalTraining | None = None
+    condensation: Condensation | None = None
     truth: list[int] = field(default_factory=list)
     tensors: dict[str, torch.Tensor] | None = field(default=None, repr=False)
 
     @classmethod
-    def from_tensors(cls, *, kind: str, round: int, sender: str, receiver: str, tensors: dict[str, torch.Tensor], **meta: Any) -> "Payload":
-        """Build a payload from named tensors (detached, on CPU) and count its bytes."""
-        if kind not in KINDS:
-            raise ValueError(f"unknown payload kind {kind!r}; allowed: {', '.join(KINDS)}")
+    def from_tensors(cls, *, kind: str, round: int, sender: str, receiver: str, tensors: dict[str, torch.Tensor],
+                     base: str | None = None, cluster: int | None = None, phase: Phase = "training",
+                     training: LocalTraining | None = None, condensation: Condensation | None = None,
+                     truth: list[int] | None = None) -> "Payload":
+        """Build a payload from named tensors (detached, on CPU) and count its bytes.
+
+        Example:
+            >>> p = Payload.from_tensors(kind="gradient", round=0, sender="client0", receiver="server",
+            ...                          tensors={"w": torch.zeros(2, 3)})
+            >>> p.id, p.nbytes, p.direction
+            ('r0000-gradient-client0-server', 24, 'up')
+        """
+        spec = kind_spec(kind)
+        if phase not in PHASES:
+            raise ValueError(f"unknown phase {phase!r}; allowed: {', '.join(PHASES)}")
         tensors = {name: t.detach().to("cpu").contiguous() for name, t in tensors.items()}
-        return cls(
-            kind=kind,
-            round=round,
-            sender=sender,
-            receiver=receiver,
-            names=list(tensors),
-            shapes={n: list(t.shape) for n, t in tensors.items()},
-            dtypes={n: str(t.dtype).removeprefix("torch.") for n, t in tensors.items()},
-            nbytes=tensor_bytes(tensors),
-            tensors=tensors,
-            **meta,
-        )
+        return cls(kind=spec.name, round=round, sender=sender, receiver=receiver, names=list(tensors),
+                   shapes={n: list(t.shape) for n, t in tensors.items()},
+                   dtypes={n: str(t.dtype).removeprefix("torch.") for n, t in tensors.items()},
+                   nbytes=tensor_bytes(tensors), base=base, cluster=cluster, phase=phase, training=training,
+                   condensation=condensation, truth=list(truth or []), tensors=tensors)
 
     @property
     def id(self) -> str:
@@ -91,9 +93,14 @@ class Payload:
         return f"r{self.round:04d}-{self.kind}-{self.sender}-{self.receiver}"
 
     @property
-    def direction(self) -> str:
+    def spec(self) -> PayloadKind:
+        """What this kind of message is (``privbench.payloads.kinds``)."""
+        return kind_spec(self.kind)
+
+    @property
+    def direction(self) -> Direction:
         """``"up"`` (client to server) or ``"down"``."""
-        return KINDS[self.kind]
+        return self.spec.direction
 
     @property
     def numel(self) -> int:
@@ -108,9 +115,20 @@ class Payload:
 
     def record(self) -> dict[str, Any]:
         """JSON-ready metadata (everything but the tensors)."""
-        out = asdict(self)
-        out.pop("tensors")
+        out = {f: getattr(self, f) for f in self.__dataclass_fields__ if f != "tensors"}
+        out["training"] = self.training.to_dict() if self.training else None
+        out["condensation"] = self.condensation.to_dict() if self.condensation else None
         out["id"] = self.id
         out["direction"] = self.direction
         out["stored"] = self.tensors is not None
         return out
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any], tensors: dict[str, torch.Tensor] | None = None) -> "Payload":
+        """The payload ``record()`` described, with ``tensors`` if given."""
+        fields = {k: v for k, v in record.items() if k in cls.__dataclass_fields__ and k != "tensors"}
+        if fields.get("training") is not None:
+            fields["training"] = LocalTraining.from_dict(fields["training"])
+        if fields.get("condensation") is not None:
+            fields["condensation"] = Condensation.from_dict(fields["condensation"])
+        return cls(**fields, tensors=tensors)

@@ -1,42 +1,53 @@
 """Which recorded payload the attack reads: the victim's message of a given kind."""
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
 
-from privbench.errors import PrivbenchError
-from privbench.fl.victim import Victim
+from privbench.errors import ConfigError, PrivbenchError
 from privbench.payloads.capture import CapturePolicy
-from privbench.payloads.payload import KINDS, Payload
+from privbench.payloads.kinds import PayloadKind, kinds_where
+from privbench.payloads.kinds import kind as kind_spec
+from privbench.payloads.payload import Payload
 from privbench.payloads.store import PayloadStore
-
-UPLOADS = ("learngene", "update")
+from privbench.payloads.training import AggregatePart, LocalTraining
+from privbench.victim import Victim
 
 
 class PayloadChoice:
     """The victim's ``kind`` payload in the victim round (``payload=<kind>`` in the CLI).
 
     Uplink kinds are those the victim sends; downlink kinds those it receives, except
-    ``cluster_model``: the aggregate that the victim's round produced (the cluster model the
-    server sends in the next round), attacked against the model it started from, with the
-    union of the cluster participants' data as ground truth.
+    aggregates (``cluster_model``): the aggregate that the victim's round produced (the
+    cluster model the server sends in the next round), attacked against the model the victim
+    started from, with the union of the cluster participants' data as ground truth.
+
+    Example:
+        >>> PayloadChoice(kind="learngene").spec.direction
+        'up'
     """
 
     def __init__(self, *, kind: str) -> None:
-        if kind not in KINDS:
-            raise ValueError(f"payload.kind={kind!r} is not one of {', '.join(KINDS)}")
+        try:
+            self.spec: PayloadKind = kind_spec(kind)
+        except ValueError as exc:
+            raise ConfigError(f"payload.kind: {exc}") from None
         self.kind = kind
 
     def capture(self, victim: Victim) -> CapturePolicy | None:
         """Extra messages the attack on this kind needs kept, beyond the capture policy."""
-        if self.kind != "cluster_model":
+        if not (self.spec.aggregate and self.spec.readable):
             return None
-        return CapturePolicy(kinds=frozenset({"cluster_model"}), rounds=frozenset({victim.round + 1}), clients="all")
+        return CapturePolicy(kinds=frozenset({self.kind}), rounds=frozenset({victim.round + 1}), clients="all")
+
+    def images(self, payload: Payload, victim: Victim) -> int:
+        """How many private images the attacker rebuilds from ``payload``."""
+        return len(payload.truth) if self.spec.aggregate else victim.num_images
 
     def select(self, store: PayloadStore, victim: Victim) -> tuple[Payload, Payload | None]:
         """The chosen payload and the base payload it is relative to (if recorded)."""
-        if self.kind == "cluster_model":
+        if self.spec.aggregate:
             return self._aggregate(store, victim)
-        end = "sender" if KINDS[self.kind] == "up" else "receiver"
+        end = "sender" if self.spec.direction == "up" else "receiver"
         found = list(store.records(kind=self.kind, round=victim.round, **{end: victim.name}))
         if not found:
             raise PrivbenchError(f"no {self.kind} payload of {victim.name} in round {victim.round} was recorded")
@@ -44,34 +55,36 @@ class PayloadChoice:
         base = store.load(payload.base) if payload.base else None
         return payload, base
 
-    @staticmethod
-    def _aggregate(store: PayloadStore, victim: Victim) -> tuple[Payload, Payload]:
+    def _aggregate(self, store: PayloadStore, victim: Victim) -> tuple[Payload, Payload]:
         r = victim.round
-        mine = [rec for kind in UPLOADS for rec in store.records(kind=kind, round=r, sender=victim.name)]
+        uploads = kinds_where(direction="up", carries="model")
+        mine = [rec for k in uploads for rec in store.records(kind=k, round=r, sender=victim.name)]
         if not mine:
             raise PrivbenchError(f"{victim.name} sent no model upload in round {r}")
         k = mine[0]["cluster"]
-        members = [rec for kind in UPLOADS for rec in store.records(kind=kind, round=r, cluster=k)]
-        after = [rec for rec in store.records(kind="cluster_model", round=r + 1, cluster=k) if rec["stored"]]
+        members = [rec for kind_name in uploads for rec in store.records(kind=kind_name, round=r, cluster=k)]
+        after = [rec for rec in store.records(kind=self.kind, round=r + 1, cluster=k) if rec["stored"]]
         if not after:
-            raise PrivbenchError(f"cluster {k} has no cluster_model in round {r + 1}: no member of it was sampled then, "
+            raise PrivbenchError(f"cluster {k} has no {self.kind} in round {r + 1}: no member of it was sampled then, "
                                  f"or fl.rounds <= victim.round + 1; pick another victim.round or seed")
         received = store.load(mine[0]["base"])
         model = store.load(after[0]["id"])
+        assert model.tensors is not None
         names = [n for n in model.names if any(n in m["names"] for m in members)]
-        parts: list[dict[str, Any]] = []
+        parts: list[AggregatePart] = []
         truth: list[int] = []
         for m in members:
-            parts.append({"images": len(m["truth"]), "num_samples": m["hparams"]["num_samples"],
-                          "local_steps": m["hparams"]["local_steps"], "batch_size": m["hparams"]["batch_size"],
-                          "names": [n for n in m["names"] if n in names], "client": m["sender"]})
+            t = LocalTraining.from_dict(m["training"])
+            parts.append(AggregatePart(client=m["sender"], images=len(m["truth"]), num_samples=t.num_samples,
+                                       steps=t.steps, batch_size=t.batch_size,
+                                       names=tuple(n for n in m["names"] if n in names)))
             truth += m["truth"]
-        total = sum(p["num_samples"] for p in parts)
-        hparams = {**mine[0]["hparams"], "local_steps": round(sum(p["local_steps"] * p["num_samples"] for p in parts) / total),
-                   "parts": parts}
-        hparams.pop("gene_layers", None)
-        hparams.pop("xi", None)
-        payload = Payload.from_tensors(kind="cluster_model", round=r + 1, sender="server", receiver=after[0]["receiver"],
+        total = sum(p.num_samples for p in parts)
+        own = LocalTraining.from_dict(mine[0]["training"])
+        training = dataclasses.replace(own, steps=round(sum(p.steps * p.num_samples for p in parts) / total),
+                                       parts=tuple(parts))
+        payload = Payload.from_tensors(kind=self.kind, round=r + 1, sender="server", receiver=after[0]["receiver"],
                                        tensors={n: model.tensors[n] for n in names}, base=received.id, cluster=k,
-                                       hparams=hparams, truth=truth)
+                                       training=training, truth=truth)
         return payload, received
+

@@ -67,12 +67,10 @@ class PayloadStore:
         """The payload ``payload_id`` with its tensors; fails if they were not kept."""
         if payload_id in self._cache:
             return self._cache[payload_id]
-        record = dict(self._records[payload_id])
+        record = self._records[payload_id]
         if not record["stored"]:
             raise KeyError(f"payload {payload_id} was counted but its tensors were not kept (see capture policy)")
         tensors = load_file(str(self.root / f"{payload_id}.safetensors"))
-        for key in ("id", "direction", "stored"):
-            record.pop(key)
-        payload = Payload(**record, tensors={n: tensors[n] for n in record["names"]})
+        payload = Payload.from_record(record, tensors={n: tensors[n] for n in record["names"]})
         self._cache[payload_id] = payload
         return payload

@@ -1,6 +1,8 @@
 """Trade-off plots: PSNR vs epsilon, PSNR vs bytes, accuracy vs epsilon, the Pareto front."""
 from __future__ import annotations
 
+from typing import Any
+
 import io
 from pathlib import Path
 
@@ -22,11 +24,11 @@ def pareto_front(table: pd.DataFrame) -> pd.Series:
     return pd.Series(on, index=table.index)
 
 
-def _label(row) -> str:
+def _label(row: Any) -> str:
     return f"{row.fl}/{row.payload}/{row.attack}/{row.defense} {row.setting}".replace(" -", "")
 
 
-def _scatter(table: pd.DataFrame, x: str, y: str, title: str, *, logx: bool = False, highlight=None) -> bytes:
+def _scatter(table: pd.DataFrame, x: str, y: str, title: str, *, logx: bool = False, highlight: Any = None) -> bytes:
     import matplotlib
 
     matplotlib.use("Agg")

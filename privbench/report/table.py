@@ -23,7 +23,7 @@ def summarise(runs: pd.DataFrame) -> pd.DataFrame:
     return table.reset_index()
 
 
-def _cell(value) -> str:
+def _cell(value: object) -> str:
     if isinstance(value, float):
         if math.isnan(value):
             return "–"

@@ -1,6 +1,7 @@
-"""Client-side computation: local SGD epochs and one-batch gradients."""
+"""Client-side computation: local SGD epochs, one-batch gradients, accuracy, model states."""
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Callable
 
@@ -10,10 +11,20 @@ from torch import nn
 
 from privbench.data.dataset import ImageDataset
 
+#: A model's state by name (``state_dict`` entries).
+State = dict[str, torch.Tensor]
 
-def parameters_of(model: nn.Module) -> dict[str, torch.Tensor]:
+
+def parameters_of(model: nn.Module) -> State:
     """Detached copies of the model's named parameters and floating buffers (its state)."""
     return {name: t.detach().clone() for name, t in model.state_dict().items()}
+
+
+def model_with(model: nn.Module, state: State) -> nn.Module:
+    """A copy of ``model`` holding ``state``."""
+    local = copy.deepcopy(model)
+    local.load_state_dict(state)
+    return local
 
 
 def batch_gradient(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:

@@ -5,19 +5,19 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
-from privbench.payloads.payload import AUDIT_ONLY
+from privbench.payloads.kinds import kind
 
 
 def _client(record: dict[str, Any]) -> str:
     return record["receiver"] if record["direction"] == "down" else record["sender"]
 
 
-def comm_summary(records: Iterable[dict[str, Any]], *, rounds: int) -> dict[str, Any]:
-    """Byte totals of a run's recorded messages.
+def comm_summary(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """Byte totals of a run's recorded messages (``PayloadStore.records()``).
 
-    ``protocol`` counts every message except ``AUDIT_ONLY`` kinds; ``training`` further
-    excludes the agnostic phase (messages of round ``rounds``), so it compares directly with
-    another protocol's training traffic. ``by_round`` and ``by_client`` split protocol bytes.
+    ``protocol`` counts every message except audit-only kinds; ``training`` further
+    excludes the agnostic phase, so it compares directly with another protocol's training
+    traffic. ``by_round`` and ``by_client`` split protocol bytes.
     """
     out: dict[str, Any] = {"protocol": defaultdict(int), "training": defaultdict(int), "audit_only": defaultdict(int),
                            "by_kind": defaultdict(int), "messages_by_kind": defaultdict(int)}
@@ -27,11 +27,11 @@ def comm_summary(records: Iterable[dict[str, Any]], *, rounds: int) -> dict[str,
         key = f"{'uplink' if rec['direction'] == 'up' else 'downlink'}_bytes"
         out["by_kind"][rec["kind"]] += rec["nbytes"]
         out["messages_by_kind"][rec["kind"]] += 1
-        if rec["kind"] in AUDIT_ONLY:
+        if kind(rec["kind"]).audit_only:
             out["audit_only"][key] += rec["nbytes"]
             continue
         out["protocol"][key] += rec["nbytes"]
-        if rec["round"] < rounds:
+        if rec["phase"] == "training":
             out["training"][key] += rec["nbytes"]
         by_round[rec["round"]][key] += rec["nbytes"]
         by_client[_client(rec)][key] += rec["nbytes"]

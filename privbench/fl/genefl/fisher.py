@@ -1,6 +1,8 @@
 """Diagonal empirical Fisher of log p(y|x) and GENE-FL's elastic regulariser."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -23,7 +25,7 @@ def fisher_diagonal(model: nn.Module, data: ImageDataset, *, batch_size: int = 2
     params = {n: p.detach() for n, p in model.named_parameters()}
     buffers = {n: b.detach() for n, b in model.named_buffers()}
 
-    def log_likelihood(p, x, y):
+    def log_likelihood(p: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         out = functional_call(model, (p, buffers), (x.unsqueeze(0),))
         return -F.cross_entropy(out, y.unsqueeze(0))
 
@@ -55,3 +57,22 @@ def gene_regulariser(model: nn.Module, anchor: dict[str, torch.Tensor], fisher: 
             f = fisher[name]
             total = total + lambda2 * (torch.where(f >= eps, f, torch.zeros_like(f)) * diff2).sum()
     return total
+
+
+@dataclass(frozen=True)
+class GeneRegulariser:
+    """GENE-FL's local penalty around the received model ``anchor`` (a ``Regulariser`` for trainers).
+
+    Given ``anchor`` and ``fisher`` it reads no data, so DP-SGD adds its gradient after
+    clipping and noise.
+    """
+
+    anchor: dict[str, torch.Tensor]
+    fisher: dict[str, torch.Tensor]
+    lambda1: float
+    lambda2: float
+    eps: float
+
+    def __call__(self, model: nn.Module) -> torch.Tensor:
+        return gene_regulariser(model, self.anchor, self.fisher, lambda1=self.lambda1, lambda2=self.lambda2,
+                                eps=self.eps)

@@ -1,0 +1,1 @@
+"""Federated learning: protocols (``protocols/``), GENE-FL's parts (``genefl/``), and the shared machinery here."""

@@ -1,0 +1,1 @@
+"""GENE-FL's parts: subspace clustering, the Fisher diagonal, learnGene condensation, agnostic clients."""

@@ -1,0 +1,216 @@
+"""What every federated protocol shares: settings, its trainer, participant sampling, the typed result."""
+from __future__ import annotations
+
+import sys
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import ClassVar, TypeVar
+
+import numpy as np
+import torch
+from torch import nn
+
+from privbench.data import FederatedData, ImageDataset
+from privbench.errors import ConfigError
+from privbench.fl.sgd import State, client_accuracy
+from privbench.fl.trainer import LocalSGD, Regulariser, SGDTrainer, Trainer
+from privbench.fl.wire import Totals, Wire
+from privbench.payloads import LocalTraining, Payload
+from privbench.victim import Victim
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class RoundRecord:
+    """Known-client accuracy and protocol bytes so far, after one round."""
+
+    round: int
+    accuracy: float
+    totals: Totals
+    global_accuracy: float | None = None
+
+    def as_dict(self) -> dict[str, float | int | None]:
+        """JSON-ready fields (``global_accuracy`` only where the protocol has a global model)."""
+        out: dict[str, float | int | None] = {"round": self.round, "accuracy": self.accuracy}
+        if self.global_accuracy is not None:
+            out["global_accuracy"] = self.global_accuracy
+        return {**out, **self.totals.as_dict()}
+
+
+@dataclass(frozen=True)
+class Clustering:
+    """What a clustered protocol ends with: clusters, their models and learnGenes.
+
+    Attributes:
+        labels: each known client's cluster.
+        bases: each known client's subspace basis ``U_i`` (as the server received it).
+        models: each cluster's final model ``Theta_k``.
+        genes: each cluster's learnGene layers ``Theta_k^G`` (layer names).
+        layers: the model's layers and their state names.
+    """
+
+    labels: tuple[int, ...]
+    bases: tuple[np.ndarray, ...]
+    models: dict[int, State]
+    genes: dict[int, tuple[str, ...]]
+    layers: dict[str, list[str]]
+
+    def gene_names(self, k: int) -> list[str]:
+        """State names of cluster ``k``'s learnGene."""
+        return [n for layer in self.genes.get(k, ()) for n in self.layers[layer]]
+
+
+@dataclass(frozen=True)
+class ProtocolResult:
+    """Outcome of a federated run.
+
+    Attributes:
+        theta0: the shared initialisation.
+        final: the model the victim ends with (global, cluster or own model).
+        accuracy: known-client accuracy: each known client's model on the test images of
+            its own classes, pooled over those images.
+        client_accuracy: each known client's accuracy on its own classes.
+        history: one record per round.
+        global_accuracy: the global model's accuracy on all known classes (FedAvg only).
+        clustering: clusters, cluster models and learnGenes (clustered protocols only).
+    """
+
+    theta0: State
+    final: State
+    accuracy: float
+    client_accuracy: dict[int, float]
+    history: tuple[RoundRecord, ...]
+    global_accuracy: float | None = None
+    clustering: Clustering | None = None
+
+
+@dataclass(frozen=True)
+class ClientRound:
+    """Who trains when: client ``client`` of cluster ``cluster`` in round ``round``."""
+
+    client: int
+    round: int
+    seed: int
+    victim: Victim
+    wire: Wire
+    cluster: int | None = None
+
+    @property
+    def name(self) -> str:
+        return f"client{self.client}"
+
+    @property
+    def is_victim(self) -> bool:
+        return (self.client, self.round) == (self.victim.client, self.victim.round)
+
+
+class FederatedProtocol(ABC):
+    """A federated protocol with rounds of sampled participants and local training by its trainer.
+
+    Args:
+        rounds: number of communication rounds.
+        participants: clients sampled per round (without replacement).
+        local_epochs: local epochs per round.
+        lr: local SGD learning rate.
+        batch_size: local batch size.
+        momentum: local SGD momentum.
+        trainer: how clients train (plain SGD by default, DP-SGD with ``defense=dpsgd``).
+    """
+
+    name: ClassVar[str] = "protocol"
+    #: payload kinds this protocol sends; the wire refuses any other.
+    sends: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, *, rounds: int, participants: int, local_epochs: int, lr: float, batch_size: int,
+                 momentum: float = 0.0, trainer: Trainer | None = None) -> None:
+        for key, value, low in (("rounds", rounds, 1), ("participants", participants, 1),
+                                ("local_epochs", local_epochs, 1), ("batch_size", batch_size, 1)):
+            if value < low:
+                raise ConfigError(f"fl.{key} must be >= {low}, got {value}")
+        if lr <= 0:
+            raise ConfigError(f"fl.lr must be > 0, got {lr}")
+        if not 0 <= momentum < 1:
+            raise ConfigError(f"fl.momentum must be in [0, 1), got {momentum}")
+        self.rounds, self.participants = rounds, participants
+        self.sgd = LocalSGD(epochs=local_epochs, lr=lr, batch_size=batch_size, momentum=momentum)
+        self.trainer: Trainer = trainer if trainer is not None else SGDTrainer()
+
+    def local_update(self, model: nn.Module, data: ImageDataset, *, at: ClientRound,
+                     regulariser: Regulariser | None = None) -> LocalTraining:
+        """Client ``at.client``'s local training this round, by the protocol's trainer."""
+        return self.trainer.train(model, data, client=at.name, sgd=self.sgd, generator=self.client_seed(at),
+                                  max_steps=self.max_steps(len(data)), regulariser=regulariser)
+
+    def max_steps(self, num_samples: int) -> int:
+        """Steps a client with ``num_samples`` takes if it joins every round (a DP accounting bound)."""
+        return self.rounds * self.sgd.epochs * -(-num_samples // self.sgd.batch_size)
+
+    def check(self, *, data: FederatedData, victim: Victim) -> None:
+        """Fail before training if the settings cannot run on ``data`` with ``victim``."""
+        if self.participants > data.num_clients:
+            raise ConfigError(f"fl.participants={self.participants} exceeds data.num_clients={data.num_clients}")
+        if not 0 <= victim.client < data.num_clients:
+            raise ConfigError(f"victim.client={victim.client} must be in 0..{data.num_clients - 1}")
+        if not 0 <= victim.round < self.rounds:
+            raise ConfigError(f"victim.round={victim.round} must be in 0..{self.rounds - 1} (fl.rounds={self.rounds})")
+        victim.batch_positions(len(data.clients[victim.client]), seed=0)
+
+    def sample(self, round_: int, num_clients: int, *, seed: int, victim: Victim) -> list[int]:
+        """Participants of ``round_``: a seeded draw; the victim is swapped in on its round."""
+        chosen = list(np.random.default_rng([seed, round_]).choice(num_clients, self.participants, replace=False))
+        if round_ == victim.round and victim.client not in chosen:
+            chosen[-1] = victim.client
+        return sorted(int(c) for c in chosen)
+
+    def victim_gradient(self, local: nn.Module, client_data: ImageDataset, truth: np.ndarray, *, at: ClientRound,
+                        base_id: str) -> tuple[dict[str, torch.Tensor], LocalTraining, ImageDataset, np.ndarray]:
+        """Send the victim's one-step gradient on its victim batch at the received model.
+
+        Returns the gradient, its training record, and the data (and its train-set indices)
+        the victim trains on this round: the victim batch when ``victim.update_data ==
+        "batch"``, else all of it.
+        """
+        victim = at.victim
+        pos = victim.batch_positions(len(client_data), seed=at.seed)
+        batch = torch.from_numpy(pos)
+        x, y = client_data.normalised(batch), client_data.labels[batch]
+        grad, record = self.trainer.gradient(local, x, y, client=at.name, num_samples=len(client_data), lr=self.sgd.lr,
+                                             generator=torch.Generator().manual_seed(at.seed * 7 + 1),
+                                             max_steps=self.max_steps(len(client_data)))
+        at.wire.send(Payload.from_tensors(kind="gradient", round=at.round, sender=at.name, receiver="server",
+                                          tensors=grad, base=base_id, training=record, truth=truth[pos].tolist()))
+        if victim.update_data == "batch":
+            return grad, record, client_data.subset(batch), truth[pos]
+        return grad, record, client_data, truth
+
+    @staticmethod
+    def known_accuracy(model: nn.Module, data: FederatedData,
+                       state_of: Callable[[int], State]) -> tuple[float, dict[int, float]]:
+        """Pooled accuracy over known clients, each scored with ``state_of(client)`` on its own classes,
+        and each client's own accuracy."""
+        correct = total = 0.0
+        per_client: dict[int, float] = {}
+        for c in range(data.num_clients):
+            model.load_state_dict(state_of(c))
+            acc, n = client_accuracy(model, data.test, data.client_classes(c))
+            per_client[c] = acc
+            correct, total = correct + acc * n, total + n
+        return correct / max(total, 1), per_client
+
+    @staticmethod
+    def client_seed(at: ClientRound) -> torch.Generator:
+        """Generator for a client's batch order in a round, fixed by ``(seed, round, client)``."""
+        seed = int(np.random.SeedSequence([at.seed, at.round, at.client]).generate_state(1)[0])
+        return torch.Generator().manual_seed(seed)
+
+    def progress(self, iterable: Iterable[T]) -> Iterator[T]:
+        """Rounds with a progress bar named after the protocol on a terminal, silent otherwise."""
+        from tqdm.auto import tqdm
+
+        return iter(tqdm(iterable, desc=f"{self.name} rounds", disable=not sys.stderr.isatty(), leave=False))
+
+    @abstractmethod
+    def run(self, *, model: nn.Module, data: FederatedData, victim: Victim, wire: Wire, seed: int) -> ProtocolResult:
+        """Train from ``model``'s parameters, sending every message through ``wire``; ``model`` is not changed."""

@@ -1,0 +1,113 @@
+"""GENE-FL (arXiv 2504.14628): Fisher-elastic local training, learnGene uploads, per-layer aggregation."""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from torch import nn
+
+from privbench.data import FederatedData
+from privbench.errors import ConfigError
+from privbench.fl.genefl.fisher import GeneRegulariser, fisher_diagonal
+from privbench.fl.genefl.learngene import cluster_gene, gene_size, select_layers, xi_scores
+from privbench.fl.genefl.settings import GeneSettings
+from privbench.fl.protocols.base import ClientRound
+from privbench.fl.protocols.clustered import ClusteredProtocol, ClusterRun, Upload
+from privbench.fl.settings import settings
+from privbench.fl.sgd import State, model_with, parameters_of
+from privbench.payloads import Condensation, Payload
+
+DOWNLINKS = ("full", "gene")
+
+
+class GeneFL(ClusteredProtocol):
+    """GENE-FL as reconstructed in ``docs/protocol.md``.
+
+    Per round, a participant of cluster ``k`` receives ``Theta_k`` (``cluster_model``),
+    computes the diagonal Fisher at it, trains ``local_epochs`` on
+    ``CE + lambda1 ||theta - Theta_k||^2 + lambda2 sum_j 1[F_j >= eps] F_j (theta_j - Theta_k,j)^2``,
+    scores its layers (``xi``), and uploads the ``gamma`` selected layers (``learngene``).
+    The server averages each layer over the clients that sent it; the cluster learnGene is
+    the set of layers a majority of the cluster sent in its latest round.
+
+    Args:
+        lambda1: weight of the smooth-update term.
+        lambda2: weight of the Fisher-elastic term.
+        eps: Fisher threshold of the elastic term.
+        gene: ``GeneSettings`` (``gamma``, ``select``, ``score``).
+        downlink: ``full`` (the paper: the whole cluster model each round) or ``gene``
+            (after a client's first round, only the cluster learnGene's layers; the client
+            keeps its own model for the rest).
+        **kwargs: ``ClusteredProtocol`` settings.
+    """
+
+    name = "genefl"
+    sends = ("subspace", "cluster_model", "learngene", "gradient", "gene_gradient", "cluster_gene")
+
+    def __init__(self, *, lambda1: float = 0.01, lambda2: float = 1.0, eps: float = 1e-6,
+                 gene: dict[str, Any] | None = None, downlink: str = "full", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        if lambda1 < 0 or lambda2 < 0 or eps < 0:
+            raise ConfigError("fl.lambda1, fl.lambda2 and fl.eps must be >= 0")
+        if downlink not in DOWNLINKS:
+            raise ConfigError(f"fl.downlink={downlink!r} is not one of {', '.join(DOWNLINKS)}")
+        self.lambda1, self.lambda2, self.eps, self.downlink_mode = lambda1, lambda2, eps, downlink
+        self.gene = settings(GeneSettings, gene, key="fl.gene")
+
+    def start(self, model: nn.Module, labels: np.ndarray, theta0: State) -> ClusterRun:
+        state = super().start(model, labels, theta0)
+        state.gene_count = gene_size(self.gene.gamma, len(state.layers))
+        return state
+
+    def downlink(self, state: ClusterRun, at: ClientRound) -> State:
+        assert at.cluster is not None
+        if self.downlink_mode == "full" or at.client not in state.personal or not state.genes.get(at.cluster):
+            return super().downlink(state, at)
+        cluster_state = state.models[at.cluster]
+        names = state.gene_names(at.cluster)
+        at.wire.send(Payload.from_tensors(kind="cluster_model", round=at.round, sender="server", receiver=at.name,
+                                          tensors={n: cluster_state[n] for n in names}, cluster=at.cluster))
+        return {**state.personal[at.client], **{n: cluster_state[n].clone() for n in names}}
+
+    def client_state(self, state: ClusterRun, c: int) -> State:
+        if self.downlink_mode == "full" or c not in state.personal:
+            return super().client_state(state, c)
+        k = int(state.labels[c])
+        return {**state.personal[c], **{n: state.models[k][n] for n in state.gene_names(k)}}
+
+    def after_aggregation(self, state: ClusterRun, k: int, uploaded_layers: list[list[str]]) -> None:
+        state.genes[k] = cluster_gene(uploaded_layers, list(state.layers), state.gene_count)
+
+    def client_round(self, model: nn.Module, received: State, data: FederatedData, state: ClusterRun,
+                     at: ClientRound) -> Upload:
+        base_id = f"r{at.round:04d}-cluster_model-server-{at.name}"
+        local = model_with(model, received)
+        client_data, truth = data.client(at.client), data.clients[at.client]
+        grad = gradient_record = None
+        if at.is_victim:
+            grad, gradient_record, client_data, truth = self.victim_gradient(local, client_data, truth, at=at,
+                                                                             base_id=base_id)
+        anchor = {n: p.detach().clone() for n, p in local.named_parameters()}
+        fisher = fisher_diagonal(local, client_data) if self.lambda2 else {}
+        if self.lambda2:
+            self.trainer.declare_read("genefl fisher_diagonal (computed on private data without noise)", mechanism=None)
+        regulariser = GeneRegulariser(anchor=anchor, fisher=fisher, lambda1=self.lambda1, lambda2=self.lambda2,
+                                      eps=self.eps)
+        training = self.local_update(local, client_data, at=at, regulariser=regulariser)
+        after = parameters_of(local)
+        params = {layer: [n for n in names if n in anchor] for layer, names in state.layers.items()}
+        scores = xi_scores(after, received, params, score=self.gene.score)
+        rng = np.random.default_rng([at.seed, at.round, at.client, 17])
+        chosen = select_layers(scores, state.gene_count, select=self.gene.select, rng=rng)
+        names = [n for layer in chosen for n in state.layers[layer]]
+        if grad is not None:
+            at.wire.send(Payload.from_tensors(kind="gene_gradient", round=at.round, sender=at.name, receiver="server",
+                                              tensors={n: grad[n] for n in names if n in grad}, base=base_id,
+                                              training=gradient_record, truth=truth.tolist()))
+        up = at.wire.send(Payload.from_tensors(
+            kind="learngene", round=at.round, sender=at.name, receiver="server", tensors={n: after[n] for n in names},
+            base=base_id, cluster=at.cluster, truth=truth.tolist(), training=training,
+            condensation=Condensation(tuple(chosen), scores)))
+        state.personal[at.client] = after
+        assert up.tensors is not None
+        return Upload(len(client_data), up.tensors, chosen)

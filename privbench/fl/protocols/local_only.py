@@ -1,0 +1,35 @@
+"""Local-only baseline: every client trains its own model from the shared init; nothing is sent."""
+from __future__ import annotations
+
+import copy
+
+from torch import nn
+
+from privbench.data import FederatedData
+from privbench.fl.protocols.base import ClientRound, FederatedProtocol, ProtocolResult, RoundRecord
+from privbench.fl.sgd import State, model_with, parameters_of
+from privbench.fl.wire import Wire
+from privbench.victim import Victim
+
+
+class LocalOnly(FederatedProtocol):
+    """Each sampled client trains ``local_epochs`` on its own model per round (same budget, no wire)."""
+
+    name = "local"
+    sends = ()
+
+    def run(self, *, model: nn.Module, data: FederatedData, victim: Victim, wire: Wire, seed: int) -> ProtocolResult:
+        scratch = copy.deepcopy(model)
+        theta0 = parameters_of(model)
+        own: dict[int, State] = {c: dict(theta0) for c in range(data.num_clients)}
+        history: list[RoundRecord] = []
+        per_client: dict[int, float] = {}
+        for r in self.progress(range(self.rounds)):
+            for c in self.sample(r, data.num_clients, seed=seed, victim=victim):
+                local = model_with(model, own[c])
+                self.local_update(local, data.client(c), at=ClientRound(c, r, seed, victim, wire))
+                own[c] = parameters_of(local)
+            acc, per_client = self.known_accuracy(scratch, data, lambda c: own[c])
+            history.append(RoundRecord(r, acc, wire.totals()))
+        return ProtocolResult(theta0=theta0, final=own[victim.client], accuracy=history[-1].accuracy,
+                              client_accuracy=per_client, history=tuple(history))

@@ -1,0 +1,98 @@
+"""Typed records a payload carries: how the sender trained locally, and which layers it condensed."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class AggregatePart:
+    """One client's share of an aggregate (a ``cluster_model``), as its upload declared it.
+
+    Attributes:
+        client: the sender, e.g. ``"client3"``.
+        images: images its upload was computed from.
+        num_samples: its sample count (the aggregation weight).
+        steps: its local SGD steps.
+        batch_size: its local batch size.
+        names: the parameter names it uploaded.
+    """
+
+    client: str
+    images: int
+    num_samples: int
+    steps: int
+    batch_size: int
+    names: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class LocalTraining:
+    """How a message's sender trained before sending it (what the server is told or can infer).
+
+    Attributes:
+        lr: SGD learning rate.
+        steps: optimiser steps taken (1 for a one-step gradient).
+        batch_size: local batch size (the batch for a gradient).
+        num_samples: samples trained on.
+        epochs: local epochs.
+        momentum: SGD momentum.
+        lambda1: weight of GENE-FL's smooth-update term (0 for other protocols).
+        lambda2: weight of GENE-FL's Fisher-elastic term.
+        eps: Fisher threshold of the elastic term.
+        parts: for an aggregate, each contributing client's training (else empty).
+
+    Example:
+        >>> t = LocalTraining(lr=0.1, steps=2, batch_size=1, num_samples=1)
+        >>> LocalTraining.from_dict(t.to_dict()) == t
+        True
+    """
+
+    lr: float
+    steps: int
+    batch_size: int
+    num_samples: int
+    epochs: int = 1
+    momentum: float = 0.0
+    lambda1: float = 0.0
+    lambda2: float = 0.0
+    eps: float = 0.0
+    parts: tuple[AggregatePart, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready fields (parts as dicts, names as lists)."""
+        out = asdict(self)
+        out["parts"] = [{**p, "names": list(p["names"])} for p in out["parts"]]
+        return out
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> "LocalTraining":
+        """The record ``to_dict`` wrote."""
+        parts = tuple(AggregatePart(**{**p, "names": tuple(p["names"])}) for p in values.get("parts", ()))
+        return cls(**{**values, "parts": parts})
+
+    def hyperparameters(self) -> dict[str, Any]:
+        """The scalar settings (no parts), as recorded in the threat model."""
+        return {k: v for k, v in self.to_dict().items() if k != "parts"}
+
+
+@dataclass(frozen=True)
+class Condensation:
+    """GENE-FL's choice of gene layers for one upload.
+
+    Attributes:
+        layers: the layers sent, in model order.
+        xi: every layer's normalised score.
+    """
+
+    layers: tuple[str, ...]
+    xi: dict[str, float]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready fields."""
+        return {"layers": list(self.layers), "xi": dict(self.xi)}
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> "Condensation":
+        """The record ``to_dict`` wrote."""
+        return cls(tuple(values["layers"]), dict(values["xi"]))
