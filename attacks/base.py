@@ -9,13 +9,12 @@ from typing import Any, ClassVar
 
 import torch
 
-from attacks.target import AttackTarget
+from attacks.target import UNKNOWN_LABELS, AttackTarget
 from privbench.errors import AttackNotApplicableError
 from privbench.payloads import kind as payload_kind
 from privbench.payloads.kinds import Carries, kinds_where
 
-#: ``label_source`` when the payload lacks the classifier head: labels cannot be read off it.
-UNKNOWN_LABELS = "unknown: optimised jointly"
+__all__ = ["UNKNOWN_LABELS", "Attack", "AttackResult", "Attempt", "GradientInversion"]
 
 
 @dataclass

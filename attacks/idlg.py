@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from attacks.base import UNKNOWN_LABELS, Attempt
+from attacks.base import Attempt
 from attacks.dlg import DLG
 from attacks.labels import recover_labels
 from attacks.matching import candidate_gradient, lbfgs_match
@@ -22,13 +22,13 @@ class IDLG(DLG):
     name = "idlg"
 
     def label_source(self, target: AttackTarget) -> str:
-        return "recovered" if f"{target.head}.weight" in target.gradient else UNKNOWN_LABELS
+        return target.head_label_source
 
     def attempt(self, target: AttackTarget, *, generator: torch.Generator) -> Attempt:
-        head = f"{target.head}.weight"
-        if head not in target.gradient:
+        head = target.head_gradient
+        if head is None:
             return super().attempt(target, generator=generator)
-        labels = recover_labels(target.gradient[head], target.num_images)
+        labels = recover_labels(head, target.num_images)
         images = torch.randn((target.num_images, *target.image_shape), generator=generator).requires_grad_(True)
         with self.progress(desc=self.name) as bar:
             objective, status, iters = lbfgs_match(

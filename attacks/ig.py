@@ -5,7 +5,7 @@ import math
 
 import torch
 
-from attacks.base import UNKNOWN_LABELS, Attempt, GradientInversion
+from attacks.base import Attempt, GradientInversion
 from attacks.labels import recover_labels
 from attacks.matching import candidate_gradient
 from attacks.objectives import cosine_distance, total_variation
@@ -38,15 +38,15 @@ class InvertingGradients(GradientInversion):
         self.lr, self.tv = lr, tv
 
     def label_source(self, target: AttackTarget) -> str:
-        return "recovered" if f"{target.head}.weight" in target.gradient else UNKNOWN_LABELS
+        return target.head_label_source
 
     def attempt(self, target: AttackTarget, *, generator: torch.Generator) -> Attempt:
         n = target.num_images
         images = torch.randn((n, *target.image_shape), generator=generator)
         target.clamp_(images)
         images.requires_grad_(True)
-        head = f"{target.head}.weight"
-        labels = recover_labels(target.gradient[head], n) if head in target.gradient else None
+        head = target.head_gradient
+        labels = recover_labels(head, n) if head is not None else None
         logits = None if labels is not None else torch.randn((n, target.num_classes), generator=generator).requires_grad_(True)
         optimizer = torch.optim.Adam([images] + ([logits] if logits is not None else []), lr=self.lr)
         milestones = [int(self.iterations * f) for f in (3 / 8, 5 / 8, 7 / 8)]

@@ -14,6 +14,9 @@ from privbench.models import classifier_head
 from privbench.payloads import LocalTraining, Payload
 from privbench.pixels import bounds as pixel_bounds
 
+#: ``label_source`` when the payload lacks the classifier head: labels cannot be read off it.
+UNKNOWN_LABELS = "unknown: optimised jointly"
+
 
 def observed_gradient(payload: Payload, base: Payload | None, param_names: list[str]) -> dict[str, torch.Tensor]:
     """The gradient an attack matches, restricted to parameters present in ``payload``.
@@ -87,14 +90,14 @@ class Unroll:
     @classmethod
     def from_training(cls, training: LocalTraining, num_images: int) -> "Unroll":
         """The replay of ``training`` on ``num_images`` candidates (one part per aggregated client)."""
-        lr, steps, momentum, lambda1 = float(training.lr), int(training.steps), float(training.momentum), float(training.lambda1)
-        if not training.parts:
-            return cls(lr, steps, momentum, lambda1, parts=(Part(0, num_images, training.steps, training.batch_size),))
         parts, start = [], 0
         for p in training.parts:
             parts.append(Part(start, start + p.images, p.steps, p.batch_size, float(p.num_samples), p.names))
             start += p.images
-        return cls(lr, steps, momentum, lambda1, parts=tuple(parts))
+        if not parts:  # one client's upload: all candidates are its data
+            parts.append(Part(0, num_images, training.steps, training.batch_size))
+        return cls(float(training.lr), int(training.steps), float(training.momentum), float(training.lambda1),
+                   parts=tuple(parts))
 
 
 @dataclass
@@ -170,6 +173,16 @@ class AttackTarget:
     def head(self) -> str:
         """Name of the classifier head module."""
         return classifier_head(self.model)
+
+    @property
+    def head_gradient(self) -> torch.Tensor | None:
+        """The observed gradient of the head's weight, or None when the payload does not carry it."""
+        return self.gradient.get(f"{self.head}.weight")
+
+    @property
+    def head_label_source(self) -> str:
+        """``recovered`` when labels can be read off the head's gradient, else ``UNKNOWN_LABELS``."""
+        return "recovered" if self.head_gradient is not None else UNKNOWN_LABELS
 
     def params(self) -> dict[str, torch.Tensor]:
         """The model's parameters whose gradients are observed, by name."""

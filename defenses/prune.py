@@ -1,9 +1,8 @@
 """Top-p pruning of every uplink payload tensor by magnitude (on a model upload: of its change)."""
 from __future__ import annotations
 
-from typing import Any
-
 import math
+from typing import Any
 
 import torch
 

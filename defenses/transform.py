@@ -20,13 +20,13 @@ def transform(payload: Payload, base: dict[str, torch.Tensor] | None,
     unchanged.
     """
     assert payload.tensors is not None
-    relative = payload.spec.carries == "model" and base is not None
+    model_base = base if payload.spec.carries == "model" else None
     out = {}
     for name, t in payload.tensors.items():
         if not t.is_floating_point():
             out[name] = t
-        elif relative and base is not None and name in base:
-            out[name] = base[name] + fn(name, t - base[name])
+        elif model_base is not None and name in model_base:
+            out[name] = model_base[name] + fn(name, t - model_base[name])
         else:
             out[name] = fn(name, t)
     return dataclasses.replace(payload, tensors=out)

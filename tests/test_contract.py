@@ -93,9 +93,21 @@ def test_a_protocol_that_bypasses_its_trainer_fails(tmp_path, trainer):
 
 def test_a_forged_copy_of_a_record_is_refused(tmp_path):
     protocol = FedAvg(rounds=1, participants=1, local_epochs=1, lr=0.1, batch_size=8)
-    record = LocalTraining(lr=0.1, steps=1, batch_size=8, num_samples=8)
-    issued = protocol.trainer._issue(record)
-    assert protocol.trainer.issued(issued) and not protocol.trainer.issued(dataclasses.replace(record))
+    wire = Wire.for_protocol(protocol, PayloadStore(tmp_path), CapturePolicy.build(victim_round=0, victim_client=0))
+    model = LeNet(in_channels=1, image_size=28, num_classes=10)
+    data = _tiny_data().client(0)
+    issued = protocol.local_update(model, data, at=ClientRound(0, 0, 0, Victim(), wire))
+    forged = dataclasses.replace(issued)  # equal fields, not issued by the trainer
+    assert forged == issued and protocol.trainer.issued(issued) and not protocol.trainer.issued(forged)
+
+    def update(training: LocalTraining) -> Payload:
+        return Payload.from_tensors(kind="update", round=0, sender="client0", receiver="server",
+                                    tensors=model.state_dict(), training=training)
+
+    with pytest.raises(WireError, match="not trained by the configured trainer"):
+        wire.send(update(forged))
+    wire.send(update(issued))
+    assert [r["kind"] for r in wire.store.records()] == ["update"]
 
 
 @pytest.mark.parametrize("protocol_cls", PROTOCOLS)

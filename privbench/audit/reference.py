@@ -23,7 +23,6 @@ def fedavg_reference(protocol: FederatedProtocol, *, model: nn.Module, data: Fed
     sgd = protocol.sgd
     fedavg = FedAvg(rounds=protocol.rounds, participants=protocol.participants, local_epochs=sgd.epochs, lr=sgd.lr,
                     batch_size=sgd.batch_size, momentum=sgd.momentum)
-    side = Wire(PayloadStore(root), CapturePolicy(kinds=frozenset(), rounds="all", clients="all"), sends=fedavg.sends,
-                trainer=fedavg.trainer)
+    side = Wire.for_protocol(fedavg, PayloadStore(root), CapturePolicy(kinds=frozenset(), rounds="all", clients="all"))
     result = fedavg.run(model=model, data=data, victim=Victim(round=-1), wire=side, seed=seed)
     return result.final, side.totals()

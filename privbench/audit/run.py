@@ -47,8 +47,7 @@ class Plan:
         cfg: the resolved config.
         protocol: the federated protocol, holding its trainer.
         attack: the attack (``NoAttack`` for ``attack=none``).
-        transform: the message transform the wire applies to uplinks.
-        defense: the configured defence (the trainer or the transform).
+        defense: the configured defence: the protocol's trainer, or the wire's transform.
         choice: which recorded payload is attacked.
         victim: the audited client.
         seed: the run's seed.
@@ -57,7 +56,6 @@ class Plan:
     cfg: DictConfig
     protocol: FederatedProtocol
     attack: Attack
-    transform: MessageTransform | None
     defense: Trainer | MessageTransform
     choice: PayloadChoice
     victim: Victim
@@ -67,15 +65,10 @@ class Plan:
     def attacking(self) -> bool:
         return not isinstance(self.attack, NoAttack)
 
-
-def _defense(cfg: DictConfig, seed: int) -> tuple[Trainer, MessageTransform | None, Trainer | MessageTransform]:
-    """The trainer and the message transform the ``defense`` config stands for."""
-    defense = build("defense", cfg.defense, seed=seed)
-    if isinstance(defense, Trainer):
-        return defense, None, defense
-    if isinstance(defense, MessageTransform):
-        return SGDTrainer(), defense, defense
-    raise ConfigError(f"defense: {cfg.defense._target_} is neither a trainer nor a message transform")
+    @property
+    def transform(self) -> MessageTransform | None:
+        """The message transform the wire applies to uplinks (None when the defence is a trainer)."""
+        return self.defense if isinstance(self.defense, MessageTransform) else None
 
 
 def _overrides() -> list[str]:
@@ -111,8 +104,10 @@ def plan(cfg: DictConfig) -> Plan:
     if cfg.metrics.match_on not in MATCH_ON:
         raise ConfigError(f"metrics.match_on={cfg.metrics.match_on!r}: allowed values: {', '.join(MATCH_ON)}")
     victim = build("victim", OmegaConf.merge({"_target_": "privbench.victim.Victim"}, cfg.victim))
-    trainer, transform, defense = _defense(cfg, int(cfg.seed))
-    protocol = build("fl", cfg.fl, trainer=trainer)
+    defense = build("defense", cfg.defense, seed=int(cfg.seed))
+    if not isinstance(defense, (Trainer, MessageTransform)):
+        raise ConfigError(f"defense: {cfg.defense._target_} is neither a trainer nor a message transform")
+    protocol = build("fl", cfg.fl, trainer=defense if isinstance(defense, Trainer) else SGDTrainer())
     attack = build("attack", cfg.attack)
     choice = build("payload", cfg.payload)
     if not isinstance(protocol, FederatedProtocol):
@@ -122,7 +117,7 @@ def plan(cfg: DictConfig) -> Plan:
     if not isinstance(choice, PayloadChoice):
         raise _not_a("payload", choice, PayloadChoice)
     assert isinstance(victim, Victim)
-    p = Plan(cfg, protocol, attack, transform, defense, choice, victim, int(cfg.seed))
+    p = Plan(cfg, protocol, attack, defense, choice, victim, int(cfg.seed))
     if p.attacking:
         if choice.kind not in protocol.sends:
             sends = ", ".join(protocol.sends) or "nothing (use attack=none)"
@@ -187,8 +182,6 @@ def _project(p: Plan, attack: SubspaceProjection, payload: Payload, data: Federa
 def _defense_summary(p: Plan) -> dict[str, Any]:
     """The defence's settings and, for DP-SGD, the epsilon of the victim and the largest over clients."""
     out = dict(p.defense.describe())
-    if isinstance(p.defense, Trainer):
-        out["defense"] = p.defense.name
     per_client = out.get("epsilon_per_client")
     if per_client is not None:
         out["epsilon"] = per_client.get(p.victim.name, float("nan"))
@@ -267,8 +260,8 @@ def run_audit(cfg: DictConfig, out: Path) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
     extra = p.choice.capture(p.victim) if p.attacking else None
-    wire = Wire(PayloadStore(out / "payloads"), AnyOf((policy, extra)) if extra else policy, sends=p.protocol.sends,
-                trainer=p.protocol.trainer, transform=p.transform)
+    wire = Wire.for_protocol(p.protocol, PayloadStore(out / "payloads"), AnyOf((policy, extra)) if extra else policy,
+                             transform=p.transform)
 
     fl = p.protocol.run(model=model, data=data, victim=p.victim, wire=wire, seed=p.seed)
     agnostic, reference_totals = _agnostic_phase(p, fl, model, data, wire, out)

@@ -87,4 +87,3 @@ class PayloadChoice:
                                        tensors={n: model.tensors[n] for n in names}, base=received.id, cluster=k,
                                        training=training, truth=truth)
         return payload, received
-

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 
 import numpy as np
 import torch
@@ -33,6 +34,16 @@ def layers(model: nn.Module) -> dict[str, list[str]]:
         bufs = [n for n, b in module.named_buffers(recurse=False) if b.is_floating_point()]
         out[name] = [prefix + n for n in own + bufs]
     return out
+
+
+def state_names(layer_map: dict[str, list[str]], chosen: Iterable[str]) -> list[str]:
+    """The state names of the ``chosen`` layers (``layer_map`` as ``layers()`` returns it).
+
+    Example:
+        >>> state_names({"0": ["0.weight", "0.bias"], "2": ["2.weight"]}, ["2"])
+        ['2.weight']
+    """
+    return [n for layer in chosen for n in layer_map[layer]]
 
 
 def _flat(state: dict[str, torch.Tensor], names: list[str]) -> torch.Tensor:

@@ -13,6 +13,7 @@ from torch import nn
 
 from privbench.data import FederatedData, ImageDataset
 from privbench.errors import ConfigError
+from privbench.fl.genefl.learngene import state_names
 from privbench.fl.sgd import State, client_accuracy
 from privbench.fl.trainer import LocalSGD, Regulariser, SGDTrainer, Trainer
 from privbench.fl.wire import Totals, Wire
@@ -59,7 +60,7 @@ class Clustering:
 
     def gene_names(self, k: int) -> list[str]:
         """State names of cluster ``k``'s learnGene."""
-        return [n for layer in self.genes.get(k, ()) for n in self.layers[layer]]
+        return state_names(self.layers, self.genes.get(k, ()))
 
 
 @dataclass(frozen=True)

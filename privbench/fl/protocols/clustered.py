@@ -13,7 +13,7 @@ from torch import nn
 from privbench.data import FederatedData
 from privbench.errors import ConfigError
 from privbench.fl.aggregate import aggregate
-from privbench.fl.genefl.learngene import layers
+from privbench.fl.genefl.learngene import layers, state_names
 from privbench.fl.genefl.settings import AgnosticSettings
 from privbench.fl.genefl.subspace import client_subspace, cluster, proximity
 from privbench.fl.protocols.base import ClientRound, Clustering, FederatedProtocol, ProtocolResult, RoundRecord
@@ -46,7 +46,7 @@ class ClusterRun:
 
     def gene_names(self, k: int) -> list[str]:
         """State names of cluster ``k``'s learnGene so far."""
-        return [n for layer in self.genes.get(k, []) for n in self.layers[layer]]
+        return state_names(self.layers, self.genes.get(k, []))
 
 
 @dataclass(frozen=True)
@@ -84,10 +84,10 @@ class ClusteredProtocol(FederatedProtocol):
 
     def cluster_clients(self, data: FederatedData, wire: Wire) -> tuple[np.ndarray, list[np.ndarray]]:
         """Every known client sends ``U_i`` (``subspace``); the server clusters the subspaces."""
+        self.trainer.declare_read("subspace (SVD of the client's images, sent in the clear)", mechanism=None)
         bases = []
         for c in range(data.num_clients):
             u = client_subspace(data.client(c).normalised(), self.subspace_dim)
-            self.trainer.declare_read("subspace (SVD of the client's images, sent in the clear)", mechanism=None)
             wire.send(Payload.from_tensors(kind="subspace", round=0, sender=f"client{c}", receiver="server",
                                            tensors={"U": u}, truth=data.clients[c].tolist()))
             bases.append(u.double().numpy())

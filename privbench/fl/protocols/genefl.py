@@ -9,7 +9,7 @@ from torch import nn
 from privbench.data import FederatedData
 from privbench.errors import ConfigError
 from privbench.fl.genefl.fisher import GeneRegulariser, fisher_diagonal
-from privbench.fl.genefl.learngene import cluster_gene, gene_size, select_layers, xi_scores
+from privbench.fl.genefl.learngene import cluster_gene, gene_size, select_layers, state_names, xi_scores
 from privbench.fl.genefl.settings import GeneSettings
 from privbench.fl.protocols.base import ClientRound
 from privbench.fl.protocols.clustered import ClusteredProtocol, ClusterRun, Upload
@@ -57,6 +57,8 @@ class GeneFL(ClusteredProtocol):
     def start(self, model: nn.Module, labels: np.ndarray, theta0: State) -> ClusterRun:
         state = super().start(model, labels, theta0)
         state.gene_count = gene_size(self.gene.gamma, len(state.layers))
+        if self.lambda2:  # every client's Fisher pass reads its data
+            self.trainer.declare_read("genefl fisher_diagonal (computed on private data without noise)", mechanism=None)
         return state
 
     def downlink(self, state: ClusterRun, at: ClientRound) -> State:
@@ -89,8 +91,6 @@ class GeneFL(ClusteredProtocol):
                                                                              base_id=base_id)
         anchor = {n: p.detach().clone() for n, p in local.named_parameters()}
         fisher = fisher_diagonal(local, client_data) if self.lambda2 else {}
-        if self.lambda2:
-            self.trainer.declare_read("genefl fisher_diagonal (computed on private data without noise)", mechanism=None)
         regulariser = GeneRegulariser(anchor=anchor, fisher=fisher, lambda1=self.lambda1, lambda2=self.lambda2,
                                       eps=self.eps)
         training = self.local_update(local, client_data, at=at, regulariser=regulariser)
@@ -99,7 +99,7 @@ class GeneFL(ClusteredProtocol):
         scores = xi_scores(after, received, params, score=self.gene.score)
         rng = np.random.default_rng([at.seed, at.round, at.client, 17])
         chosen = select_layers(scores, state.gene_count, select=self.gene.select, rng=rng)
-        names = [n for layer in chosen for n in state.layers[layer]]
+        names = state_names(state.layers, chosen)
         if grad is not None:
             at.wire.send(Payload.from_tensors(kind="gene_gradient", round=at.round, sender=at.name, receiver="server",
                                               tensors={n: grad[n] for n in names if n in grad}, base=base_id,
