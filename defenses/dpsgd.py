@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -11,11 +12,21 @@ from torch import nn
 from torch.func import functional_call, grad, vmap
 from torch.utils.data import DataLoader, TensorDataset
 
+from defenses.calibration import Event, epsilon, events, noise_multiplier
+from defenses.dp_reads import dp_fisher_diagonal, dp_subspace
 from privbench.data.dataset import ImageDataset
 from privbench.errors import ConfigError
+from privbench.fl.genefl.subspace import per_class_subspace
+from privbench.fl.reads import AUDIT_GRADIENT, COVERABLE, FISHER, LOCAL_SGD, SUBSPACE, PlannedRead
 from privbench.fl.trainer import LocalSGD, Regulariser, Trainer
 
 ACCOUNTANTS = ("rdp", "prv")
+MECHANISMS = {
+    LOCAL_SGD: "dp-sgd: per-sample clipping + gaussian noise, poisson sampling (opacus)",
+    AUDIT_GRADIENT: "one dp-sgd step on the fixed victim batch (sample rate 1)",
+    FISHER: "gaussian: clipped per-sample squared gradients + noise (sample rate 1)",
+    SUBSPACE: "dp-pca: analyze gauss on unit-norm images (sample rate 1)",
+}
 
 
 def _add_gradient(model: nn.Module, loss: torch.Tensor) -> None:
@@ -30,25 +41,29 @@ class DPSGD(Trainer):
     """DP-SGD (per-sample clipping to ``max_grad_norm`` + Gaussian noise) via Opacus: a trainer.
 
     Each client has one ``opacus.PrivacyEngine`` for the whole run, so its accountant
-    composes every round; each round calls ``make_private`` afresh on that round's model,
-    optimiser and Poisson-sampled loader. GENE-FL's regularisers, given their anchor and
-    Fisher diagonal, do not read data: their gradient is added after clipping and noise. The
-    Fisher pass itself reads private data without noise and is *not* covered by the reported
-    epsilon: the protocol declares it (``declare_read``) and ``describe()`` lists it.
+    composes every release: each round's local training (``make_private`` afresh on that
+    round's model, optimiser and Poisson-sampled loader), the victim's audit gradient, and
+    the reads listed in ``cover``. With ``target_epsilon``, each client's noise multiplier is
+    calibrated to its whole planned schedule (every round, the audit gradient when it is
+    the victim, the covered reads), so a client that joins every round spends between
+    0.98 and 1 times the target. Reads not covered (GENE-FL's Fisher pass, the clustering
+    subspace, unless listed) are exact and reported as uncovered.
 
     Args:
         noise_multiplier: sigma; ignored when ``target_epsilon`` is set.
-        target_epsilon: if set, sigma is chosen per client so that participating in every
-            round (an upper bound on its steps) spends at most this epsilon.
-        max_grad_norm: per-sample clipping norm C.
+        target_epsilon: if set, sigma is chosen per client so that its planned schedule
+            spends at most this epsilon.
+        max_grad_norm: per-sample clipping norm C (also the Fisher pass's clipping norm).
         delta: target delta.
         accountant: ``rdp`` or ``prv``.
+        cover: other reads to protect and account: ``fisher_diagonal`` (Gaussian noise on
+            clipped per-sample squared gradients), ``subspace`` (DP-PCA).
     """
 
     name = "dpsgd"
 
     def __init__(self, *, noise_multiplier: float = 1.0, target_epsilon: float | None = None, max_grad_norm: float = 1.0,
-                 delta: float = 1e-5, accountant: str = "rdp", seed: int = 0) -> None:
+                 delta: float = 1e-5, accountant: str = "rdp", cover: Sequence[str] = (), seed: int = 0) -> None:
         super().__init__()
         if accountant not in ACCOUNTANTS:
             raise ConfigError(f"defense.accountant={accountant!r} is not one of {', '.join(ACCOUNTANTS)}")
@@ -56,10 +71,15 @@ class DPSGD(Trainer):
             raise ConfigError("defense: max_grad_norm must be > 0, noise_multiplier >= 0, delta in (0, 1)")
         if target_epsilon is not None and target_epsilon <= 0:
             raise ConfigError(f"defense.target_epsilon must be > 0, got {target_epsilon}")
+        unknown = sorted(set(cover) - set(COVERABLE))
+        if unknown:
+            raise ConfigError(f"defense.cover: {unknown[0]!r} is not one of {', '.join(COVERABLE)}")
         self.noise_multiplier, self.target_epsilon = noise_multiplier, target_epsilon
         self.max_grad_norm, self.delta, self.accountant, self.seed = max_grad_norm, delta, accountant, seed
+        self.cover = tuple(c for c in COVERABLE if c in cover)
         self.engines: dict[str, Any] = {}
         self.sigmas: dict[str, float] = {}
+        self.schedules: dict[str, list[Event]] = {}
 
     def check_model(self, model: nn.Module) -> None:
         """Fail before training if Opacus cannot compute per-sample gradients of ``model``."""
@@ -70,18 +90,27 @@ class DPSGD(Trainer):
             raise ConfigError(f"defense=dpsgd cannot train {type(model).__name__}: {str(errors[0]).splitlines()[0]}; "
                               "use a GroupNorm model (model.norm=gn for resnet18, or model=convnet/lenet)")
 
-    def sigma(self, client: str, *, sample_rate: float, max_steps: int) -> float:
-        """Noise multiplier of ``client`` (fixed at its first use)."""
-        if client not in self.sigmas:
-            if self.target_epsilon is None:
-                self.sigmas[client] = self.noise_multiplier
-            else:
-                from opacus.accountants.utils import get_noise_multiplier
+    def plan(self, client: str, reads: Sequence[PlannedRead]) -> None:
+        """Fix ``client``'s noise multiplier for its planned schedule of releases."""
+        schedule = events(reads, covered=self.cover)
+        self.schedules[client] = schedule
+        if self.target_epsilon is None:
+            self.sigmas[client] = self.noise_multiplier
+        else:
+            self.sigmas[client] = noise_multiplier(schedule, target_epsilon=self.target_epsilon, delta=self.delta,
+                                                   accountant=self.accountant)
 
-                self.sigmas[client] = get_noise_multiplier(target_epsilon=self.target_epsilon, target_delta=self.delta,
-                                                           sample_rate=sample_rate, steps=max_steps,
-                                                           accountant=self.accountant)
+    def sigma(self, client: str) -> float:
+        """Noise multiplier of ``client`` (set by ``plan``; ``noise_multiplier`` without a target)."""
+        if client not in self.sigmas:
+            if self.target_epsilon is not None:
+                raise RuntimeError(f"{client} has no planned schedule: call plan() before its first release")
+            self.sigmas[client] = self.noise_multiplier
         return self.sigmas[client]
+
+    def planned_epsilon(self, client: str) -> float:
+        """Epsilon ``client`` spends if it makes every planned release."""
+        return epsilon(self.sigma(client), self.schedules.get(client, []), delta=self.delta, accountant=self.accountant)
 
     def engine(self, client: str) -> Any:
         """The persistent Opacus ``PrivacyEngine`` (and accountant) of ``client``."""
@@ -93,42 +122,48 @@ class DPSGD(Trainer):
                 self.engines[client] = PrivacyEngine(accountant=self.accountant)
         return self.engines[client]
 
+    def _protection(self, what: str) -> dict[str, Any]:
+        if what in (LOCAL_SGD, AUDIT_GRADIENT) or what in self.cover:
+            return {"mechanism": MECHANISMS[what], "covered": True}
+        return {"mechanism": "none (exact)", "covered": False}
+
     def _train(self, model: nn.Module, data: ImageDataset, *, client: str, sgd: LocalSGD, generator: torch.Generator,
-               max_steps: int, regulariser: Regulariser | None) -> int:
-        """DP-SGD local training of ``model`` in place; returns the number of optimiser steps."""
-        epochs, lr, batch_size, momentum = sgd.epochs, sgd.lr, sgd.batch_size, sgd.momentum
-        sample_rate = min(1.0, batch_size / len(data))
-        sigma = self.sigma(client, sample_rate=sample_rate, max_steps=max_steps)
-        loader = DataLoader(TensorDataset(data.normalised(), data.labels), batch_size=batch_size, generator=generator)
-        optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
+               regulariser: Regulariser | None) -> int:
+        """DP-SGD local training of ``model`` in place; returns the number of optimiser steps.
+
+        An empty Poisson batch still takes a step (noise only), as Opacus intends.
+        """
+        loader = DataLoader(TensorDataset(data.normalised(), data.labels), batch_size=sgd.batch_size,
+                            generator=generator)
+        optimizer = torch.optim.SGD(model.parameters(), lr=sgd.lr, momentum=sgd.momentum)
         noise = torch.Generator().manual_seed(int(torch.randint(0, 2**31 - 1, (1,), generator=generator)))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             module, dp_optimizer, dp_loader = self.engine(client).make_private(
-                module=model, optimizer=optimizer, data_loader=loader, noise_multiplier=sigma,
+                module=model, optimizer=optimizer, data_loader=loader, noise_multiplier=self.sigma(client),
                 max_grad_norm=self.max_grad_norm, poisson_sampling=True, noise_generator=noise)
         module.train()
         steps = 0
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="Full backward hook is firing")  # inputs need no grad here
-            for _ in range(epochs):
+            for _ in range(sgd.epochs):
                 for x, y in dp_loader:
                     dp_optimizer.zero_grad(set_to_none=True)
-                    if len(x):
-                        F.cross_entropy(module(x), y).backward()
+                    # an empty batch gives empty per-sample gradients (its NaN mean loss has no terms)
+                    F.cross_entropy(module(x), y).backward()
                     if dp_optimizer.pre_step():  # clip per sample, add noise, average
-                        if regulariser is not None:  # data-independent: outside the clipping
+                        if regulariser is not None:  # reads no data: outside the clipping
                             _add_gradient(model, regulariser(model))
                         dp_optimizer.original_optimizer.step()
                     steps += 1
         module._close()
         return steps
 
-    def _gradient(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, client: str, num_samples: int,
-                  generator: torch.Generator, max_steps: int) -> dict[str, torch.Tensor]:
-        """One DP-SGD step's gradient on a batch: clipped per-sample gradients, summed, noised, averaged.
+    def _gradient(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, client: str,
+                  generator: torch.Generator) -> dict[str, torch.Tensor]:
+        """One DP-SGD step's gradient on a fixed batch: clipped per-sample gradients, summed, noised, averaged.
 
-        Accounted as one step of sampling rate ``len(x) / num_samples`` on the client's accountant.
+        The batch was chosen, not Poisson-sampled, so it is accounted at sample rate 1.
         """
         params = {n: p.detach() for n, p in model.named_parameters()}
         buffers = {n: b.detach() for n, b in model.named_buffers()}
@@ -139,14 +174,41 @@ class DPSGD(Trainer):
         per_sample = vmap(grad(loss), in_dims=(None, 0, 0))(params, x, y)
         norms = torch.sqrt(sum((g.flatten(1) ** 2).sum(1) for g in per_sample.values()))
         factor = (self.max_grad_norm / (norms + 1e-6)).clamp(max=1.0)
-        rate = min(1.0, len(x) / num_samples)
-        sigma = self.sigma(client, sample_rate=rate, max_steps=max_steps)
+        sigma = self.sigma(client)
         out = {}
         for n, g in per_sample.items():
             summed = (g * factor.view(-1, *[1] * (g.dim() - 1))).sum(0)
             noise = torch.randn(summed.shape, generator=generator) * sigma * self.max_grad_norm
             out[n] = (summed + noise) / len(x)
-        self.engine(client).accountant.step(noise_multiplier=sigma, sample_rate=rate)
+        self.engine(client).accountant.step(noise_multiplier=sigma, sample_rate=1.0)
+        return out
+
+    def _fisher(self, model: nn.Module, data: ImageDataset, *, client: str,
+                generator: torch.Generator) -> dict[str, torch.Tensor]:
+        if FISHER not in self.cover:
+            return super()._fisher(model, data, client=client, generator=generator)
+        sigma = self.sigma(client)
+        out = dp_fisher_diagonal(model, data, clip=self.max_grad_norm, sigma=sigma, generator=generator)
+        self.engine(client).accountant.step(noise_multiplier=sigma, sample_rate=1.0)
+        return out
+
+    def _subspace(self, images: torch.Tensor, d: int, *, labels: torch.Tensor | None, client: str,
+                  generator: torch.Generator) -> torch.Tensor:
+        """DP-PCA when covered.
+
+        Per class (PACFL) the classes partition the images, so the per-class releases compose
+        in parallel and one release is accounted; which classes a client holds is treated as
+        public, as in PACFL.
+        """
+        if SUBSPACE not in self.cover:
+            return super()._subspace(images, d, labels=labels, client=client, generator=generator)
+        sigma = self.sigma(client)
+
+        def basis(x: torch.Tensor, k: int) -> torch.Tensor:
+            return dp_subspace(x, d, sigma=sigma, generator=generator)
+
+        out = basis(images, d) if labels is None else per_class_subspace(images, labels, d, basis)
+        self.engine(client).accountant.step(noise_multiplier=sigma, sample_rate=1.0)
         return out
 
     def epsilons(self) -> dict[str, float]:
@@ -157,8 +219,8 @@ class DPSGD(Trainer):
     def describe(self) -> dict[str, Any]:
         eps = self.epsilons()
         return {"defense": self.name, "max_grad_norm": self.max_grad_norm, "delta": self.delta,
-                "accountant": self.accountant, "target_epsilon": self.target_epsilon,
+                "accountant": self.accountant, "target_epsilon": self.target_epsilon, "cover": list(self.cover),
                 "noise_multiplier": self.noise_multiplier if self.target_epsilon is None else None,
                 "noise_multipliers": dict(sorted(self.sigmas.items())),
                 "epsilon_per_client": eps, "epsilon_max": max(eps.values()) if eps else math.nan,
-                "uncovered_reads": self.uncovered_reads()}
+                "reads": [r.as_dict() for r in self.reads()], "uncovered_reads": self.uncovered_reads()}

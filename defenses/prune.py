@@ -1,6 +1,7 @@
 """Top-p pruning of every uplink payload tensor by magnitude (on a model upload: of its change)."""
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
@@ -41,7 +42,9 @@ class Prune(MessageTransform):
     def protect(self, payload: Payload, base: dict[str, torch.Tensor] | None = None) -> Payload:
         if self.p >= 1.0:
             return payload
-        return transform(payload, base, lambda _, t: keep_top(t, self.p))
+        what = "change from the received model" if payload.spec.carries == "model" and base is not None else "values"
+        out = transform(payload, base, lambda _, t: keep_top(t, self.p))
+        return dataclasses.replace(out, protection=f"kept the top {self.p:g} of each tensor's {what} by magnitude")
 
     def describe(self) -> dict[str, Any]:
         return {"defense": self.name, "p": self.p}

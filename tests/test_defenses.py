@@ -1,6 +1,7 @@
 """Defences (noise, pruning, Opacus DP-SGD): mechanisms, accounting, and effect on leakage."""
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -73,22 +74,14 @@ def test_dp_epsilon_equals_opacus_accountant_computed_independently(fmnist):
     torch.manual_seed(0)
     model = LeNet(in_channels=1, image_size=28, num_classes=10)
     sgd = LocalSGD(epochs=1, lr=0.1, batch_size=16, momentum=0.0)
-    steps = [dp.train(model, data, client="client0", sgd=sgd, generator=torch.Generator().manual_seed(r),
-                      max_steps=8).steps for r in range(2)]
+    steps = [dp.train(model, data, client="client0", sgd=sgd, generator=torch.Generator().manual_seed(r)).steps
+             for r in range(2)]
     assert steps == [4, 4]  # Poisson loader: 1 / sample_rate batches per epoch
     independent = RDPAccountant()
     for _ in range(sum(steps)):
         independent.step(noise_multiplier=1.1, sample_rate=16 / 64)
     assert dp.epsilons()["client0"] == pytest.approx(independent.get_epsilon(delta=1e-5), rel=1e-9)
     assert len(dp.engines) == 1  # one persistent accountant per client
-
-
-def test_target_epsilon_sets_sigma_for_the_whole_run():
-    dp = DPSGD(target_epsilon=4.0, delta=1e-5)
-    sigma = dp.sigma("client0", sample_rate=0.25, max_steps=40)
-    acc = RDPAccountant()
-    acc.history = [(sigma, 0.25, 40)]
-    assert acc.get_epsilon(delta=1e-5) <= 4.0 + 0.02
 
 
 def test_batchnorm_model_with_dpsgd_fails_before_training(compose_cfg, tmp_path):
@@ -109,3 +102,33 @@ def test_dp_and_noise_lower_idlg_leakage_on_the_gradient(compose_cfg, tmp_path):
     metrics = run_audit(compose_cfg(*TINY, "defense=dpsgd", f"results_dir={tmp_path}", "resume=false"), tmp_path / "again")
     assert math.isfinite(metrics["defense"]["epsilon"]) and metrics["defense"]["epsilon"] > 0
     assert metrics["defense"]["epsilon_per_client"]["client0"] == metrics["defense"]["epsilon"]
+
+
+def test_noise_gives_equal_noise_to_signal_on_a_gradient_and_its_one_step_update(fmnist):
+    """sigma is in (pseudo-)gradient units: the update -lr*g of one SGD step gets lr*sigma on its change."""
+    from privbench.fl.sgd import batch_gradient, parameters_of
+    from privbench.payloads import LocalTraining
+
+    torch.manual_seed(0)
+    model = LeNet(in_channels=1, image_size=28, num_classes=10)
+    data = fmnist.client(0)
+    x, y = data.normalised(torch.arange(4)), data.labels[:4]
+    grad = batch_gradient(model, x, y)
+    lr, sigma = 0.1, 0.05
+    base = parameters_of(model)
+    after = {n: base[n] - lr * grad[n] if n in grad else base[n] for n in base}
+    record = LocalTraining(lr=lr, steps=1, batch_size=4, num_samples=4)
+    noise = GaussianNoise(sigma=sigma, seed=0)
+    on_grad = noise.protect(_payload("gradient", grad))
+    on_update = noise.protect(dataclasses.replace(_payload("update", after, base="b"), training=record), base)
+
+    def ratio(noisy, clean):
+        num = sum(float(((noisy[n] - clean[n]) ** 2).sum()) for n in grad)
+        return math.sqrt(num / sum(float((clean[n] ** 2).sum()) for n in grad))
+
+    pseudo = {n: -(on_update.tensors[n] - base[n]) / lr for n in grad}
+    expected = sigma * math.sqrt(sum(g.numel() for g in grad.values())) / math.sqrt(
+        sum(float((g**2).sum()) for g in grad.values()))  # hand-computed noise-to-signal of N(0, sigma^2)
+    assert ratio(on_grad.tensors, grad) == pytest.approx(expected, rel=0.02)
+    assert ratio(pseudo, grad) == pytest.approx(expected, rel=0.02)
+    assert "pseudo-gradient" in on_update.protection and "each value" in on_grad.protection

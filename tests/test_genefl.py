@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from scipy.linalg import subspace_angles
 from torch import nn
 
 from privbench.data import FederatedData
@@ -16,7 +17,7 @@ from privbench.payloads.comm import comm_summary
 from privbench.fl.genefl.fisher import fisher_diagonal, gene_regulariser
 from privbench.fl.protocols.genefl import GeneFL
 from privbench.fl.genefl.learngene import cluster_gene, gene_size, layers, select_layers, xi_scores
-from privbench.fl.genefl.subspace import client_subspace, cluster, nearest_cluster, proximity
+from privbench.fl.genefl.subspace import client_subspace, cluster, nearest_cluster, per_class_subspace, proximity
 from privbench.victim import Victim
 from privbench.fl.wire import Wire
 from privbench.models import LeNet
@@ -84,7 +85,7 @@ def test_xi_prefers_the_untouched_layer():
     groups = layers(model)
     for score in ("cos_per_dim", "cos"):
         xi = xi_scores(after, before, groups, score=score)
-        assert xi["0"] > xi["2"] and sum(xi.values()) == pytest.approx(1.0)
+        assert xi["0"] > xi["2"] and sum(abs(v) for v in xi.values()) == pytest.approx(1.0)
         assert select_layers(xi, 1, select="top") == ["0"] and select_layers(xi, 1, select="bottom") == ["2"]
     norm = xi_scores(after, before, groups, score="update_norm")
     assert norm["0"] == 0.0 and norm["2"] == pytest.approx(1.0)
@@ -92,6 +93,20 @@ def test_xi_prefers_the_untouched_layer():
         (1 / 20) / (1 / 20 + float(F.cosine_similarity(torch.cat([after["2.weight"].flatten(), after["2.bias"]]).double(),
                                                         torch.cat([before["2.weight"].flatten(), before["2.bias"]]).double(),
                                                         dim=0)) / 20))
+
+
+def test_xi_normalisation_cannot_reverse_a_ranking():
+    """A layer whose weights flip sign has cosine -1: the raw scores sum below 0, the ranking must survive."""
+    before = {"a": torch.ones(4), "b": torch.ones(4), "c": torch.ones(4)}
+    after = {"a": torch.ones(4), "b": torch.tensor([1.0, 1.0, 1.0, -1.0]), "c": -torch.ones(4)}
+    groups = {k: [k] for k in before}
+    raw = {"a": 1.0, "b": 0.5, "c": -1.0}  # cosines by hand: 4/4, 2/4, -4/4 (sum 0.5 > 0)
+    xi = xi_scores(after, before, groups, score="cos")
+    assert xi == pytest.approx({k: v / 2.5 for k, v in raw.items()})
+    after["a"] = -torch.ones(4)  # now cosines 1 -> -1: raw sum -1.5 < 0, which a plain sum would flip
+    xi = xi_scores(after, before, groups, score="cos")
+    assert xi == pytest.approx({"a": -1 / 2.5, "b": 0.5 / 2.5, "c": -1 / 2.5})
+    assert select_layers(xi, 1, select="top") == ["b"] and select_layers(xi, 1, select="bottom") == ["a"]
 
 
 def test_layers_group_weight_bias_and_buffers():
@@ -138,6 +153,29 @@ def test_clustering_recovers_planted_clusters_and_matches_agnostic():
     assert nearest_cluster(client_subspace(newcomer.normalised(), 5).double().numpy(), bases, labels) == 1
 
 
+def test_pacfl_subspaces_recover_planted_per_class_subspaces():
+    """Each class lives in its own planted 2-d subspace; clients share classes {0, 1} or {2, 3}."""
+    gen = torch.Generator().manual_seed(0)
+    planted = torch.linalg.qr(torch.randn(64, 8, generator=gen))[0].reshape(64, 4, 2).permute(1, 0, 2)  # [class, D, 2]
+
+    def client(classes):
+        labels = torch.tensor([c for c in classes for _ in range(30)])
+        coords = torch.randn(len(labels), 2, generator=gen) * torch.tensor([2.0, 1.0])
+        images = torch.einsum("nk,ndk->nd", coords, planted[labels]) + 1e-3 * torch.randn(len(labels), 64, generator=gen)
+        return images.reshape(-1, 1, 8, 8), labels
+
+    clients = [client(c) for c in ([0, 1], [0, 1], [2, 3], [2, 3])]
+    bases = [per_class_subspace(x, y, 2, client_subspace).double().numpy() for x, y in clients]
+    assert bases[0].shape == (64, 4)
+    for k in (0, 1):  # the first client's basis holds class k's planted subspace in columns 2k, 2k+1
+        assert max(subspace_angles(bases[0][:, 2 * k:2 * k + 2], planted[k].double().numpy())) < 0.01
+    pacfl = proximity(bases, variant="pacfl")
+    assert pacfl[0, 1] < 0.01 and pacfl[2, 3] < 0.01  # shared classes: smallest principal angle ~0
+    assert pacfl[0, 2] == pytest.approx(np.pi / 2, abs=0.01)  # disjoint classes: orthogonal planted subspaces
+    assert cluster(pacfl, 2).tolist() == [0, 0, 1, 1]
+    assert nearest_cluster(bases[3], bases[:3], np.array([0, 0, 1]), variant="pacfl") == 1
+
+
 def test_subspace_is_orthonormal_top_singular_vectors():
     x = torch.randn(30, 1, 4, 4)
     u = client_subspace(x, 4)
@@ -146,21 +184,22 @@ def test_subspace_is_orthonormal_top_singular_vectors():
     assert torch.allclose((u.double().T @ full[:, :4]).abs().diag(), torch.ones(4, dtype=torch.float64), atol=1e-5)
 
 
-def _tiny(tmp_path, *, seed=0, downlink="full", reference=False):
+def _tiny(tmp_path, *, seed=0, downlink="full", reference=False, **kwargs):
     data = FederatedData.build(source="fashion_mnist_subset", num_clients=6, partition="shard", classes_per_client=2,
                                agnostic_classes=[8, 9], num_agnostic_clients=1, seed=seed)
     torch.manual_seed(seed)
     model = LeNet(in_channels=1, image_size=28, num_classes=10)
     protocol = GeneFL(rounds=2, participants=3, local_epochs=1, lr=0.1, batch_size=32, num_clusters=3, subspace_dim=3,
-                      downlink=downlink, gene={"gamma": 2}, agnostic={"epochs": 1, "fedavg_reference": reference})
+                      downlink=downlink, gene={"gamma": 2}, agnostic={"epochs": 1, "fedavg_reference": reference},
+                      **kwargs)
     wire = Wire.for_protocol(protocol, PayloadStore(tmp_path / "payloads"),
                              CapturePolicy.build(victim_round=1, victim_client=0))
     result = protocol.run(model=model, data=data, victim=Victim(client=0, round=1), wire=wire, seed=seed)
     reference_state = None
     if reference:
         reference_state, _ = fedavg_reference(protocol, model=model, data=data, root=tmp_path / "reference", seed=seed)
-    agnostic = evaluate_agnostic(result, settings=protocol.agnostic, subspace_dim=protocol.subspace_dim, round_=2,
-                                 model=model, data=data, wire=wire, seed=seed, reference=reference_state)
+    agnostic = evaluate_agnostic(result, protocol=protocol, round_=2, model=model, data=data, wire=wire, seed=seed,
+                                 reference=reference_state)
     return protocol, result, wire, agnostic
 
 
@@ -203,7 +242,27 @@ def test_genefl_is_deterministic(tmp_path):
     assert agnostic_a == agnostic_b and "accuracy_fedavg" in agnostic_a
 
 
+def test_eval_reports_cluster_personal_or_both(tmp_path):
+    _, both, _, _ = _tiny(tmp_path / "both", eval="both")
+    _, personal, _, _ = _tiny(tmp_path / "personal", eval="personal")
+    _, clustered, _, _ = _tiny(tmp_path / "cluster", eval="cluster")
+    assert both.accuracy == clustered.accuracy and both.personal_accuracy == personal.accuracy
+    assert clustered.personal_accuracy is None and both.personal_client_accuracy == personal.client_accuracy
+    # under downlink=full the cluster model's non-gene layers are the cluster average; a client's own model differs
+    assert both.personal_accuracy != both.accuracy
+    assert [h.personal_accuracy for h in both.history] == [h.accuracy for h in personal.history]
+
+
+def test_pacfl_variant_runs_end_to_end(tmp_path):
+    protocol, result, wire, agnostic = _tiny(tmp_path, subspace="pacfl")
+    for rec in wire.store.records(kind="subspace", phase="training"):
+        assert rec["nbytes"] == 784 * 3 * 2 * 4  # d=3 per class, 2 classes per client (shard)
+    assert "accuracy_learngene" in agnostic
+
+
 @pytest.mark.parametrize("kwargs, message", [
+    ({"subspace": "pca"}, "fl.subspace='pca'"),
+    ({"eval": "global"}, "fl.eval='global'"),
     ({"downlink": "half"}, "fl.downlink='half'"),
     ({"gene": {"gamma": 0}}, "fl.gene.gamma must be > 0"),
     ({"gene": {"pick": "top"}}, "fl.gene.pick: unknown key"),

@@ -15,7 +15,9 @@ from privbench.io import atomic_write_bytes, atomic_write_text
 
 TABLE = [
     ("fl", "{}"), ("payload", "{}"), ("attack", "{}"), ("defense", "{}"),
-    ("psnr_mean", "{:.2f}"), ("psnr_best", "{:.2f}"), ("ssim_mean", "{:.3f}"), ("lpips_mean", "{:.3f}"),
+    ("psnr_mean", "{:.2f}"), ("psnr_chance", "{:.2f}"), ("psnr_gain", "{:+.2f}"), ("psnr_best", "{:.2f}"),
+    ("ssim_mean", "{:.3f}"), ("ssim_chance", "{:.3f}"), ("lpips_mean", "{:.3f}"), ("lpips_chance", "{:.3f}"),
+    ("num_true", "{}"),
     ("projection_psnr_mean", "{:.2f}"), ("label_accuracy", "{:.2f}"), ("epsilon", "{:.2f}"),
     ("accuracy", "{:.3f}"), ("agnostic_accuracy_learngene", "{:.3f}"),
     ("uplink_bytes", "{:,}"), ("downlink_bytes", "{:,}"), ("uplink_ratio", "{:.3f}"), ("total_ratio", "{:.3f}"),

@@ -25,6 +25,7 @@ from privbench.fl.trainer import SGDTrainer, Trainer
 from privbench.fl.wire import Totals, Wire
 from privbench.io import atomic_write_text
 from privbench.metrics.lpips_metric import lpips_network
+from privbench.metrics.chance import chance_baseline, gains
 from privbench.metrics.reconstruction import MATCH_ON, score
 from privbench.payloads import Payload, PayloadStore
 from privbench.payloads.capture import AnyOf
@@ -134,28 +135,42 @@ def plan(cfg: DictConfig) -> Plan:
 def _attack(p: Plan, wire: Wire, model: nn.Module, data: FederatedData,
             out: Path) -> tuple[dict[str, Any], dict[str, Any], int]:
     """Select the payload, attack it, score the reconstruction; returns (privacy, threat model, payload bytes)."""
-    cfg = p.cfg
     payload, base = p.choice.select(wire.store, p.victim)
     if isinstance(p.attack, SubspaceProjection):
         return _project(p, p.attack, payload, data, out)
     if not isinstance(p.attack, GradientInversion):
         raise AttackNotApplicableError(f"attack={p.attack.name} has no way to read payload={payload.kind}")
-    target = AttackTarget.from_payload(payload, base=base, model=model, num_images=p.choice.images(payload, p.victim),
+    count = p.choice.images(payload, p.victim, unroll=p.attack.unroll)
+    target = AttackTarget.from_payload(payload, base=base, model=model, num_images=count,
                                        image_shape=data.train.shape, num_classes=data.train.num_classes,
                                        mean=data.train.mean, std=data.train.std, unroll=p.attack.unroll)
     result = p.attack.run(target, seed=p.seed)
     privacy: dict[str, Any] = {"failed": result.failed, "objective": result.objective,
                                "label_source": result.label_source, "attempts": result.attempts}
     if result.images is not None and result.labels is not None:
-        truth_idx = torch.tensor(payload.truth)
-        truth = data.train.images[truth_idx].float() / 255.0
         recon = denormalise(result.images, data.train.mean, data.train.std)
-        scores = score(recon, truth, recon_labels=result.labels, truth_labels=data.train.labels[truth_idx],
-                       match_on=cfg.metrics.match_on, use_lpips=bool(cfg.metrics.lpips))
-        pairs = scores["matched"]
-        write_grid(out / "grid.png", truth[[m["truth"] for m in pairs]], recon[[m["recon"] for m in pairs]])
-        privacy.update(scores)
+        privacy.update(_score(p, recon, result.labels, payload, data, out))
     return privacy, dict(target.knowledge), payload.nbytes
+
+
+def _score(p: Plan, recon: torch.Tensor, labels: torch.Tensor, payload: Payload, data: FederatedData,
+           out: Path) -> dict[str, Any]:
+    """Match ``recon`` one-to-one against the images ``payload`` was computed from; score it and the chance
+    baselines with the same matching; write the grid."""
+    cfg = p.cfg
+    truth_idx = torch.tensor(payload.truth)
+    truth = data.train.images[truth_idx].float() / 255.0
+    truth_labels = data.train.labels[truth_idx]
+    match_on, use_lpips = cfg.metrics.match_on, bool(cfg.metrics.lpips)
+    scores = score(recon, truth, recon_labels=labels, truth_labels=truth_labels, match_on=match_on,
+                   use_lpips=use_lpips)
+    pairs = scores["matched"]
+    write_grid(out / "grid.png", truth[[m["truth"] for m in pairs]], recon[[m["recon"] for m in pairs]])
+    test = data.test.images.float() / 255.0
+    chance = chance_baseline(truth, truth_labels, count=len(recon), test_images=test, seed=p.seed, match_on=match_on,
+                             use_lpips=use_lpips)
+    scores.update(chance)
+    return {"num_reconstructed": len(recon), "num_true": len(truth), **scores, **gains(scores)}
 
 
 def _project(p: Plan, attack: SubspaceProjection, payload: Payload, data: FederatedData,
@@ -166,12 +181,8 @@ def _project(p: Plan, attack: SubspaceProjection, payload: Payload, data: Federa
     truth = data.train.images[truth_idx].float() / 255.0
     basis = payload.tensors["U"]
     recon = attack.basis_images(basis, data.train.shape)
-    unknown = torch.full((len(recon),), -1)
-    scores = score(recon, truth, recon_labels=unknown, truth_labels=data.train.labels[truth_idx],
-                   match_on=p.cfg.metrics.match_on, use_lpips=bool(p.cfg.metrics.lpips))
+    scores = _score(p, recon, torch.full((len(recon),), -1), payload, data, out)
     scores["label_accuracy"] = float("nan")  # a basis carries no labels
-    pairs = scores["matched"]
-    write_grid(out / "grid.png", truth[[m["truth"] for m in pairs]], recon[[m["recon"] for m in pairs]])
     privacy = {"failed": False, "label_source": "none", **scores,
                **attack.evaluate(basis, truth, mean=data.train.mean, std=data.train.std)}
     threat = {"payload": payload.id, "payload_kind": payload.kind, "visible_names": ["U"],
@@ -180,12 +191,15 @@ def _project(p: Plan, attack: SubspaceProjection, payload: Payload, data: Federa
 
 
 def _defense_summary(p: Plan) -> dict[str, Any]:
-    """The defence's settings and, for DP-SGD, the epsilon of the victim and the largest over clients."""
-    out = dict(p.defense.describe())
+    """The defence's settings, every read of private data and its protection, and for DP-SGD the
+    epsilon of the victim (and the largest over clients)."""
+    trainer = p.protocol.trainer
+    out = {**p.defense.describe(), "reads": [r.as_dict() for r in trainer.reads()],
+           "uncovered_reads": trainer.uncovered_reads()}
     per_client = out.get("epsilon_per_client")
     if per_client is not None:
         out["epsilon"] = per_client.get(p.victim.name, float("nan"))
-        out["epsilon_covers_all_reads"] = not out.get("uncovered_reads")
+        out["epsilon_covers_all_reads"] = not out["uncovered_reads"]
     return out
 
 
@@ -204,6 +218,8 @@ def _utility(fl: ProtocolResult, agnostic: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"accuracy": fl.accuracy}
     if fl.global_accuracy is not None:
         out["global_accuracy"] = fl.global_accuracy
+    if fl.personal_accuracy is not None:
+        out["personal_accuracy"] = fl.personal_accuracy
     if fl.clustering is not None:
         out["clusters"] = list(fl.clustering.labels)
     return {**out, "client_accuracy": {f"client{c}": a for c, a in fl.client_accuracy.items()},
@@ -233,9 +249,8 @@ def _agnostic_phase(p: Plan, fl: ProtocolResult, model: nn.Module, data: Federat
     if protocol.agnostic.fedavg_reference:
         reference, totals = fedavg_reference(protocol, model=model, data=data, root=out / "payloads_fedavg_reference",
                                              seed=p.seed)
-    agnostic = evaluate_agnostic(fl, settings=protocol.agnostic, subspace_dim=protocol.subspace_dim,
-                                 round_=protocol.rounds, model=model, data=data, wire=wire, seed=p.seed,
-                                 reference=reference)
+    agnostic = evaluate_agnostic(fl, protocol=protocol, round_=protocol.rounds, model=model, data=data, wire=wire,
+                                 seed=p.seed, reference=reference)
     wire.store.flush()
     return agnostic, totals
 

@@ -1,7 +1,8 @@
-"""Trainers: the only way a protocol trains a client; each training returns a record the wire checks."""
+"""Trainers: the only way a protocol reads a client's private data; each read is recorded with its protection."""
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -9,6 +10,9 @@ import torch
 from torch import nn
 
 from privbench.data.dataset import ImageDataset
+from privbench.fl.genefl.fisher import fisher_diagonal
+from privbench.fl.genefl.subspace import client_subspace, per_class_subspace
+from privbench.fl.reads import AUDIT_GRADIENT, FISHER, LOCAL_SGD, SUBSPACE, PlannedRead, Read
 from privbench.fl.sgd import batch_gradient, local_train
 from privbench.payloads.training import LocalTraining
 
@@ -31,7 +35,7 @@ class LocalSGD:
 
 
 class Regulariser(Protocol):
-    """A data-independent penalty added to the local loss (GENE-FL's ``lambda1``/``lambda2`` terms)."""
+    """A penalty added to the local loss (GENE-FL's ``lambda1``/``lambda2`` terms) that reads no data."""
 
     @property
     def lambda1(self) -> float: ...
@@ -44,18 +48,19 @@ class Regulariser(Protocol):
 
 
 class Trainer(ABC):
-    """Trains clients and computes victim gradients; every result carries a record it issued.
+    """Every read of a client's data goes through a trainer, which records how it was protected.
 
-    A protocol receives its trainer at construction. The wire refuses a client upload whose
-    training record this trainer did not issue, so a protocol that trains some other way
-    fails instead of sending undefended messages.
+    A protocol receives its trainer at construction and plans each client's reads with
+    ``plan`` before its first round (a DP trainer calibrates its noise to that plan). The
+    wire refuses a client upload whose training record this trainer did not issue, so a
+    protocol that trains some other way fails instead of sending undefended messages.
     """
 
     name = "trainer"
 
     def __init__(self) -> None:
         self._issued: dict[int, LocalTraining] = {}
-        self._reads: dict[str, str | None] = {}
+        self._reads: dict[str, Read] = {}
 
     def _issue(self, record: LocalTraining) -> LocalTraining:
         self._issued[id(record)] = record
@@ -65,8 +70,11 @@ class Trainer(ABC):
         """Whether ``record`` came from this trainer."""
         return record is not None and self._issued.get(id(record)) is record
 
+    def plan(self, client: str, reads: Sequence[PlannedRead]) -> None:
+        """The reads ``client`` makes if it joins every round (plain training needs no plan)."""
+
     def train(self, model: nn.Module, data: ImageDataset, *, client: str, sgd: LocalSGD, generator: torch.Generator,
-              max_steps: int, regulariser: Regulariser | None = None) -> LocalTraining:
+              regulariser: Regulariser | None = None) -> LocalTraining:
         """Train ``model`` in place on ``data``; return the record of what was done.
 
         Args:
@@ -75,42 +83,74 @@ class Trainer(ABC):
             client: the client's name (per-client accounting).
             sgd: the protocol's local optimiser settings.
             generator: the client's batch-order generator.
-            max_steps: most steps the client takes in the run (an accounting bound).
-            regulariser: a data-independent penalty added to the loss.
+            regulariser: a penalty added to the loss that reads no data.
         """
-        steps = self._train(model, data, client=client, sgd=sgd, generator=generator, max_steps=max_steps,
-                            regulariser=regulariser)
+        steps = self._train(model, data, client=client, sgd=sgd, generator=generator, regulariser=regulariser)
+        self.declare_read(LOCAL_SGD, **self._protection(LOCAL_SGD))
         lambda1, lambda2, eps = (regulariser.lambda1, regulariser.lambda2, regulariser.eps) if regulariser else (0, 0, 0)
         return self._issue(LocalTraining(lr=sgd.lr, steps=steps, batch_size=sgd.batch_size, num_samples=len(data),
                                          epochs=sgd.epochs, momentum=sgd.momentum, lambda1=lambda1, lambda2=lambda2,
                                          eps=eps))
 
-    def gradient(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, client: str, num_samples: int, lr: float,
-                 generator: torch.Generator, max_steps: int) -> tuple[dict[str, torch.Tensor], LocalTraining]:
+    def gradient(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, client: str, lr: float,
+                 generator: torch.Generator) -> tuple[dict[str, torch.Tensor], LocalTraining]:
         """One step's gradient on the batch ``(x, y)`` at ``model``, and its record."""
-        grads = self._gradient(model, x, y, client=client, num_samples=num_samples, generator=generator,
-                               max_steps=max_steps)
+        grads = self._gradient(model, x, y, client=client, generator=generator)
+        self.declare_read(AUDIT_GRADIENT, **self._protection(AUDIT_GRADIENT))
         return grads, self._issue(LocalTraining(lr=lr, steps=1, batch_size=len(x), num_samples=len(x)))
 
-    def declare_read(self, what: str, *, mechanism: str | None) -> None:
-        """Record a read of private data outside ``train``/``gradient`` (``mechanism=None``: not protected)."""
-        self._reads[what] = mechanism
+    def fisher(self, model: nn.Module, data: ImageDataset, *, client: str,
+               generator: torch.Generator) -> dict[str, torch.Tensor]:
+        """GENE-FL's diagonal Fisher of ``model`` on ``data`` (exact unless a DP trainer protects it)."""
+        self.declare_read(FISHER, **self._protection(FISHER))
+        return self._fisher(model, data, client=client, generator=generator)
+
+    def subspace(self, images: torch.Tensor, d: int, *, client: str, generator: torch.Generator,
+                 labels: torch.Tensor | None = None) -> torch.Tensor:
+        """The client's data subspace ``U``, exact unless a DP trainer protects it.
+
+        Top-``d`` directions of all images, or with ``labels`` of each class (PACFL), concatenated.
+        """
+        self.declare_read(SUBSPACE, **self._protection(SUBSPACE))
+        return self._subspace(images, d, labels=labels, client=client, generator=generator)
+
+    def declare_read(self, what: str, *, mechanism: str, covered: bool) -> None:
+        """Record a read of private data and how it is protected."""
+        self._reads[what] = Read(what, mechanism, covered)
+
+    def reads(self) -> list[Read]:
+        """Every read made so far, in the order first made."""
+        return list(self._reads.values())
 
     def uncovered_reads(self) -> list[str]:
-        """Declared reads no mechanism protects."""
-        return sorted(k for k, v in self._reads.items() if v is None)
+        """Reads that no accounted mechanism protects."""
+        return [r.what for r in self._reads.values() if not r.covered]
 
     def check_model(self, model: nn.Module) -> None:
         """Fail before training if this trainer cannot train ``model``."""
 
+    def _protection(self, what: str) -> dict[str, Any]:
+        """``mechanism`` and ``covered`` of a read (none by default)."""
+        return {"mechanism": "none", "covered": False}
+
+    def _fisher(self, model: nn.Module, data: ImageDataset, *, client: str,
+                generator: torch.Generator) -> dict[str, torch.Tensor]:
+        return fisher_diagonal(model, data)
+
+    def _subspace(self, images: torch.Tensor, d: int, *, labels: torch.Tensor | None, client: str,
+                  generator: torch.Generator) -> torch.Tensor:
+        if labels is None:
+            return client_subspace(images, d)
+        return per_class_subspace(images, labels, d, client_subspace)
+
     @abstractmethod
     def _train(self, model: nn.Module, data: ImageDataset, *, client: str, sgd: LocalSGD, generator: torch.Generator,
-               max_steps: int, regulariser: Regulariser | None) -> int:
+               regulariser: Regulariser | None) -> int:
         """Train in place; return the optimiser steps taken."""
 
     @abstractmethod
-    def _gradient(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, client: str, num_samples: int,
-                  generator: torch.Generator, max_steps: int) -> dict[str, torch.Tensor]:
+    def _gradient(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, client: str,
+                  generator: torch.Generator) -> dict[str, torch.Tensor]:
         """The gradient released for one batch."""
 
     @abstractmethod
@@ -123,19 +163,19 @@ class SGDTrainer(Trainer):
 
     Example:
         >>> SGDTrainer().describe()
-        {'trainer': 'sgd'}
+        {'trainer': 'sgd', 'reads': []}
     """
 
     name = "sgd"
 
     def _train(self, model: nn.Module, data: ImageDataset, *, client: str, sgd: LocalSGD, generator: torch.Generator,
-               max_steps: int, regulariser: Regulariser | None) -> int:
+               regulariser: Regulariser | None) -> int:
         return local_train(model, data, epochs=sgd.epochs, lr=sgd.lr, batch_size=sgd.batch_size, momentum=sgd.momentum,
                            generator=generator, regulariser=regulariser)
 
-    def _gradient(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, client: str, num_samples: int,
-                  generator: torch.Generator, max_steps: int) -> dict[str, torch.Tensor]:
+    def _gradient(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, client: str,
+                  generator: torch.Generator) -> dict[str, torch.Tensor]:
         return batch_gradient(model, x, y)
 
     def describe(self) -> dict[str, Any]:
-        return {"trainer": self.name}
+        return {"trainer": self.name, "reads": [r.as_dict() for r in self.reads()]}

@@ -45,6 +45,8 @@ class Payload:
         condensation: the gene layers chosen and their scores (GENE-FL uploads).
         truth: indices of the private training samples the message was computed from; the
             evaluator's ground truth, never given to an attack.
+        protection: what a message transform did to the tensors (e.g. the noise added to
+            what), or None when sent as computed.
         tensors: the named tensors, or None when the capture policy did not keep them.
     """
 
@@ -62,6 +64,7 @@ class Payload:
     training: LocalTraining | None = None
     condensation: Condensation | None = None
     truth: list[int] = field(default_factory=list)
+    protection: str | None = None
     tensors: dict[str, torch.Tensor] | None = field(default=None, repr=False)
 
     @classmethod

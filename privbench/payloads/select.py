@@ -39,9 +39,21 @@ class PayloadChoice:
             return None
         return CapturePolicy(kinds=frozenset({self.kind}), rounds=frozenset({victim.round + 1}), clients="all")
 
-    def images(self, payload: Payload, victim: Victim) -> int:
-        """How many private images the attacker rebuilds from ``payload``."""
-        return len(payload.truth) if self.spec.aggregate else victim.num_images
+    def images(self, payload: Payload, victim: Victim, *, unroll: bool = False) -> int:
+        """How many private images the attacker rebuilds from ``payload``, from its declared training record.
+
+        An aggregate: every participant's images. A replay of local training (``unroll``): every
+        image the record says the update was trained on. Otherwise ``victim.num_images``, at
+        most the record's data size (with ``victim.update_data=all`` the attacker rebuilds that
+        many of the update's images; scoring matches them one-to-one against all of them).
+        """
+        if self.spec.aggregate:
+            return len(payload.truth)
+        if payload.training is None:
+            return victim.num_images
+        if unroll:
+            return payload.training.num_samples
+        return min(victim.num_images, payload.training.num_samples)
 
     def select(self, store: PayloadStore, victim: Victim) -> tuple[Payload, Payload | None]:
         """The chosen payload and the base payload it is relative to (if recorded)."""

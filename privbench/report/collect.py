@@ -8,8 +8,9 @@ from typing import Any
 
 import pandas as pd
 
-COLUMNS = ["fl", "payload", "attack", "defense", "setting", "variant", "seed", "psnr_mean", "psnr_best", "ssim_mean",
-           "ssim_best", "lpips_mean", "lpips_best", "label_accuracy", "projection_psnr_mean", "accuracy",
+COLUMNS = ["fl", "payload", "attack", "defense", "setting", "variant", "seed", "psnr_mean", "psnr_chance", "psnr_gain",
+           "psnr_best", "ssim_mean", "ssim_chance", "ssim_best", "lpips_mean", "lpips_chance", "lpips_best",
+           "num_true", "label_accuracy", "projection_psnr_mean", "accuracy",
            "agnostic_accuracy_learngene", "uplink_bytes", "downlink_bytes", "total_bytes", "epsilon", "run_dir"]
 #: Overrides already shown by other columns (or that do not change what is computed).
 SHOWN = {"fl", "payload", "attack", "defense", "seed", "results_dir", "resume", "name", "experiment"}
@@ -46,8 +47,8 @@ def row(metrics: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     out = {"fl": run.get("fl"), "payload": run.get("payload") or "-", "attack": run.get("attack"),
            "defense": run.get("defense"), "setting": setting(defense),
            "variant": variant(run.get("overrides", [])), "seed": run.get("seed"), "run_dir": str(run_dir)}
-    for key in ("psnr_mean", "psnr_best", "ssim_mean", "ssim_best", "lpips_mean", "lpips_best", "label_accuracy",
-                "projection_psnr_mean"):
+    for key in ("psnr_mean", "psnr_chance", "psnr_gain", "psnr_best", "ssim_mean", "ssim_chance", "ssim_best",
+                "lpips_mean", "lpips_chance", "lpips_best", "num_true", "label_accuracy", "projection_psnr_mean"):
         out[key] = _number(privacy.get(key))
     for key in ("accuracy", "agnostic_accuracy_learngene"):
         out[key] = _number(utility.get(key))

@@ -11,14 +11,14 @@ from torch.func import functional_call, grad, vmap
 from privbench.data.dataset import ImageDataset
 
 
-def fisher_diagonal(model: nn.Module, data: ImageDataset, *, batch_size: int = 256, max_samples: int | None = None) -> dict[str, torch.Tensor]:
-    """``F_j = mean_i (d log p(y_i | x_i; theta) / d theta_j)^2`` over the client's samples.
+def squared_gradients(model: nn.Module, data: ImageDataset, *, batch_size: int = 256,
+                      clip: float | None = None) -> dict[str, torch.Tensor]:
+    """``sum_i g_i^2`` with ``g_i = d log p(y_i | x_i; theta) / d theta`` over the samples of ``data``.
 
-    Per-sample gradients come from ``torch.func.vmap(grad(...))``; the model is evaluated in
-    eval mode (BatchNorm uses running statistics, so samples stay independent).
-
-    Example:
-        >>> fisher = fisher_diagonal(model, client_data)  # doctest: +SKIP
+    With ``clip``, each per-sample gradient is first scaled to L2 norm at most ``clip`` (over
+    all parameters), so one sample changes the sum by at most ``clip^2`` in L2 norm. Per-sample
+    gradients come from ``torch.func.vmap(grad(...))`` with the model in eval mode (BatchNorm
+    uses running statistics, so samples stay independent).
     """
     was_training = model.training
     model.eval()
@@ -30,15 +30,27 @@ def fisher_diagonal(model: nn.Module, data: ImageDataset, *, batch_size: int = 2
         return -F.cross_entropy(out, y.unsqueeze(0))
 
     per_sample = vmap(grad(log_likelihood), in_dims=(None, 0, 0))
-    n = len(data) if max_samples is None else min(len(data), max_samples)
     total = {k: torch.zeros_like(v) for k, v in params.items()}
-    for start in range(0, n, batch_size):
-        stop = min(start + batch_size, n)
+    for start in range(0, len(data), batch_size):
+        stop = min(start + batch_size, len(data))
         grads = per_sample(params, data.normalised(slice(start, stop)), data.labels[start:stop])
+        if clip is not None:
+            norms = torch.sqrt(sum((g.flatten(1) ** 2).sum(1) for g in grads.values()))
+            factor = (clip / (norms + 1e-12)).clamp(max=1.0)
+            grads = {k: g * factor.view(-1, *[1] * (g.dim() - 1)) for k, g in grads.items()}
         for k, g in grads.items():
             total[k] += (g**2).sum(0)
     model.train(was_training)
-    return {k: v / n for k, v in total.items()}
+    return total
+
+
+def fisher_diagonal(model: nn.Module, data: ImageDataset, *, batch_size: int = 256) -> dict[str, torch.Tensor]:
+    """``F_j = mean_i (d log p(y_i | x_i; theta) / d theta_j)^2`` over the client's samples.
+
+    Example:
+        >>> fisher = fisher_diagonal(model, client_data)  # doctest: +SKIP
+    """
+    return {k: v / len(data) for k, v in squared_gradients(model, data, batch_size=batch_size).items()}
 
 
 def gene_regulariser(model: nn.Module, anchor: dict[str, torch.Tensor], fisher: dict[str, torch.Tensor], *,
@@ -64,7 +76,8 @@ class GeneRegulariser:
     """GENE-FL's local penalty around the received model ``anchor`` (a ``Regulariser`` for trainers).
 
     Given ``anchor`` and ``fisher`` it reads no data, so DP-SGD adds its gradient after
-    clipping and noise.
+    clipping and noise; the Fisher pass that made ``fisher`` is a read of its own
+    (``Trainer.fisher``), exact or DP.
     """
 
     anchor: dict[str, torch.Tensor]

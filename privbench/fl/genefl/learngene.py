@@ -52,11 +52,17 @@ def _flat(state: dict[str, torch.Tensor], names: list[str]) -> torch.Tensor:
 
 def xi_scores(after: dict[str, torch.Tensor], before: dict[str, torch.Tensor], layer_params: dict[str, list[str]], *,
               score: str = "cos_per_dim") -> dict[str, float]:
-    """Normalised per-layer scores (summing to 1) of the local update.
+    """Per-layer scores of the local update, normalised so their absolute values sum to 1.
 
     ``cos_per_dim``: ``cos(theta_l, theta~_l) / dim(theta_l)`` (the paper's Eq. 9);
     ``cos``: the cosine alone; ``update_norm``: ``||theta_l - theta~_l||``. Only a layer's
-    parameters (not buffers) enter the score.
+    parameters (not buffers) enter the score. Dividing by the sum of absolute values keeps
+    every score's sign and the ranking (a plain sum can be negative and would reverse it).
+
+    Example:
+        >>> before = {"a": torch.ones(2), "b": torch.ones(2)}
+        >>> xi_scores({"a": -torch.ones(2), "b": torch.ones(2)}, before, {"a": ["a"], "b": ["b"]}, score="cos")
+        {'a': -0.5, 'b': 0.5}
     """
     if score not in SCORES:
         raise ConfigError(f"fl.gene.score={score!r} is not one of {', '.join(SCORES)}")
@@ -68,7 +74,7 @@ def xi_scores(after: dict[str, torch.Tensor], before: dict[str, torch.Tensor], l
         else:
             cos = float(F.cosine_similarity(a, b, dim=0, eps=1e-12))
             raw[layer] = cos / a.numel() if score == "cos_per_dim" else cos
-    total = sum(raw.values())
+    total = sum(abs(v) for v in raw.values())
     if not math.isfinite(total) or total == 0:
         return {k: 1.0 / len(raw) for k in raw}
     return {k: v / total for k, v in raw.items()}

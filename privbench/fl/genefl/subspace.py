@@ -1,6 +1,8 @@
 """One-shot clustering by data subspaces: truncated SVD, principal angles, hierarchical clusters."""
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import torch
 from scipy.cluster.hierarchy import fcluster, linkage
@@ -26,13 +28,48 @@ def client_subspace(images: torch.Tensor, d: int) -> torch.Tensor:
     return u[:, :d].float().contiguous()
 
 
-def proximity(bases: list[np.ndarray]) -> np.ndarray:
-    """Symmetric matrix of summed principal angles (radians) between every pair of bases."""
+#: How a client's subspace is formed and compared: ``svd`` (one SVD of all its images, summed
+#: principal angles; GENE-FL as we read it) or ``pacfl`` (one SVD per class, concatenated, and
+#: the smallest principal angle; PACFL, Vahidian et al. 2023, which GENE-FL cites).
+SUBSPACES = ("svd", "pacfl")
+
+
+def per_class_subspace(images: torch.Tensor, labels: torch.Tensor, d: int,
+                       basis: Callable[[torch.Tensor, int], torch.Tensor]) -> torch.Tensor:
+    """PACFL's basis: ``basis(images of class c, d)`` for each class present, concatenated in class order.
+
+    Example:
+        >>> x, y = torch.randn(12, 1, 4, 4), torch.tensor([0] * 6 + [3] * 6)
+        >>> per_class_subspace(x, y, 2, client_subspace).shape
+        torch.Size([16, 4])
+    """
+    classes = sorted(int(c) for c in torch.unique(labels))
+    return torch.cat([basis(images[labels == c], min(d, int((labels == c).sum()))) for c in classes], dim=1)
+
+
+def angle(a: np.ndarray, b: np.ndarray, *, variant: str = "svd") -> float:
+    """Distance of two bases: summed principal angles (``svd``) or the smallest one (``pacfl``), radians.
+
+    Example:
+        >>> e = np.eye(3)
+        >>> round(angle(e[:, :2], e[:, 1:], variant="svd"), 4), angle(e[:, :2], e[:, 1:], variant="pacfl")
+        (1.5708, 0.0)
+    """
+    angles = subspace_angles(a, b)
+    if variant == "pacfl":
+        return float(np.min(angles))
+    if variant == "svd":
+        return float(np.sum(angles))
+    raise ConfigError(f"fl.subspace={variant!r} is not one of {', '.join(SUBSPACES)}")
+
+
+def proximity(bases: list[np.ndarray], *, variant: str = "svd") -> np.ndarray:
+    """Symmetric matrix of ``angle`` between every pair of bases."""
     n = len(bases)
     out = np.zeros((n, n))
     for i in range(n):
         for j in range(i + 1, n):
-            out[i, j] = out[j, i] = float(np.sum(subspace_angles(bases[i], bases[j])))
+            out[i, j] = out[j, i] = angle(bases[i], bases[j], variant=variant)
     return out
 
 
@@ -51,8 +88,8 @@ def cluster(distances: np.ndarray, k: int) -> np.ndarray:
     return np.array([order[c] for c in raw])
 
 
-def nearest_cluster(basis: np.ndarray, bases: list[np.ndarray], labels: np.ndarray) -> int:
-    """Cluster whose members' subspaces are closest on average (summed principal angles)."""
-    dist = np.array([float(np.sum(subspace_angles(basis, b))) for b in bases])
+def nearest_cluster(basis: np.ndarray, bases: list[np.ndarray], labels: np.ndarray, *, variant: str = "svd") -> int:
+    """Cluster whose members' subspaces are closest on average (by ``angle``)."""
+    dist = np.array([angle(basis, b, variant=variant) for b in bases])
     clusters = sorted(set(labels.tolist()))
     return int(min(clusters, key=lambda c: dist[labels == c].mean()))

@@ -15,6 +15,7 @@ from privbench.data import FederatedData, ImageDataset
 from privbench.errors import ConfigError
 from privbench.fl.genefl.learngene import state_names
 from privbench.fl.sgd import State, client_accuracy
+from privbench.fl.reads import AUDIT_GRADIENT, LOCAL_SGD, PlannedRead
 from privbench.fl.trainer import LocalSGD, Regulariser, SGDTrainer, Trainer
 from privbench.fl.wire import Totals, Wire
 from privbench.payloads import LocalTraining, Payload
@@ -31,12 +32,15 @@ class RoundRecord:
     accuracy: float
     totals: Totals
     global_accuracy: float | None = None
+    personal_accuracy: float | None = None
 
     def as_dict(self) -> dict[str, float | int | None]:
-        """JSON-ready fields (``global_accuracy`` only where the protocol has a global model)."""
+        """JSON-ready fields (``global_accuracy``, ``personal_accuracy`` only where measured)."""
         out: dict[str, float | int | None] = {"round": self.round, "accuracy": self.accuracy}
         if self.global_accuracy is not None:
             out["global_accuracy"] = self.global_accuracy
+        if self.personal_accuracy is not None:
+            out["personal_accuracy"] = self.personal_accuracy
         return {**out, **self.totals.as_dict()}
 
 
@@ -76,6 +80,9 @@ class ProtocolResult:
         history: one record per round.
         global_accuracy: the global model's accuracy on all known classes (FedAvg only).
         clustering: clusters, cluster models and learnGenes (clustered protocols only).
+        personal_accuracy: known-client accuracy of each client's own trained model, when
+            measured besides ``accuracy`` (``fl.eval=both``).
+        personal_client_accuracy: each client's own-model accuracy (``fl.eval=both``).
     """
 
     theta0: State
@@ -85,6 +92,8 @@ class ProtocolResult:
     history: tuple[RoundRecord, ...]
     global_accuracy: float | None = None
     clustering: Clustering | None = None
+    personal_accuracy: float | None = None
+    personal_client_accuracy: dict[int, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -105,6 +114,25 @@ class ClientRound:
     @property
     def is_victim(self) -> bool:
         return (self.client, self.round) == (self.victim.client, self.victim.round)
+
+
+@dataclass(frozen=True)
+class VictimStep:
+    """The victim's audit gradient and what it then trains on.
+
+    Attributes:
+        gradient: the gradient as sent (after the trainer's protection).
+        record: its training record.
+        batch_truth: train-set indices of the victim batch (the gradient's images).
+        data: what the victim trains on this round.
+        truth: train-set indices of ``data``.
+    """
+
+    gradient: dict[str, torch.Tensor]
+    record: LocalTraining
+    batch_truth: np.ndarray
+    data: ImageDataset
+    truth: np.ndarray
 
 
 class FederatedProtocol(ABC):
@@ -142,11 +170,29 @@ class FederatedProtocol(ABC):
                      regulariser: Regulariser | None = None) -> LocalTraining:
         """Client ``at.client``'s local training this round, by the protocol's trainer."""
         return self.trainer.train(model, data, client=at.name, sgd=self.sgd, generator=self.client_seed(at),
-                                  max_steps=self.max_steps(len(data)), regulariser=regulariser)
+                                  regulariser=regulariser)
 
-    def max_steps(self, num_samples: int) -> int:
-        """Steps a client with ``num_samples`` takes if it joins every round (a DP accounting bound)."""
-        return self.rounds * self.sgd.epochs * -(-num_samples // self.sgd.batch_size)
+    def planned_reads(self, num_samples: int, *, victim: Victim | None) -> list[PlannedRead]:
+        """The reads of a client with ``num_samples`` that joins every round (``victim`` if it is the victim).
+
+        In the victim round the victim sends its audit gradient, and with
+        ``victim.update_data == "batch"`` trains on its victim batch only.
+        """
+        reads = []
+        for r in range(self.rounds):
+            n = num_samples
+            if victim is not None and r == victim.round:
+                reads.append(PlannedRead(AUDIT_GRADIENT, victim.num_images))
+                if victim.update_data == "batch":
+                    n = victim.num_images
+            reads.append(PlannedRead(LOCAL_SGD, n, self.sgd.batch_size, self.sgd.epochs))
+        return reads
+
+    def plan_reads(self, data: FederatedData, victim: Victim) -> None:
+        """Give the trainer every known client's planned reads (a DP trainer calibrates its noise to them)."""
+        for c in range(data.num_clients):
+            self.trainer.plan(f"client{c}", self.planned_reads(len(data.clients[c]),
+                                                               victim=victim if c == victim.client else None))
 
     def check(self, *, data: FederatedData, victim: Victim) -> None:
         """Fail before training if the settings cannot run on ``data`` with ``victim``."""
@@ -166,25 +212,23 @@ class FederatedProtocol(ABC):
         return sorted(int(c) for c in chosen)
 
     def victim_gradient(self, local: nn.Module, client_data: ImageDataset, truth: np.ndarray, *, at: ClientRound,
-                        base_id: str) -> tuple[dict[str, torch.Tensor], LocalTraining, ImageDataset, np.ndarray]:
+                        base_id: str) -> VictimStep:
         """Send the victim's one-step gradient on its victim batch at the received model.
 
-        Returns the gradient, its training record, and the data (and its train-set indices)
-        the victim trains on this round: the victim batch when ``victim.update_data ==
-        "batch"``, else all of it.
+        Returns the gradient and its record, and the data the victim trains on this round:
+        the victim batch when ``victim.update_data == "batch"``, else all of it.
         """
         victim = at.victim
         pos = victim.batch_positions(len(client_data), seed=at.seed)
         batch = torch.from_numpy(pos)
         x, y = client_data.normalised(batch), client_data.labels[batch]
-        grad, record = self.trainer.gradient(local, x, y, client=at.name, num_samples=len(client_data), lr=self.sgd.lr,
-                                             generator=torch.Generator().manual_seed(at.seed * 7 + 1),
-                                             max_steps=self.max_steps(len(client_data)))
+        grad, record = self.trainer.gradient(local, x, y, client=at.name, lr=self.sgd.lr,
+                                             generator=torch.Generator().manual_seed(at.seed * 7 + 1))
         at.wire.send(Payload.from_tensors(kind="gradient", round=at.round, sender=at.name, receiver="server",
                                           tensors=grad, base=base_id, training=record, truth=truth[pos].tolist()))
         if victim.update_data == "batch":
-            return grad, record, client_data.subset(batch), truth[pos]
-        return grad, record, client_data, truth
+            return VictimStep(grad, record, truth[pos], client_data.subset(batch), truth[pos])
+        return VictimStep(grad, record, truth[pos], client_data, truth)
 
     @staticmethod
     def known_accuracy(model: nn.Module, data: FederatedData,

@@ -25,8 +25,10 @@ class ClusterFedAvg(ClusteredProtocol):
         local = model_with(model, received)
         client_data, truth = data.client(at.client), data.clients[at.client]
         if at.is_victim:
-            _, _, client_data, truth = self.victim_gradient(local, client_data, truth, at=at, base_id=base_id)
+            step = self.victim_gradient(local, client_data, truth, at=at, base_id=base_id)
+            client_data, truth = step.data, step.truth
         training = self.local_update(local, client_data, at=at)
+        state.personal[at.client] = parameters_of(local)
         up = at.wire.send(Payload.from_tensors(
             kind="update", round=at.round, sender=at.name, receiver="server", tensors=parameters_of(local), base=base_id,
             cluster=at.cluster, training=training, truth=truth.tolist()))

@@ -8,20 +8,24 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import torch
 from torch import nn
 
-from privbench.data import FederatedData
+from privbench.data import FederatedData, ImageDataset
 from privbench.errors import ConfigError
 from privbench.fl.aggregate import aggregate
 from privbench.fl.genefl.learngene import layers, state_names
 from privbench.fl.genefl.settings import AgnosticSettings
-from privbench.fl.genefl.subspace import client_subspace, cluster, proximity
+from privbench.fl.genefl.subspace import SUBSPACES, cluster, proximity
+from privbench.fl.reads import SUBSPACE, PlannedRead
 from privbench.fl.protocols.base import ClientRound, Clustering, FederatedProtocol, ProtocolResult, RoundRecord
 from privbench.fl.settings import settings
 from privbench.fl.sgd import State, parameters_of
 from privbench.fl.wire import Wire
 from privbench.payloads import Payload
 from privbench.victim import Victim
+
+EVALS = ("cluster", "personal", "both")
 
 
 @dataclass
@@ -63,15 +67,26 @@ class ClusteredProtocol(FederatedProtocol):
 
     Args:
         num_clusters: ``K``, clusters of the hierarchical clustering.
-        subspace_dim: ``d``, left singular vectors each client sends.
+        subspace_dim: ``d``, left singular vectors each client sends (per class with ``pacfl``).
+        subspace: ``svd`` (one SVD of all a client's images, summed principal angles) or
+            ``pacfl`` (one SVD per class, the smallest principal angle, as in PACFL).
+        eval: known-client accuracy of ``cluster`` (the model a client gets from its
+            cluster), ``personal`` (each client's own model after its latest local training;
+            its cluster model before it first trains), or ``both`` (``accuracy`` is then the
+            cluster figure and ``personal_accuracy`` the other).
         agnostic: settings of the agnostic-client evaluation (``AgnosticSettings``).
         **kwargs: the shared settings of ``FederatedProtocol``.
     """
 
-    def __init__(self, *, num_clusters: int = 2, subspace_dim: int = 5, agnostic: dict[str, Any] | None = None,
-                 **kwargs: Any) -> None:
+    def __init__(self, *, num_clusters: int = 2, subspace_dim: int = 5, subspace: str = "svd", eval: str = "cluster",
+                 agnostic: dict[str, Any] | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.num_clusters, self.subspace_dim = num_clusters, subspace_dim
+        if subspace not in SUBSPACES:
+            raise ConfigError(f"fl.subspace={subspace!r} is not one of {', '.join(SUBSPACES)}")
+        if eval not in EVALS:
+            raise ConfigError(f"fl.eval={eval!r} is not one of {', '.join(EVALS)}")
+        self.evaluation = eval
+        self.num_clusters, self.subspace_dim, self.subspace = num_clusters, subspace_dim, subspace
         self.agnostic = settings(AgnosticSettings, agnostic, key="fl.agnostic")
 
     def check(self, *, data: FederatedData, victim: Victim) -> None:
@@ -82,16 +97,25 @@ class ClusteredProtocol(FederatedProtocol):
         if not 1 <= self.subspace_dim <= smallest:
             raise ConfigError(f"fl.subspace_dim={self.subspace_dim} must be in 1..{smallest} (the smallest client's samples)")
 
-    def cluster_clients(self, data: FederatedData, wire: Wire) -> tuple[np.ndarray, list[np.ndarray]]:
+    def planned_reads(self, num_samples: int, *, victim: Victim | None) -> list[PlannedRead]:
+        return [PlannedRead(SUBSPACE, num_samples), *super().planned_reads(num_samples, victim=victim)]
+
+    def client_basis(self, data: ImageDataset, *, client: str, seed: int) -> torch.Tensor:
+        """The subspace ``U`` a client sends, by the trainer (so a DP trainer can protect it)."""
+        generator = torch.Generator().manual_seed(int(np.random.SeedSequence([seed, 53, *client.encode()])
+                                                      .generate_state(1)[0]))
+        return self.trainer.subspace(data.normalised(), min(self.subspace_dim, len(data)), client=client,
+                                     generator=generator, labels=data.labels if self.subspace == "pacfl" else None)
+
+    def cluster_clients(self, data: FederatedData, wire: Wire, *, seed: int) -> tuple[np.ndarray, list[np.ndarray]]:
         """Every known client sends ``U_i`` (``subspace``); the server clusters the subspaces."""
-        self.trainer.declare_read("subspace (SVD of the client's images, sent in the clear)", mechanism=None)
         bases = []
         for c in range(data.num_clients):
-            u = client_subspace(data.client(c).normalised(), self.subspace_dim)
+            u = self.client_basis(data.client(c), client=f"client{c}", seed=seed)
             wire.send(Payload.from_tensors(kind="subspace", round=0, sender=f"client{c}", receiver="server",
                                            tensors={"U": u}, truth=data.clients[c].tolist()))
             bases.append(u.double().numpy())
-        return cluster(proximity(bases), self.num_clusters), bases
+        return cluster(proximity(bases, variant=self.subspace), self.num_clusters), bases
 
     def start(self, model: nn.Module, labels: np.ndarray, theta0: State) -> ClusterRun:
         """The run state before round 0: every cluster model is ``theta0``."""
@@ -99,12 +123,13 @@ class ClusteredProtocol(FederatedProtocol):
         return ClusterRun(layers=layers(model), labels=labels, models=models)
 
     def run(self, *, model: nn.Module, data: FederatedData, victim: Victim, wire: Wire, seed: int) -> ProtocolResult:
+        self.plan_reads(data, victim)
         scratch = copy.deepcopy(model)
         theta0 = parameters_of(model)
-        labels, bases = self.cluster_clients(data, wire)
+        labels, bases = self.cluster_clients(data, wire, seed=seed)
         state = self.start(model, labels, theta0)
         history: list[RoundRecord] = []
-        per_client: dict[int, float] = {}
+        scores: dict[str, tuple[float, dict[int, float]]] = {}
         for r in self.progress(range(self.rounds)):
             uploads: dict[int, list[Upload]] = defaultdict(list)
             for c in self.sample(r, data.num_clients, seed=seed, victim=victim):
@@ -116,12 +141,29 @@ class ClusteredProtocol(FederatedProtocol):
                 state.models[k] = aggregate(state.models[k], [(u.num_samples, u.tensors) for u in ups])
                 self.after_aggregation(state, k, [u.layers for u in ups])
             wire.store.flush()
-            acc, per_client = self.known_accuracy(scratch, data, lambda c: self.client_state(state, c))
-            history.append(RoundRecord(r, acc, wire.totals()))
+            scores = self.scores(scratch, data, state)
+            main = scores["personal" if self.evaluation == "personal" else "cluster"]
+            personal = scores["personal"][0] if self.evaluation == "both" else None
+            history.append(RoundRecord(r, main[0], wire.totals(), personal_accuracy=personal))
         clustering = Clustering(labels=tuple(int(k) for k in labels), bases=tuple(bases), models=dict(state.models),
                                 genes={k: tuple(g) for k, g in state.genes.items()}, layers=state.layers)
-        return ProtocolResult(theta0=theta0, final=state.models[int(labels[victim.client])], accuracy=history[-1].accuracy,
-                              client_accuracy=per_client, history=tuple(history), clustering=clustering)
+        main = scores["personal" if self.evaluation == "personal" else "cluster"]
+        both = self.evaluation == "both"
+        return ProtocolResult(theta0=theta0, final=state.models[int(labels[victim.client])], accuracy=main[0],
+                              client_accuracy=main[1], history=tuple(history), clustering=clustering,
+                              personal_accuracy=scores["personal"][0] if both else None,
+                              personal_client_accuracy=scores["personal"][1] if both else None)
+
+    def scores(self, scratch: nn.Module, data: FederatedData,
+               state: ClusterRun) -> dict[str, tuple[float, dict[int, float]]]:
+        """Known-client accuracy (pooled, per client) of the cluster and/or personal models, as ``eval`` asks."""
+        out = {}
+        if self.evaluation in ("cluster", "both"):
+            out["cluster"] = self.known_accuracy(scratch, data, lambda c: self.client_state(state, c))
+        if self.evaluation in ("personal", "both"):
+            out["personal"] = self.known_accuracy(
+                scratch, data, lambda c: state.personal.get(c) or self.client_state(state, c))
+        return out
 
     def downlink(self, state: ClusterRun, at: ClientRound) -> State:
         """Send the cluster model to the client; return the state the client starts from."""

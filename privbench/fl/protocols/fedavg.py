@@ -30,6 +30,7 @@ class FedAvg(FederatedProtocol):
     sends = ("global_model", "update", "gradient")
 
     def run(self, *, model: nn.Module, data: FederatedData, victim: Victim, wire: Wire, seed: int) -> ProtocolResult:
+        self.plan_reads(data, victim)
         scratch = copy.deepcopy(model)
         theta0 = state = parameters_of(model)
         history: list[RoundRecord] = []
@@ -52,7 +53,8 @@ class FedAvg(FederatedProtocol):
         local = model_with(model, base)
         client_data, truth = data.client(at.client), data.clients[at.client]
         if at.is_victim:
-            _, _, client_data, truth = self.victim_gradient(local, client_data, truth, at=at, base_id=down.id)
+            step = self.victim_gradient(local, client_data, truth, at=at, base_id=down.id)
+            client_data, truth = step.data, step.truth
         training = self.local_update(local, client_data, at=at)
         up = at.wire.send(Payload.from_tensors(kind="update", round=at.round, sender=at.name, receiver="server",
                                                tensors=parameters_of(local), base=down.id, training=training,

@@ -4,18 +4,21 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import torch
 from torch import nn
 
 from privbench.data import FederatedData
 from privbench.errors import ConfigError
-from privbench.fl.genefl.fisher import GeneRegulariser, fisher_diagonal
+from privbench.fl.genefl.fisher import GeneRegulariser
 from privbench.fl.genefl.learngene import cluster_gene, gene_size, select_layers, state_names, xi_scores
 from privbench.fl.genefl.settings import GeneSettings
 from privbench.fl.protocols.base import ClientRound
 from privbench.fl.protocols.clustered import ClusteredProtocol, ClusterRun, Upload
+from privbench.fl.reads import FISHER, LOCAL_SGD, PlannedRead
 from privbench.fl.settings import settings
 from privbench.fl.sgd import State, model_with, parameters_of
 from privbench.payloads import Condensation, Payload
+from privbench.victim import Victim
 
 DOWNLINKS = ("full", "gene")
 
@@ -57,9 +60,13 @@ class GeneFL(ClusteredProtocol):
     def start(self, model: nn.Module, labels: np.ndarray, theta0: State) -> ClusterRun:
         state = super().start(model, labels, theta0)
         state.gene_count = gene_size(self.gene.gamma, len(state.layers))
-        if self.lambda2:  # every client's Fisher pass reads its data
-            self.trainer.declare_read("genefl fisher_diagonal (computed on private data without noise)", mechanism=None)
         return state
+
+    def planned_reads(self, num_samples: int, *, victim: Victim | None) -> list[PlannedRead]:
+        reads = super().planned_reads(num_samples, victim=victim)
+        if self.lambda2:  # a Fisher pass on the round's training data, every round
+            reads += [PlannedRead(FISHER, r.num_samples) for r in reads if r.what == LOCAL_SGD]
+        return reads
 
     def downlink(self, state: ClusterRun, at: ClientRound) -> State:
         assert at.cluster is not None
@@ -85,12 +92,13 @@ class GeneFL(ClusteredProtocol):
         base_id = f"r{at.round:04d}-cluster_model-server-{at.name}"
         local = model_with(model, received)
         client_data, truth = data.client(at.client), data.clients[at.client]
-        grad = gradient_record = None
+        step = None
         if at.is_victim:
-            grad, gradient_record, client_data, truth = self.victim_gradient(local, client_data, truth, at=at,
-                                                                             base_id=base_id)
+            step = self.victim_gradient(local, client_data, truth, at=at, base_id=base_id)
+            client_data, truth = step.data, step.truth
         anchor = {n: p.detach().clone() for n, p in local.named_parameters()}
-        fisher = fisher_diagonal(local, client_data) if self.lambda2 else {}
+        fisher_noise = torch.Generator().manual_seed(self.client_seed(at).initial_seed() + 101)
+        fisher = self.trainer.fisher(local, client_data, client=at.name, generator=fisher_noise) if self.lambda2 else {}
         regulariser = GeneRegulariser(anchor=anchor, fisher=fisher, lambda1=self.lambda1, lambda2=self.lambda2,
                                       eps=self.eps)
         training = self.local_update(local, client_data, at=at, regulariser=regulariser)
@@ -100,10 +108,10 @@ class GeneFL(ClusteredProtocol):
         rng = np.random.default_rng([at.seed, at.round, at.client, 17])
         chosen = select_layers(scores, state.gene_count, select=self.gene.select, rng=rng)
         names = state_names(state.layers, chosen)
-        if grad is not None:
+        if step is not None:
             at.wire.send(Payload.from_tensors(kind="gene_gradient", round=at.round, sender=at.name, receiver="server",
-                                              tensors={n: grad[n] for n in names if n in grad}, base=base_id,
-                                              training=gradient_record, truth=truth.tolist()))
+                                              tensors={n: step.gradient[n] for n in names if n in step.gradient},
+                                              base=base_id, training=step.record, truth=step.batch_truth.tolist()))
         up = at.wire.send(Payload.from_tensors(
             kind="learngene", round=at.round, sender=at.name, receiver="server", tensors={n: after[n] for n in names},
             base=base_id, cluster=at.cluster, truth=truth.tolist(), training=training,

@@ -19,6 +19,7 @@ class LocalOnly(FederatedProtocol):
     sends = ()
 
     def run(self, *, model: nn.Module, data: FederatedData, victim: Victim, wire: Wire, seed: int) -> ProtocolResult:
+        self.plan_reads(data, victim)
         scratch = copy.deepcopy(model)
         theta0 = parameters_of(model)
         own: dict[int, State] = {c: dict(theta0) for c in range(data.num_clients)}

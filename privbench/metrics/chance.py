@@ -1,0 +1,62 @@
+"""Chance baselines: what reconstructions that carry no information about the victim score."""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import torch
+
+from privbench.metrics.reconstruction import score
+
+#: The uninformed reconstructions: the mean image of the test split, and random test images (non-members).
+BASELINES = ("mean_image", "non_member")
+
+
+def chance_images(count: int, test_images: torch.Tensor, *, seed: int) -> dict[str, torch.Tensor]:
+    """``count`` uninformed reconstructions of each baseline kind (``[count, C, H, W]`` in [0, 1]).
+
+    Example:
+        >>> test = torch.rand(10, 1, 4, 4)
+        >>> {k: tuple(v.shape) for k, v in chance_images(3, test, seed=0).items()}
+        {'mean_image': (3, 1, 4, 4), 'non_member': (3, 1, 4, 4)}
+    """
+    mean = test_images.float().mean(0, keepdim=True).expand(count, *test_images.shape[1:]).clone()
+    picks = np.random.default_rng([seed, 4099]).choice(len(test_images), count, replace=count > len(test_images))
+    return {"mean_image": mean, "non_member": test_images[torch.from_numpy(picks)].float()}
+
+
+def chance_baseline(truth: torch.Tensor, truth_labels: torch.Tensor, *, count: int, test_images: torch.Tensor,
+                    seed: int, match_on: str = "mse", use_lpips: bool = True) -> dict[str, Any]:
+    """Scores of each baseline against ``truth`` with the same matching as the attack's ``count`` images.
+
+    Returns per-baseline PSNR/SSIM/LPIPS means and the strongest of them: ``psnr_chance`` and
+    ``ssim_chance`` (highest), ``lpips_chance`` (lowest). When ``count`` is below the number
+    of true images, Hungarian matching keeps the best-matched truths for the baselines too, so
+    the chance figure carries the same best-of-N advantage as the attack's.
+    """
+    unknown = torch.full((count,), -1)
+    per: dict[str, dict[str, float]] = {}
+    for name, images in chance_images(count, test_images, seed=seed).items():
+        s = score(images, truth, recon_labels=unknown, truth_labels=truth_labels, match_on=match_on,
+                  use_lpips=use_lpips)
+        per[name] = {"psnr_mean": s["psnr_mean"], "ssim_mean": s["ssim_mean"], "lpips_mean": s["lpips_mean"]}
+    lpips = [v["lpips_mean"] for v in per.values() if not math.isnan(v["lpips_mean"])]
+    return {"chance": per,
+            "psnr_chance": max(v["psnr_mean"] for v in per.values()),
+            "ssim_chance": max(v["ssim_mean"] for v in per.values()),
+            "lpips_chance": min(lpips) if lpips else math.nan}
+
+
+def gains(privacy: dict[str, Any]) -> dict[str, float]:
+    """How far the attack beats chance: ``psnr_gain``, ``ssim_gain`` (higher: more leaked), ``lpips_gain``
+    (chance LPIPS minus the attack's; higher: more leaked).
+
+    Example:
+        >>> gains({"psnr_mean": 30.0, "psnr_chance": 12.5, "ssim_mean": 0.9, "ssim_chance": 0.2})["psnr_gain"]
+        17.5
+    """
+    nan = math.nan
+    return {"psnr_gain": privacy.get("psnr_mean", nan) - privacy.get("psnr_chance", nan),
+            "ssim_gain": privacy.get("ssim_mean", nan) - privacy.get("ssim_chance", nan),
+            "lpips_gain": privacy.get("lpips_chance", nan) - privacy.get("lpips_mean", nan)}

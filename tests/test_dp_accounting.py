@@ -1,0 +1,138 @@
+"""DP accounting over a whole run: calibrated to the target for every client, every read listed and covered."""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+import torch
+from opacus.accountants import RDPAccountant
+from scipy.linalg import subspace_angles
+
+from defenses.calibration import epsilon, events, noise_multiplier
+from defenses.dp_reads import dp_fisher_diagonal, dp_subspace
+from defenses.dpsgd import DPSGD
+from privbench.errors import ConfigError
+from privbench.fl.genefl.fisher import fisher_diagonal, squared_gradients
+from privbench.fl.protocols.fedavg import FedAvg
+from privbench.fl.protocols.genefl import GeneFL
+from privbench.fl.reads import PlannedRead
+from privbench.fl.trainer import LocalSGD
+from privbench.fl.wire import Wire
+from privbench.models import LeNet
+from privbench.payloads import CapturePolicy, PayloadStore
+from privbench.victim import Victim
+
+COVER = ("fisher_diagonal", "subspace")
+
+
+@pytest.fixture(scope="module")
+def three_small_clients(fmnist):
+    """Three clients of 40 images each (3 Poisson batches of 16 per epoch)."""
+    return dataclasses.replace(fmnist, clients=[c[:40] for c in fmnist.clients[:3]])
+
+
+def _run(protocol_name, data, dp, tmp_path):
+    kwargs = dict(rounds=2, participants=3, local_epochs=1, lr=0.1, batch_size=16, trainer=dp)
+    protocol = FedAvg(**kwargs) if protocol_name == "fedavg" else GeneFL(num_clusters=2, subspace_dim=3, **kwargs)
+    torch.manual_seed(0)
+    model = LeNet(in_channels=1, image_size=28, num_classes=10)
+    victim = Victim(client=1, round=1, num_images=2)
+    wire = Wire.for_protocol(protocol, PayloadStore(tmp_path), CapturePolicy.build(victim_round=1, victim_client=1))
+    protocol.run(model=model, data=data, victim=victim, wire=wire, seed=0)
+    return protocol
+
+
+@pytest.mark.parametrize("protocol_name", ["fedavg", "genefl"])
+@pytest.mark.parametrize("target", [1.0, 8.0])
+def test_target_epsilon_holds_for_every_client_and_the_victim(protocol_name, target, three_small_clients, tmp_path):
+    dp = DPSGD(target_epsilon=target, delta=1e-5, cover=COVER if protocol_name == "genefl" else ())
+    _run(protocol_name, three_small_clients, dp, tmp_path)
+    spent = dp.epsilons()
+    assert set(spent) == {"client0", "client1", "client2"}  # every client joins every round
+    for client, eps in spent.items():
+        assert 0.9 * target <= eps <= target, (client, eps)
+    # the victim's schedule, stepped by hand on an independent accountant at its reported sigma
+    sigma, genefl = dp.sigmas["client1"], protocol_name == "genefl"
+    independent = RDPAccountant()
+    if genefl:
+        independent.step(noise_multiplier=sigma, sample_rate=1.0)  # DP-PCA subspace
+    for _ in range(3):  # round 0: 40 images, 3 Poisson batches of rate 1/3
+        independent.step(noise_multiplier=sigma, sample_rate=1 / 3)
+    independent.step(noise_multiplier=sigma, sample_rate=1.0)  # round 1: audit gradient on a fixed batch
+    independent.step(noise_multiplier=sigma, sample_rate=1.0)  # round 1: trains on its 2-image victim batch
+    for _ in range(2 if genefl else 0):
+        independent.step(noise_multiplier=sigma, sample_rate=1.0)  # DP Fisher, each round
+    assert spent["client1"] == pytest.approx(independent.get_epsilon(delta=1e-5), rel=1e-9)
+    assert sigma > dp.sigmas["client0"]  # the victim's extra rate-1 releases need more noise for the same target
+    if genefl:
+        assert dp.uncovered_reads() == []
+        assert {r.what for r in dp.reads()} == {"local_sgd", "audit_gradient", "fisher_diagonal", "subspace"}
+
+
+def test_reads_not_covered_are_listed_as_uncovered(three_small_clients, tmp_path):
+    dp = DPSGD(noise_multiplier=1.0)
+    _run("genefl", three_small_clients, dp, tmp_path)
+    assert dp.uncovered_reads() == ["subspace", "fisher_diagonal"]
+    covered = {r.what: r.covered for r in dp.reads()}
+    assert covered["local_sgd"] and covered["audit_gradient"]
+
+
+def test_calibration_spends_between_98_and_100_percent_of_the_target():
+    schedule = events([PlannedRead("local_sgd", 400, 32, 2), PlannedRead("audit_gradient", 1)] * 5)
+    assert schedule == [(1 / 13, 130), (1.0, 5)]
+    for target in (0.5, 1.0, 8.0, 50.0):
+        sigma = noise_multiplier(schedule, target_epsilon=target, delta=1e-5)
+        assert 0.98 * target <= epsilon(sigma, schedule, delta=1e-5) <= target
+
+
+def test_empty_poisson_batches_train_as_opacus_intends(fmnist):
+    """Batch size 1 on 20 samples: rate 1/20, so about a third of the 20 Poisson batches are empty."""
+    dp = DPSGD(noise_multiplier=1.0)
+    data = fmnist.client(0).subset(torch.arange(20))
+    torch.manual_seed(0)
+    model = LeNet(in_channels=1, image_size=28, num_classes=10)
+    record = dp.train(model, data, client="client0", sgd=LocalSGD(epochs=1, lr=0.1, batch_size=1),
+                      generator=torch.Generator().manual_seed(0))
+    assert record.steps == 20
+    assert dp.engines["client0"].accountant.history == [(1.0, 1 / 20, 20)]
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+
+
+def test_dp_fisher_is_the_clipped_fisher_plus_gaussian_noise(fmnist):
+    data = fmnist.client(0).subset(torch.arange(16))
+    torch.manual_seed(0)
+    model = LeNet(in_channels=1, image_size=28, num_classes=10)
+    exact = fisher_diagonal(model, data)
+    unclipped = dp_fisher_diagonal(model, data, clip=1e6, sigma=0.0, generator=torch.Generator())
+    assert all(torch.allclose(exact[k], unclipped[k], rtol=1e-5, atol=1e-9) for k in exact)
+    # sensitivity: one more sample moves the clipped sum by at most clip^2 in L2 norm
+    clip = 0.5
+    with_one = squared_gradients(model, fmnist.client(0).subset(torch.arange(17)), clip=clip)
+    without = squared_gradients(model, data, clip=clip)
+    change = math.sqrt(sum(float(((with_one[k] - without[k]) ** 2).sum()) for k in without))
+    assert change <= clip**2 + 1e-6
+    noisy = dp_fisher_diagonal(model, data, clip=clip, sigma=2.0, generator=torch.Generator().manual_seed(1))
+    assert all((v >= 0).all() for v in noisy.values())
+    # the noise on the sum is N(0, (sigma clip^2)^2): its negative half is clamped, its positive half kept
+    residual = torch.cat([(noisy[k] * 16 - without[k]).flatten() for k in without])
+    positive = residual[residual > 1e-3]
+    assert float(positive.mean()) == pytest.approx(2.0 * clip**2 * math.sqrt(2 / math.pi), rel=0.05)
+
+
+def test_dp_pca_recovers_a_planted_subspace_and_degrades_with_noise():
+    gen = torch.Generator().manual_seed(0)
+    planted = torch.linalg.qr(torch.randn(64, 3, generator=gen))[0]
+    images = (torch.randn(2000, 3, generator=gen) * torch.tensor([3.0, 2.0, 1.5])) @ planted.T
+    images = images + 0.01 * torch.randn(2000, 64, generator=gen)
+    quiet = dp_subspace(images, 3, sigma=1.0, generator=torch.Generator().manual_seed(1))
+    loud = dp_subspace(images, 3, sigma=500.0, generator=torch.Generator().manual_seed(1))
+    assert max(subspace_angles(quiet.double().numpy(), planted.double().numpy())) < 0.2
+    assert max(subspace_angles(loud.double().numpy(), planted.double().numpy())) > 1.0
+
+
+def test_unknown_cover_is_a_config_error():
+    with pytest.raises(ConfigError, match="defense.cover"):
+        DPSGD(cover=["gradient"])
+    assert np.isclose(noise_multiplier([], target_epsilon=1.0, delta=1e-5), 0.0)
