@@ -80,6 +80,7 @@ class DPSGD(Trainer):
         self.engines: dict[str, Any] = {}
         self.sigmas: dict[str, float] = {}
         self.schedules: dict[str, list[Event]] = {}
+        self._calibrated: dict[tuple[Event, ...], float] = {}
 
     def check_model(self, model: nn.Module) -> None:
         """Fail before training if Opacus cannot compute per-sample gradients of ``model``."""
@@ -96,9 +97,12 @@ class DPSGD(Trainer):
         self.schedules[client] = schedule
         if self.target_epsilon is None:
             self.sigmas[client] = self.noise_multiplier
-        else:
-            self.sigmas[client] = noise_multiplier(schedule, target_epsilon=self.target_epsilon, delta=self.delta,
-                                                   accountant=self.accountant)
+            return
+        key = tuple(schedule)
+        if key not in self._calibrated:  # clients of equal size share a schedule
+            self._calibrated[key] = noise_multiplier(schedule, target_epsilon=self.target_epsilon, delta=self.delta,
+                                                     accountant=self.accountant)
+        self.sigmas[client] = self._calibrated[key]
 
     def sigma(self, client: str) -> float:
         """Noise multiplier of ``client`` (set by ``plan``; ``noise_multiplier`` without a target)."""

@@ -20,6 +20,7 @@ class PayloadKind:
         aggregate: made by the server from several clients' uploads.
         base: the message it is relative to (the model the sender started from), or None.
         audit_only: recorded for the audit (a FedSGD worst case), not protocol traffic.
+        once: sent once, before round 0's training (so it is attacked there whatever the victim round).
         readable: whether an attack can rebuild private data from it; ``unreadable_why``
             says why not otherwise.
         doc: one line for the glossary.
@@ -32,6 +33,7 @@ class PayloadKind:
     aggregate: bool = False
     base: str | None = None
     audit_only: bool = False
+    once: bool = False
     readable: bool = True
     unreadable_why: str = ""
 
@@ -50,7 +52,8 @@ _SPECS = (
                 base="the model the client received"),
     PayloadKind("update", "up", "model", "FedAvg's upload: the full model after local training",
                 base="the model the client received"),
-    PayloadKind("subspace", "up", "basis", "the client's top-d left singular vectors, sent once for clustering"),
+    PayloadKind("subspace", "up", "basis", "the client's top-d left singular vectors, sent once for clustering",
+                once=True),
     PayloadKind("cluster_model", "down", "model", "a cluster's model after aggregating its clients' uploads",
                 aggregate=True, base="the cluster model of the round before"),
     PayloadKind("global_model", "down", "model", "FedAvg's global model", aggregate=True, readable=False,

@@ -35,6 +35,8 @@ class PayloadChoice:
 
     def capture(self, victim: Victim) -> CapturePolicy | None:
         """Extra messages the attack on this kind needs kept, beyond the capture policy."""
+        if self.spec.once:
+            return CapturePolicy(kinds=frozenset({self.kind}), rounds=frozenset({0}), clients=frozenset({victim.client}))
         if not (self.spec.aggregate and self.spec.readable):
             return None
         return CapturePolicy(kinds=frozenset({self.kind}), rounds=frozenset({victim.round + 1}), clients="all")
@@ -60,9 +62,10 @@ class PayloadChoice:
         if self.spec.aggregate:
             return self._aggregate(store, victim)
         end = "sender" if self.spec.direction == "up" else "receiver"
-        found = list(store.records(kind=self.kind, round=victim.round, **{end: victim.name}))
+        round_ = 0 if self.spec.once else victim.round
+        found = list(store.records(kind=self.kind, round=round_, phase="training", **{end: victim.name}))
         if not found:
-            raise PrivbenchError(f"no {self.kind} payload of {victim.name} in round {victim.round} was recorded")
+            raise PrivbenchError(f"no {self.kind} payload of {victim.name} in round {round_} was recorded")
         payload = store.load(found[0]["id"])
         base = store.load(payload.base) if payload.base else None
         return payload, base

@@ -1,0 +1,111 @@
+"""Victim settings beyond the worst case: later rounds for every payload kind, all of the client's data,
+and chance baselines scored with the attack's own matching."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from attacks import IDLG, AttackTarget
+from privbench.audit.run import run_audit
+from privbench.data import FederatedData
+from privbench.fl.protocols.fedavg import FedAvg
+from privbench.fl.protocols.genefl import GeneFL
+from privbench.fl.sgd import parameters_of
+from privbench.fl.wire import Wire
+from privbench.metrics.chance import chance_baseline
+from privbench.metrics.image import mse
+from privbench.models import LeNet
+from privbench.payloads import CapturePolicy, PayloadStore
+from privbench.payloads.capture import AnyOf
+from privbench.payloads.select import PayloadChoice
+from privbench.victim import Victim
+
+
+@pytest.fixture(scope="module")
+def small_clients() -> FederatedData:
+    data = FederatedData.build(source="fashion_mnist_subset", num_clients=4, partition="iid", agnostic_classes=[])
+    rng = np.random.default_rng(0)
+    data.clients = [np.sort(rng.choice(len(data.train), 6, replace=False)) for _ in range(4)]
+    return data
+
+
+def _recorded(protocol, data, victim, kinds, tmp_path):
+    torch.manual_seed(0)
+    model = LeNet(in_channels=1, image_size=28, num_classes=10)
+    extra = [PayloadChoice(kind=k).capture(victim) for k in kinds]
+    policy = AnyOf((CapturePolicy.build(victim_round=victim.round, victim_client=victim.client),
+                    *[e for e in extra if e is not None]))
+    wire = Wire.for_protocol(protocol, PayloadStore(tmp_path), policy)
+    result = protocol.run(model=model, data=data, victim=victim, wire=wire, seed=0)
+    return model, result, wire
+
+
+@pytest.mark.parametrize("fl, kinds", [("fedavg", ["gradient", "update"]),
+                                       ("genefl", ["gradient", "gene_gradient", "learngene", "cluster_model",
+                                                   "subspace"])])
+def test_a_victim_round_after_round_0_works_for_every_payload_kind(fl, kinds, small_clients, tmp_path):
+    kwargs = dict(rounds=3, participants=4, local_epochs=1, lr=0.1, batch_size=4)
+    protocol = FedAvg(**kwargs) if fl == "fedavg" else GeneFL(num_clusters=1, subspace_dim=2, gene={"gamma": 2},
+                                                               **kwargs)
+    victim = Victim(client=2, round=1, num_images=2, update_data="all")
+    model, result, wire = _recorded(protocol, small_clients, victim, kinds, tmp_path)
+    for kind in kinds:
+        choice = PayloadChoice(kind=kind)
+        payload, base = choice.select(wire.store, victim)
+        if kind == "subspace":  # sent once, before round 0
+            assert payload.round == 0 and payload.truth == small_clients.clients[2].tolist()
+            continue
+        assert payload.round == (2 if kind == "cluster_model" else 1)
+        assert base is not None and base.round == 1  # relative to the trained model of round 1, not theta_0
+        assert any(not torch.equal(base.tensors[n], result.theta0[n]) for n in base.tensors)
+        count = choice.images(payload, victim)
+        target = AttackTarget.from_payload(payload, base=base, model=model, num_images=count, image_shape=(1, 28, 28),
+                                           num_classes=10)
+        out = IDLG(iterations=5, restarts=1).run(target, seed=0)
+        assert out.images is not None and torch.isfinite(out.images).all()
+        if kind in ("gradient", "gene_gradient"):  # one step on the 2-image victim batch
+            assert len(payload.truth) == count == 2
+        elif kind in ("update", "learngene"):  # trained on all 6 images: 2 rebuilt, matched against 6
+            assert len(payload.truth) == 6 and count == 2 and payload.training.num_samples == 6
+        else:
+            assert len(payload.truth) == count == 24  # the aggregate: every participant's images
+
+
+def test_gene_gradient_truth_is_the_victim_batch_with_update_data_all(small_clients, tmp_path):
+    protocol = GeneFL(rounds=1, participants=4, local_epochs=1, lr=0.1, batch_size=4, num_clusters=1,
+                      subspace_dim=2, gene={"gamma": 2})
+    victim = Victim(client=1, round=0, num_images=2, update_data="all")
+    _, _, wire = _recorded(protocol, small_clients, victim, [], tmp_path)
+    gradient = wire.store.load("r0000-gradient-client1-server")
+    gene = wire.store.load("r0000-gene_gradient-client1-server")
+    upload = wire.store.load("r0000-learngene-client1-server")
+    assert gene.truth == gradient.truth and len(gene.truth) == 2
+    assert upload.truth == small_clients.clients[1].tolist()
+
+
+def test_chance_baseline_is_best_of_n_by_hand():
+    gen = torch.Generator().manual_seed(0)
+    truth, test = torch.rand(5, 1, 6, 6, generator=gen), torch.rand(20, 1, 6, 6, generator=gen)
+    out = chance_baseline(truth, torch.zeros(5, dtype=torch.long), count=1, test_images=test, seed=0, use_lpips=False)
+    mean = test.mean(0)
+    best = min(mse(mean, t) for t in truth)  # one reconstruction matched to the closest of 5 truths
+    assert out["chance"]["mean_image"]["psnr_mean"] == pytest.approx(10 * math.log10(1 / best), rel=1e-9)
+    assert out["psnr_chance"] == max(v["psnr_mean"] for v in out["chance"].values())
+    one = chance_baseline(truth[:1], torch.zeros(1, dtype=torch.long), count=1, test_images=test, seed=0,
+                          use_lpips=False)
+    assert one["chance"]["mean_image"]["psnr_mean"] <= out["chance"]["mean_image"]["psnr_mean"]  # best-of-N inflates
+
+
+@pytest.mark.slow
+def test_audit_with_update_data_all_reports_true_count_and_chance(compose_cfg, tmp_path):
+    cfg = compose_cfg("fl=fedavg", "payload=update", "data.partition=iid", "data.num_clients=10",
+                      "data.agnostic_classes=[]", "fl.rounds=2", "fl.participants=2", "fl.local_epochs=1",
+                      "victim.round=1", "victim.update_data=all", "metrics.lpips=false", "attack.iterations=30",
+                      "attack.restarts=1", f"results_dir={tmp_path}")
+    privacy = run_audit(cfg, tmp_path / "run")["privacy"]
+    assert privacy["num_true"] == 600 and privacy["num_reconstructed"] == 1
+    assert privacy["psnr_gain"] == pytest.approx(privacy["psnr_mean"] - privacy["psnr_chance"])
+    assert set(privacy["chance"]) == {"mean_image", "non_member"} and privacy["psnr_chance"] > 10
