@@ -125,3 +125,29 @@ def test_every_protocol_plans(compose_cfg, fl):
     attack = "attack=none" if fl == "local" else "attack=idlg"
     payload = {"genefl": "learngene", "cluster_fedavg": "update", "local": "gradient", "fedavg": "update"}[fl]
     assert plan(compose_cfg(f"fl={fl}", attack, f"payload={payload}")).protocol.name == fl
+
+
+def _sweep_values(spec: str) -> list[str]:
+    """Split a sweeper value list on commas outside brackets: ``"[],[a,b]"`` -> ``["[]", "[a,b]"]``."""
+    out, depth, current = [], 0, ""
+    for ch in str(spec):
+        depth += ch == "["
+        depth -= ch == "]"
+        if ch == "," and depth == 0:
+            out.append(current)
+            current = ""
+        else:
+            current += ch
+    return [*out, current]
+
+
+@pytest.mark.parametrize("option", options("experiment"))
+def test_every_sweep_value_of_an_experiment_plans(compose_cfg, option):
+    """Each value an experiment sweeps over composes and passes every check (a typo fails here, not mid-sweep)."""
+    import yaml
+
+    params = (yaml.safe_load((CONFIGS / "experiment" / f"{option}.yaml").read_text()) or {}).get(
+        "hydra", {}).get("sweeper", {}).get("params", {})
+    for key, spec in params.items():
+        for value in _sweep_values(spec):
+            assert plan(compose_cfg(f"experiment={option}", f"{key}={value}")).seed >= 0

@@ -114,3 +114,18 @@ def test_joblib_launcher_runs_the_sweep(tmp_path):
                cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert sorted(json.loads(p.read_text())["run"]["seed"] for p in tmp_path.rglob("metrics.json")) == [0, 1]
+
+
+def test_a_second_attack_on_the_same_training_attacks_its_recorded_payloads(compose_cfg, tmp_path):
+    """Train once per setting and seed: another attack on the same training reads the recorded store."""
+    from privbench.audit.run import run_audit
+
+    base = [*SWEEP, "attack.iterations=20", f"results_dir={tmp_path}"]
+    first = run_audit(compose_cfg(*base, "attack=idlg"), tmp_path / "a")
+    second = run_audit(compose_cfg(*base, "attack=dlg"), tmp_path / "b")
+    assert second["run"]["trained_in"] == str(tmp_path / "a") and "trained_in" not in first["run"]
+    assert not (tmp_path / "b" / "payloads").exists() and second["timing"]["train_s"] == 0.0
+    fresh = run_audit(compose_cfg(*base, "attack=dlg", "resume=false"), tmp_path / "c")
+    assert "trained_in" not in fresh["run"] and (tmp_path / "c" / "payloads").exists()
+    assert fresh["privacy"]["psnr_mean"] == second["privacy"]["psnr_mean"]  # same numbers as training again
+    assert fresh["utility"] == second["utility"] and fresh["defense"] == second["defense"]

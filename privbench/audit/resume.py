@@ -1,4 +1,4 @@
-"""Resumable sweeps: a run is keyed by its resolved config; a finished key is not run again."""
+"""Resumable sweeps: a finished config is not run again, and a finished training is attacked again, not rerun."""
 from __future__ import annotations
 
 import hashlib
@@ -10,19 +10,29 @@ from omegaconf import DictConfig, OmegaConf
 
 #: Keys that say where results go, not what is computed.
 NOT_KEYED = ("results_dir", "resume")
+#: Keys that choose what is attacked and how it is scored, not what is trained.
+NOT_TRAINED = ("name", "payload", "attack", "metrics")
 
 
-def config_key(cfg: DictConfig) -> str:
-    """sha256 of the resolved config without ``NOT_KEYED`` keys."""
+def _key(cfg: DictConfig, drop: tuple[str, ...]) -> str:
     plain = OmegaConf.to_container(cfg, resolve=True)
     assert isinstance(plain, dict)
-    for key in NOT_KEYED:
+    for key in drop:
         plain.pop(key, None)
     return hashlib.sha256(json.dumps(plain, sort_keys=True).encode()).hexdigest()
 
 
-def finished(results_dir: Path, key: str) -> Path | None:
-    """The folder of a finished run (complete ``metrics.json``) with ``key`` under ``results_dir``."""
+def config_key(cfg: DictConfig) -> str:
+    """sha256 of the resolved config without ``NOT_KEYED`` keys."""
+    return _key(cfg, NOT_KEYED)
+
+
+def training_key(cfg: DictConfig) -> str:
+    """sha256 of what determines the training (and so every recorded message): no payload, attack or metrics."""
+    return _key(cfg, NOT_KEYED + NOT_TRAINED)
+
+
+def _runs(results_dir: Path, field: str, key: str) -> Path | None:
     root = Path(results_dir)
     if not root.exists():
         return None
@@ -31,6 +41,16 @@ def finished(results_dir: Path, key: str) -> Path | None:
             metrics: dict[str, Any] = json.loads(path.read_text())
         except (OSError, json.JSONDecodeError):
             continue
-        if metrics.get("run", {}).get("config_key") == key:
+        if metrics.get("run", {}).get(field) == key:
             return path.parent
     return None
+
+
+def finished(results_dir: Path, key: str) -> Path | None:
+    """The folder of a finished run (complete ``metrics.json``) with ``key`` under ``results_dir``."""
+    return _runs(results_dir, "config_key", key)
+
+
+def trained(results_dir: Path, key: str) -> Path | None:
+    """The folder of a finished run whose training has ``training_key`` ``key`` (and that trained itself)."""
+    return _runs(results_dir, "training_key", key)

@@ -15,9 +15,9 @@ from attacks import Attack, AttackTarget, GradientInversion, NoAttack, SubspaceP
 from privbench.audit.build import build
 from privbench.audit.output import table, write_grid, write_metrics
 from privbench.audit.reference import fedavg_reference
-from privbench.audit.resume import config_key, finished
+from privbench.audit.resume import config_key, finished, trained, training_key
 from privbench.data import FederatedData
-from privbench.errors import AttackNotApplicableError, ConfigError
+from privbench.errors import AttackNotApplicableError, ConfigError, PrivbenchError
 from privbench.fl.genefl.agnostic import evaluate_agnostic
 from privbench.fl.protocols import FederatedProtocol, ProtocolResult
 from privbench.fl.protocols.clustered import ClusteredProtocol
@@ -26,6 +26,7 @@ from privbench.fl.wire import Totals, Wire
 from privbench.io import atomic_write_text
 from privbench.metrics.lpips_metric import lpips_network
 from privbench.metrics.chance import chance_baseline, gains
+from privbench.metrics.clustering import rand_index
 from privbench.metrics.reconstruction import MATCH_ON, score
 from privbench.payloads import Payload, PayloadStore
 from privbench.payloads.capture import AnyOf
@@ -132,10 +133,10 @@ def plan(cfg: DictConfig) -> Plan:
     return p
 
 
-def _attack(p: Plan, wire: Wire, model: nn.Module, data: FederatedData,
+def _attack(p: Plan, store: PayloadStore, model: nn.Module, data: FederatedData,
             out: Path) -> tuple[dict[str, Any], dict[str, Any], int]:
     """Select the payload, attack it, score the reconstruction; returns (privacy, threat model, payload bytes)."""
-    payload, base = p.choice.select(wire.store, p.victim)
+    payload, base = p.choice.select(store, p.victim)
     if isinstance(p.attack, SubspaceProjection):
         return _project(p, p.attack, payload, data, out)
     if not isinstance(p.attack, GradientInversion):
@@ -213,8 +214,13 @@ def _run_section(p: Plan, key: str) -> dict[str, Any]:
             "lpips_backbone": getattr(net, "source", None)}
 
 
-def _utility(fl: ProtocolResult, agnostic: dict[str, Any]) -> dict[str, Any]:
-    """Known-client accuracy (and global where it exists), agnostic accuracies per init, history."""
+def _utility(fl: ProtocolResult, agnostic: dict[str, Any], data: FederatedData) -> dict[str, Any]:
+    """Known-client accuracy (and global where it exists), agnostic accuracies per init, history.
+
+    For clustered protocols also ``cluster_rand_index``: how well the clusters agree with the
+    grouping of clients by the set of classes they hold (1.0: clients with the same classes
+    together, different ones apart; a ground truth only the evaluator has).
+    """
     out: dict[str, Any] = {"accuracy": fl.accuracy}
     if fl.global_accuracy is not None:
         out["global_accuracy"] = fl.global_accuracy
@@ -222,6 +228,8 @@ def _utility(fl: ProtocolResult, agnostic: dict[str, Any]) -> dict[str, Any]:
         out["personal_accuracy"] = fl.personal_accuracy
     if fl.clustering is not None:
         out["clusters"] = list(fl.clustering.labels)
+        class_sets = [tuple(data.client_classes(c)) for c in range(data.num_clients)]
+        out["cluster_rand_index"] = rand_index(fl.clustering.labels, class_sets)
     return {**out, "client_accuracy": {f"client{c}": a for c, a in fl.client_accuracy.items()},
             **{f"agnostic_{k}": v for k, v in agnostic.items() if k.startswith("accuracy_")},
             "agnostic_clients": agnostic.get("clients"), "history": [h.as_dict() for h in fl.history]}
@@ -255,11 +263,31 @@ def _agnostic_phase(p: Plan, fl: ProtocolResult, model: nn.Module, data: Federat
     return agnostic, totals
 
 
+def _recorded(p: Plan, tkey: str) -> tuple[Path, PayloadStore] | None:
+    """A finished run with the same training whose store kept the payload this run attacks, if any."""
+    if not (p.cfg.get("resume", True) and p.attacking):
+        return None
+    source = trained(Path(p.cfg.results_dir), tkey)
+    if source is None:
+        return None
+    try:
+        store = PayloadStore.open(source / "payloads")
+        p.choice.select(store, p.victim)
+    except (PrivbenchError, KeyError, FileNotFoundError):
+        return None  # that run did not keep what this attack reads: train again
+    return source, store
+
+
 def run_audit(cfg: DictConfig, out: Path) -> dict[str, Any]:
-    """Run the audit that ``cfg`` describes and write its files under ``out``."""
+    """Run the audit that ``cfg`` describes and write its files under ``out``.
+
+    With ``resume`` (default), a config that already finished is skipped, and a run whose
+    training already finished under ``results_dir`` (same config but for payload, attack and
+    metrics) attacks that run's recorded payloads instead of training again (``run.trained_in``).
+    """
     start = time.perf_counter()
     p = plan(cfg)
-    key = config_key(cfg)
+    key, tkey = config_key(cfg), training_key(cfg)
     done = finished(Path(cfg.results_dir), key) if cfg.get("resume", True) else None
     if done is not None:
         print(f"skipped: the same config finished in {done} (resume=false reruns it)")
@@ -274,14 +302,29 @@ def run_audit(cfg: DictConfig, out: Path) -> dict[str, Any]:
                    victim_round=p.victim.round, victim_client=p.victim.client)
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
+    recorded = _recorded(p, tkey)
+    if recorded is not None:
+        source, store = recorded
+        previous = json.loads((source / "metrics.json").read_text())
+        trained_at = time.perf_counter()
+        privacy, threat, payload_bytes = _attack(p, store, model, data, out)
+        attacked = time.perf_counter()
+        atomic_write_text(out / "comm.json", (source / "comm.json").read_text())
+        run = {**_run_section(p, key), "trained_in": str(source)}
+        metrics = {"run": run, "privacy": privacy, "utility": previous["utility"],
+                   "bytes": {**previous["bytes"], "payload_bytes": payload_bytes},
+                   "timing": {"train_s": 0.0, "attack_s": attacked - trained_at, "total_s": attacked - start},
+                   "threat_model": threat, "defense": previous["defense"]}
+        print(f"attacked the payloads recorded by {source} (same training; resume=false trains again)")
+        return _finish(out, metrics)
+
     extra = p.choice.capture(p.victim) if p.attacking else None
     wire = Wire.for_protocol(p.protocol, PayloadStore(out / "payloads"), AnyOf((policy, extra)) if extra else policy,
                              transform=p.transform)
-
     fl = p.protocol.run(model=model, data=data, victim=p.victim, wire=wire, seed=p.seed)
     agnostic, reference_totals = _agnostic_phase(p, fl, model, data, wire, out)
-    trained = time.perf_counter()
-    privacy, threat, payload_bytes = _attack(p, wire, model, data, out) if p.attacking else ({}, {}, None)
+    trained_at = time.perf_counter()
+    privacy, threat, nbytes = _attack(p, wire.store, model, data, out) if p.attacking else ({}, {}, None)
     attacked = time.perf_counter()
 
     comm = comm_summary(wire.store.records())
@@ -290,14 +333,19 @@ def run_audit(cfg: DictConfig, out: Path) -> dict[str, Any]:
         comm["vs_fedavg"] = ratios(comm["training"], comm["fedavg_reference"])
     atomic_write_text(out / "comm.json", json.dumps(comm, indent=2))
     metrics = {
-        "run": _run_section(p, key),
+        "run": {**_run_section(p, key), "training_key": tkey},
         "privacy": privacy,
-        "utility": _utility(fl, agnostic),
-        "bytes": _bytes_section(comm, payload_bytes),
-        "timing": {"train_s": trained - start, "attack_s": attacked - trained, "total_s": time.perf_counter() - start},
+        "utility": _utility(fl, agnostic, data),
+        "bytes": _bytes_section(comm, nbytes),
+        "timing": {"train_s": trained_at - start, "attack_s": attacked - trained_at,
+                   "total_s": time.perf_counter() - start},
         "threat_model": threat,
         "defense": _defense_summary(p),
     }
+    return _finish(out, metrics)
+
+
+def _finish(out: Path, metrics: dict[str, Any]) -> dict[str, Any]:
     write_metrics(out, metrics)
     print(table(metrics))
     print(f"results: {out}")

@@ -10,12 +10,12 @@ import pandas as pd
 
 COLUMNS = ["fl", "payload", "attack", "defense", "setting", "variant", "seed", "psnr_mean", "psnr_chance", "psnr_gain",
            "psnr_best", "ssim_mean", "ssim_chance", "ssim_best", "lpips_mean", "lpips_chance", "lpips_best",
-           "num_true", "label_accuracy", "projection_psnr_mean", "accuracy",
+           "num_true", "label_accuracy", "projection_psnr_mean", "accuracy", "personal_accuracy", "cluster_rand_index",
            "agnostic_accuracy_learngene", "uplink_bytes", "downlink_bytes", "total_bytes", "epsilon", "run_dir"]
 #: Overrides already shown by other columns (or that do not change what is computed).
 SHOWN = {"fl", "payload", "attack", "defense", "seed", "results_dir", "resume", "name", "experiment"}
 SHOWN_PREFIXES = ("defense.", "hydra")
-SETTING_KEYS = {"noise": ("sigma",), "prune": ("p",), "dpsgd": ("noise_multiplier", "target_epsilon", "max_grad_norm")}
+SETTING_KEYS = {"noise": ("sigma",), "prune": ("p",), "dpsgd": ("noise_multiplier", "target_epsilon", "max_grad_norm", "cover")}
 
 
 def _number(value: Any) -> float:
@@ -29,7 +29,10 @@ def _number(value: Any) -> float:
 def setting(defense: dict[str, Any]) -> str:
     """A short label of a defence's settings, e.g. ``sigma=0.01`` (``-`` for none)."""
     keys = SETTING_KEYS.get(defense.get("defense", "none"), ())
-    parts = [f"{k}={defense[k]}" for k in keys if defense.get(k) is not None]
+    def text(value: Any) -> str:
+        return "+".join(map(str, value)) or "none" if isinstance(value, list) else str(value)
+
+    parts = [f"{k}={text(defense[k])}" for k in keys if defense.get(k) is not None]
     return " ".join(parts) or "-"
 
 
@@ -50,7 +53,7 @@ def row(metrics: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     for key in ("psnr_mean", "psnr_chance", "psnr_gain", "psnr_best", "ssim_mean", "ssim_chance", "ssim_best",
                 "lpips_mean", "lpips_chance", "lpips_best", "num_true", "label_accuracy", "projection_psnr_mean"):
         out[key] = _number(privacy.get(key))
-    for key in ("accuracy", "agnostic_accuracy_learngene"):
+    for key in ("accuracy", "personal_accuracy", "cluster_rand_index", "agnostic_accuracy_learngene"):
         out[key] = _number(utility.get(key))
     for key in ("uplink_bytes", "downlink_bytes", "total_bytes"):
         out[key] = _number(nbytes.get(key))

@@ -7,6 +7,7 @@ from torch import nn
 
 from privbench.data import FederatedData
 from privbench.fl.protocols.base import ClientRound, FederatedProtocol, ProtocolResult, RoundRecord
+from privbench.fl.reads import PlannedRead
 from privbench.fl.sgd import State, model_with, parameters_of
 from privbench.fl.wire import Wire
 from privbench.victim import Victim
@@ -17,6 +18,10 @@ class LocalOnly(FederatedProtocol):
 
     name = "local"
     sends = ()
+
+    def planned_reads(self, num_samples: int, *, victim: Victim | None) -> list[PlannedRead]:
+        """Every client, the victim too, trains on all its data each round; nothing else is read."""
+        return super().planned_reads(num_samples, victim=None)
 
     def run(self, *, model: nn.Module, data: FederatedData, victim: Victim, wire: Wire, seed: int) -> ProtocolResult:
         self.plan_reads(data, victim)
