@@ -10,7 +10,8 @@ from hydra.core.global_hydra import GlobalHydra
 
 from privbench.data import FederatedData
 
-torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+# at most 2 threads, fewer when OMP_NUM_THREADS says so (e.g. beside a running sweep: jobs x threads <= cores)
+torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS") or max(1, min(2, os.cpu_count() or 1))))
 
 
 @pytest.fixture
