@@ -70,13 +70,16 @@ def test_audit_writes_every_output(tmp_path):
     assert comm["audit_only"]["uplink_bytes"] == 53704 and comm["by_kind"]["gradient"] == 53704
     rows = list(csv.DictReader((run / "metrics.csv").open()))
     assert len(rows) == 1 and float(rows[0]["psnr_mean"]) == pytest.approx(metrics["privacy"]["psnr_mean"])
+    assert float(rows[0]["psnr_gain"]) == pytest.approx(float(rows[0]["psnr_mean"]) - float(rows[0]["psnr_chance"]))
     assert Image.open(run / "grid.png").size == (28 * 4 + 4, 2 * 28 * 4 + 6)
     threat = json.loads((run / "threat_model.json").read_text())
     assert threat["labels"] == "not given" and threat["visible_fraction"] == 1.0 and threat["batch_size"] == 1
     assert "fl:\n  _target_: privbench.fl.protocols.fedavg.FedAvg" in (run / "config.yaml").read_text()
     store = PayloadStore.open(run / "payloads")
     assert store.load(threat["payload"]).kind == "gradient"
-    assert "psnr_mean" in out.stdout and "uplink_bytes" in out.stdout
+    assert "PSNR" in out.stdout and "chance" in out.stdout and "bytes    up" in out.stdout
+    summary = out.stdout[out.stdout.index("run      "):out.stdout.index("results: ")]
+    assert all(len(line) <= 80 for line in summary.splitlines())  # fits an 80-column terminal
 
 
 @pytest.mark.slow
@@ -103,3 +106,19 @@ def test_genefl_audit_writes_comm_and_agnostic_results(tmp_path):
     assert set(comm["by_round"]) == {"0", "1", "2"} and "client0" in comm["by_client"]
     assert 0 <= metrics["utility"]["agnostic_accuracy_learngene"] <= 1
     assert metrics["threat_model"]["payload_kind"] == "learngene" and metrics["threat_model"]["visible_fraction"] < 1
+
+
+def test_run_summary_wraps_long_settings_at_80_columns():
+    from privbench.audit.output import summary
+
+    metrics = {"run": {"fl": "cluster_fedavg", "payload": "cluster_model", "attack": "projection",
+                       "defense": "dpsgd", "seed": 123456, "victim_client": 10, "victim_round": 99},
+               "privacy": {"psnr_mean": 12.345, "psnr_chance": 16.6, "psnr_gain": -4.255, "num_reconstructed": 64,
+                           "num_true": 400, "ssim_mean": 0.1, "ssim_chance": 0.3, "lpips_mean": float("nan"),
+                           "lpips_chance": float("nan"), "label_accuracy": float("nan")},
+               "utility": {"accuracy": 0.5, "personal_accuracy": 0.9, "agnostic_accuracy_learngene": 0.97},
+               "bytes": {"uplink_bytes": 123456789012, "downlink_bytes": 123456789012, "total_ratio": 0.5},
+               "defense": {"epsilon": 123.456, "epsilon_max": 234.5, "epsilon_covers_all_reads": True}}
+    text = summary(metrics)
+    assert all(len(line) <= 80 for line in text.splitlines()) and len(text.splitlines()) >= 7
+    assert "gain -4.25 dB" in text and "LPIPS - (chance -)" in text and "covers every read: yes" in text

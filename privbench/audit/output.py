@@ -5,6 +5,7 @@ import csv
 import io
 import json
 import math
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -12,18 +13,6 @@ import torch
 import torch.nn.functional as F
 
 from privbench.io import atomic_write_bytes, atomic_write_text
-
-TABLE = [
-    ("fl", "{}"), ("payload", "{}"), ("attack", "{}"), ("defense", "{}"),
-    ("psnr_mean", "{:.2f}"), ("psnr_chance", "{:.2f}"), ("psnr_gain", "{:+.2f}"), ("psnr_best", "{:.2f}"),
-    ("ssim_mean", "{:.3f}"), ("ssim_chance", "{:.3f}"), ("lpips_mean", "{:.3f}"), ("lpips_chance", "{:.3f}"),
-    ("num_true", "{}"),
-    ("projection_psnr_mean", "{:.2f}"), ("label_accuracy", "{:.2f}"), ("epsilon", "{:.2f}"),
-    ("accuracy", "{:.3f}"), ("agnostic_accuracy_learngene", "{:.3f}"),
-    ("uplink_bytes", "{:,}"), ("downlink_bytes", "{:,}"), ("uplink_ratio", "{:.3f}"), ("total_ratio", "{:.3f}"),
-    ("learngene_mean_bytes", "{:,.0f}"),
-]
-
 
 def flat_row(metrics: dict[str, Any]) -> dict[str, Any]:
     """One CSV row: the scalar entries of every section of ``metrics.json``."""
@@ -81,17 +70,58 @@ def write_grid(path: Path, truth: torch.Tensor, recon: torch.Tensor, *, scale: i
     atomic_write_bytes(path, buffer.getvalue())
 
 
-def table(metrics: dict[str, Any]) -> str:
-    """A compact two-line table of the run's headline figures."""
-    row = flat_row(metrics)
-    cells = []
-    for key, fmt in TABLE:
-        if key not in row:
-            continue  # a column this run has no notion of (e.g. no attack, no agnostic clients)
-        value = row[key]
-        text = "-" if value is None or (isinstance(value, float) and math.isnan(value)) else fmt.format(value)
-        cells.append((key, text))
-    widths = [max(len(k), len(v)) for k, v in cells]
-    head = "  ".join(k.rjust(w) for (k, _), w in zip(cells, widths))
-    body = "  ".join(v.rjust(w) for (_, v), w in zip(cells, widths))
-    return f"{head}\n{body}"
+#: Columns the run summary fits in.
+WIDTH = 80
+
+
+def _num(value: Any, fmt: str) -> str:
+    return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else fmt.format(value)
+
+
+def summary(metrics: dict[str, Any]) -> str:
+    """A short vertical summary of a run that fits an 80-column terminal.
+
+    Example:
+        >>> print(summary({"run": {"fl": "fedavg", "payload": None, "attack": "none", "defense": "none", "seed": 0,
+        ...                        "victim_client": 0, "victim_round": 0}, "utility": {"accuracy": 0.5},
+        ...                "bytes": {"uplink_bytes": 10, "downlink_bytes": 10}, "defense": {}}))
+        run      fedavg, no attack, defense none, seed 0, victim client0 round 0
+        utility  known-client accuracy 0.500
+        bytes    up 10, down 10
+    """
+    run, privacy, utility = metrics.get("run", {}), metrics.get("privacy", {}), metrics.get("utility", {})
+    nbytes, defense = metrics.get("bytes", {}), metrics.get("defense", {})
+    what = f"{run.get('payload')} by {run.get('attack')}" if run.get("payload") else "no attack"
+    lines = [("run", f"{run.get('fl')}, {what}, defense {run.get('defense')}, seed {run.get('seed')}, "
+                     f"victim client{run.get('victim_client')} round {run.get('victim_round')}")]
+    if "psnr_mean" in privacy:
+        lines.append(("leakage", f"PSNR {_num(privacy['psnr_mean'], '{:.2f}')} dB, chance "
+                                 f"{_num(privacy.get('psnr_chance'), '{:.2f}')}, gain "
+                                 f"{_num(privacy.get('psnr_gain'), '{:+.2f}')} dB ({privacy.get('num_reconstructed')} "
+                                 f"rebuilt, {privacy.get('num_true')} true)"))
+        lines.append(("", f"SSIM {_num(privacy.get('ssim_mean'), '{:.3f}')} (chance "
+                          f"{_num(privacy.get('ssim_chance'), '{:.3f}')}), LPIPS "
+                          f"{_num(privacy.get('lpips_mean'), '{:.3f}')} (chance "
+                          f"{_num(privacy.get('lpips_chance'), '{:.3f}')}), labels "
+                          f"{_num(privacy.get('label_accuracy'), '{:.2f}')}"))
+    elif privacy.get("failed"):
+        lines.append(("leakage", "attack failed: no reconstruction"))
+    useful = f"known-client accuracy {_num(utility.get('accuracy'), '{:.3f}')}"
+    if utility.get("personal_accuracy") is not None:
+        useful += f" (own model {_num(utility['personal_accuracy'], '{:.3f}')})"
+    if utility.get("agnostic_accuracy_learngene") is not None:
+        useful += f", agnostic {_num(utility['agnostic_accuracy_learngene'], '{:.3f}')}"
+    lines.append(("utility", useful))
+    sent = f"up {_num(nbytes.get('uplink_bytes'), '{:,}')}, down {_num(nbytes.get('downlink_bytes'), '{:,}')}"
+    if nbytes.get("total_ratio") is not None:
+        sent += f", total vs FedAvg {_num(nbytes['total_ratio'], '{:.3f}')}"
+    lines.append(("bytes", sent))
+    if "epsilon" in defense:
+        covers = "yes" if defense.get("epsilon_covers_all_reads") else "no"
+        lines.append(("privacy", f"epsilon {_num(defense['epsilon'], '{:.2f}')} (victim), max "
+                                 f"{_num(defense.get('epsilon_max'), '{:.2f}')}, covers every read: {covers}"))
+    out = []
+    for key, text in lines:  # wrap at 80 columns under a 9-column label
+        for i, part in enumerate(textwrap.wrap(text, width=WIDTH - 9, break_on_hyphens=False) or [""]):
+            out.append(f"{key if i == 0 else '':<8} {part}".rstrip())
+    return "\n".join(out)

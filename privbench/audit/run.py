@@ -13,7 +13,7 @@ from torch import nn
 
 from attacks import Attack, AttackTarget, GradientInversion, NoAttack, SubspaceProjection
 from privbench.audit.build import build
-from privbench.audit.output import table, write_grid, write_metrics
+from privbench.audit.output import summary, write_grid, write_metrics
 from privbench.audit.reference import fedavg_reference
 from privbench.audit.resume import config_key, finished, trained, training_key
 from privbench.data import FederatedData
@@ -347,6 +347,6 @@ def run_audit(cfg: DictConfig, out: Path) -> dict[str, Any]:
 
 def _finish(out: Path, metrics: dict[str, Any]) -> dict[str, Any]:
     write_metrics(out, metrics)
-    print(table(metrics))
+    print(summary(metrics))
     print(f"results: {out}")
     return metrics
