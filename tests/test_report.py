@@ -129,3 +129,19 @@ def test_a_second_attack_on_the_same_training_attacks_its_recorded_payloads(comp
     assert "trained_in" not in fresh["run"] and (tmp_path / "c" / "payloads").exists()
     assert fresh["privacy"]["psnr_mean"] == second["privacy"]["psnr_mean"]  # same numbers as training again
     assert fresh["utility"] == second["utility"] and fresh["defense"] == second["defense"]
+
+
+def test_summary_gives_95_percent_t_intervals_and_the_leak_verdict():
+    runs = pd.DataFrame({"fl": "genefl", "payload": ["gradient"] * 3 + ["learngene"] * 2 + ["update"],
+                         "attack": "idlg", "defense": "none", "setting": "-", "variant": "-", "seed": [0, 1, 2, 0, 1, 0],
+                         "psnr_mean": [40.0, 44.0, 42.0, 9.0, 11.0, 8.0], "psnr_gain": [31.0, 35.0, 33.0, -1.0, 3.0, -2.0],
+                         "run_dir": "x"})
+    table = summarise(runs).set_index("payload")
+    # by hand: mean 42, sd 2, n 3 -> 42 +- t(0.975, 2) * 2 / sqrt(3), t = 4.302653
+    half = 4.302653 * 2 / math.sqrt(3)
+    assert table.loc["gradient", "psnr_mean_lo"] == pytest.approx(42 - half, rel=1e-5)
+    assert table.loc["gradient", "psnr_mean_hi"] == pytest.approx(42 + half, rel=1e-5)
+    assert table.loc["gradient", "leaks"] == "yes" and table.loc["learngene", "leaks"] == "unclear"
+    assert table.loc["update", "leaks"] == "-" and math.isnan(table.loc["update", "psnr_mean_lo"])  # one seed
+    md = to_markdown(summarise(runs))
+    assert f"42 [{42 - half:.3g}, {42 + half:.3g}]" in md and "psnr_mean_lo" not in md
