@@ -9,14 +9,14 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.func import functional_call, grad, vmap
 from torch.utils.data import DataLoader, TensorDataset
 
-from defenses.calibration import Event, epsilon, events, noise_multiplier
+from defenses.calibration import Event, events, noise_multiplier
 from defenses.dp_reads import dp_fisher_diagonal, dp_subspace
 from privbench.data.dataset import ImageDataset
 from privbench.errors import ConfigError
 from privbench.fl.genefl.subspace import per_class_subspace
+from privbench.fl.sgd import per_sample_gradients
 from privbench.fl.reads import AUDIT_GRADIENT, COVERABLE, FISHER, LOCAL_SGD, SUBSPACE, PlannedRead
 from privbench.fl.trainer import LocalSGD, Regulariser, Trainer
 
@@ -79,7 +79,6 @@ class DPSGD(Trainer):
         self.cover = tuple(c for c in COVERABLE if c in cover)
         self.engines: dict[str, Any] = {}
         self.sigmas: dict[str, float] = {}
-        self.schedules: dict[str, list[Event]] = {}
         self._calibrated: dict[tuple[Event, ...], float] = {}
 
     def check_model(self, model: nn.Module) -> None:
@@ -94,7 +93,6 @@ class DPSGD(Trainer):
     def plan(self, client: str, reads: Sequence[PlannedRead]) -> None:
         """Fix ``client``'s noise multiplier for its planned schedule of releases."""
         schedule = events(reads, covered=self.cover)
-        self.schedules[client] = schedule
         if self.target_epsilon is None:
             self.sigmas[client] = self.noise_multiplier
             return
@@ -111,10 +109,6 @@ class DPSGD(Trainer):
                 raise RuntimeError(f"{client} has no planned schedule: call plan() before its first release")
             self.sigmas[client] = self.noise_multiplier
         return self.sigmas[client]
-
-    def planned_epsilon(self, client: str) -> float:
-        """Epsilon ``client`` spends if it makes every planned release."""
-        return epsilon(self.sigma(client), self.schedules.get(client, []), delta=self.delta, accountant=self.accountant)
 
     def engine(self, client: str) -> Any:
         """The persistent Opacus ``PrivacyEngine`` (and accountant) of ``client``."""
@@ -169,21 +163,12 @@ class DPSGD(Trainer):
 
         The batch was chosen, not Poisson-sampled, so it is accounted at sample rate 1.
         """
-        params = {n: p.detach() for n, p in model.named_parameters()}
-        buffers = {n: b.detach() for n, b in model.named_buffers()}
-
-        def loss(p: dict[str, torch.Tensor], xi: torch.Tensor, yi: torch.Tensor) -> torch.Tensor:
-            return F.cross_entropy(functional_call(model, (p, buffers), (xi.unsqueeze(0),)), yi.unsqueeze(0))
-
-        per_sample = vmap(grad(loss), in_dims=(None, 0, 0))(params, x, y)
-        norms = torch.sqrt(sum((g.flatten(1) ** 2).sum(1) for g in per_sample.values()))
-        factor = (self.max_grad_norm / (norms + 1e-6)).clamp(max=1.0)
+        per_sample = per_sample_gradients(model, x, y, clip=self.max_grad_norm)
         sigma = self.sigma(client)
         out = {}
         for n, g in per_sample.items():
-            summed = (g * factor.view(-1, *[1] * (g.dim() - 1))).sum(0)
-            noise = torch.randn(summed.shape, generator=generator) * sigma * self.max_grad_norm
-            out[n] = (summed + noise) / len(x)
+            noise = torch.randn(g.shape[1:], generator=generator) * sigma * self.max_grad_norm
+            out[n] = (g.sum(0) + noise) / len(x)
         self.engine(client).accountant.step(noise_multiplier=sigma, sample_rate=1.0)
         return out
 
@@ -226,5 +211,4 @@ class DPSGD(Trainer):
                 "accountant": self.accountant, "target_epsilon": self.target_epsilon, "cover": list(self.cover),
                 "noise_multiplier": self.noise_multiplier if self.target_epsilon is None else None,
                 "noise_multipliers": dict(sorted(self.sigmas.items())),
-                "epsilon_per_client": eps, "epsilon_max": max(eps.values()) if eps else math.nan,
-                "reads": [r.as_dict() for r in self.reads()], "uncovered_reads": self.uncovered_reads()}
+                "epsilon_per_client": eps, "epsilon_max": max(eps.values()) if eps else math.nan}

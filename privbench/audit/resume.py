@@ -32,25 +32,26 @@ def training_key(cfg: DictConfig) -> str:
     return _key(cfg, NOT_KEYED + NOT_TRAINED)
 
 
-def _runs(results_dir: Path, field: str, key: str) -> Path | None:
+def finished_runs(results_dir: Path) -> list[tuple[Path, dict[str, Any]]]:
+    """Every finished run (a complete ``metrics.json``) under ``results_dir``: its folder and ``run`` section."""
     root = Path(results_dir)
     if not root.exists():
-        return None
+        return []
+    out = []
     for path in sorted(root.rglob("metrics.json")):
         try:
             metrics: dict[str, Any] = json.loads(path.read_text())
         except (OSError, json.JSONDecodeError):
             continue
-        if metrics.get("run", {}).get(field) == key:
-            return path.parent
-    return None
+        out.append((path.parent, metrics.get("run", {})))
+    return out
 
 
-def finished(results_dir: Path, key: str) -> Path | None:
-    """The folder of a finished run (complete ``metrics.json``) with ``key`` under ``results_dir``."""
-    return _runs(results_dir, "config_key", key)
+def finished(runs: list[tuple[Path, dict[str, Any]]], key: str) -> Path | None:
+    """The folder of the run in ``runs`` (from ``finished_runs``) whose config has ``key``."""
+    return next((folder for folder, run in runs if run.get("config_key") == key), None)
 
 
-def trained(results_dir: Path, key: str) -> Path | None:
-    """The folder of a finished run whose training has ``training_key`` ``key`` (and that trained itself)."""
-    return _runs(results_dir, "training_key", key)
+def trained(runs: list[tuple[Path, dict[str, Any]]], key: str) -> Path | None:
+    """The folder of the run in ``runs`` that trained itself with ``training_key`` ``key``."""
+    return next((folder for folder, run in runs if run.get("training_key") == key), None)

@@ -15,7 +15,7 @@ from attacks import Attack, AttackTarget, GradientInversion, NoAttack, SubspaceP
 from privbench.audit.build import build
 from privbench.audit.output import summary, write_grid, write_metrics
 from privbench.audit.reference import fedavg_reference
-from privbench.audit.resume import config_key, finished, trained, training_key
+from privbench.audit.resume import config_key, finished, finished_runs, trained, training_key
 from privbench.data import FederatedData
 from privbench.errors import AttackNotApplicableError, ConfigError, PrivbenchError
 from privbench.fl.genefl.agnostic import evaluate_agnostic
@@ -150,18 +150,21 @@ def _attack(p: Plan, store: PayloadStore, model: nn.Module, data: FederatedData,
                                "label_source": result.label_source, "attempts": result.attempts}
     if result.images is not None and result.labels is not None:
         recon = denormalise(result.images, data.train.mean, data.train.std)
-        privacy.update(_score(p, recon, result.labels, payload, data, out))
+        privacy.update(_score(p, recon, result.labels, *_truth(payload, data), data, out))
     return privacy, dict(target.knowledge), payload.nbytes
 
 
-def _score(p: Plan, recon: torch.Tensor, labels: torch.Tensor, payload: Payload, data: FederatedData,
-           out: Path) -> dict[str, Any]:
-    """Match ``recon`` one-to-one against the images ``payload`` was computed from; score it and the chance
+def _truth(payload: Payload, data: FederatedData) -> tuple[torch.Tensor, torch.Tensor]:
+    """The images ``payload`` was computed from (``[N, C, H, W]`` in [0, 1]) and their labels."""
+    index = torch.tensor(payload.truth)
+    return data.train.images[index].float() / 255.0, data.train.labels[index]
+
+
+def _score(p: Plan, recon: torch.Tensor, labels: torch.Tensor, truth: torch.Tensor, truth_labels: torch.Tensor,
+           data: FederatedData, out: Path) -> dict[str, Any]:
+    """Match ``recon`` one-to-one against ``truth`` (the images the payload was computed from); score it and the chance
     baselines with the same matching; write the grid."""
     cfg = p.cfg
-    truth_idx = torch.tensor(payload.truth)
-    truth = data.train.images[truth_idx].float() / 255.0
-    truth_labels = data.train.labels[truth_idx]
     match_on, use_lpips = cfg.metrics.match_on, bool(cfg.metrics.lpips)
     scores = score(recon, truth, recon_labels=labels, truth_labels=truth_labels, match_on=match_on,
                    use_lpips=use_lpips)
@@ -178,11 +181,10 @@ def _project(p: Plan, attack: SubspaceProjection, payload: Payload, data: Federa
              out: Path) -> tuple[dict[str, Any], dict[str, Any], int]:
     """The projection attack on a ``subspace`` payload: basis images scored like reconstructions."""
     assert payload.tensors is not None
-    truth_idx = torch.tensor(payload.truth)
-    truth = data.train.images[truth_idx].float() / 255.0
     basis = payload.tensors["U"]
     recon = attack.basis_images(basis, data.train.shape)
-    scores = _score(p, recon, torch.full((len(recon),), -1), payload, data, out)
+    truth, truth_labels = _truth(payload, data)
+    scores = _score(p, recon, torch.full((len(recon),), -1), truth, truth_labels, data, out)
     scores["label_accuracy"] = float("nan")  # a basis carries no labels
     privacy = {"failed": False, "label_source": "none", **scores,
                **attack.evaluate(basis, truth, mean=data.train.mean, std=data.train.std)}
@@ -263,11 +265,11 @@ def _agnostic_phase(p: Plan, fl: ProtocolResult, model: nn.Module, data: Federat
     return agnostic, totals
 
 
-def _recorded(p: Plan, tkey: str) -> tuple[Path, PayloadStore] | None:
+def _recorded(p: Plan, tkey: str, runs: list[tuple[Path, dict[str, Any]]]) -> tuple[Path, PayloadStore] | None:
     """A finished run with the same training whose store kept the payload this run attacks, if any."""
-    if not (p.cfg.get("resume", True) and p.attacking):
+    if not p.attacking:
         return None
-    source = trained(Path(p.cfg.results_dir), tkey)
+    source = trained(runs, tkey)
     if source is None:
         return None
     try:
@@ -288,7 +290,8 @@ def run_audit(cfg: DictConfig, out: Path) -> dict[str, Any]:
     start = time.perf_counter()
     p = plan(cfg)
     key, tkey = config_key(cfg), training_key(cfg)
-    done = finished(Path(cfg.results_dir), key) if cfg.get("resume", True) else None
+    runs = finished_runs(Path(cfg.results_dir)) if cfg.get("resume", True) else []
+    done = finished(runs, key)
     if done is not None:
         print(f"skipped: the same config finished in {done} (resume=false reruns it)")
         return json.loads((done / "metrics.json").read_text())
@@ -302,7 +305,7 @@ def run_audit(cfg: DictConfig, out: Path) -> dict[str, Any]:
                    victim_round=p.victim.round, victim_client=p.victim.client)
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
-    recorded = _recorded(p, tkey)
+    recorded = _recorded(p, tkey, runs)
     if recorded is not None:
         source, store = recorded
         previous = json.loads((source / "metrics.json").read_text())

@@ -4,10 +4,12 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Callable
+from typing import cast
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.func import functional_call, grad, vmap
 
 from privbench.data.dataset import ImageDataset
 
@@ -34,6 +36,27 @@ def batch_gradient(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> dict[s
     names, params = zip(*[(n, p) for n, p in model.named_parameters() if p.requires_grad])
     grads = torch.autograd.grad(loss, params)
     return {n: g.detach().clone() for n, g in zip(names, grads)}
+
+
+def per_sample_gradients(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *,
+                         clip: float | None = None) -> dict[str, torch.Tensor]:
+    """Each sample's cross-entropy gradient (``[N, *shape]`` per parameter name), by ``torch.func.vmap``.
+
+    With ``clip``, each sample's gradient is scaled to L2 norm at most ``clip`` over all
+    parameters (DP-SGD's per-sample clipping). The model is used in its current mode.
+    """
+    params = {n: p.detach() for n, p in model.named_parameters()}
+    buffers = {n: b.detach() for n, b in model.named_buffers()}
+
+    def loss(p: dict[str, torch.Tensor], xi: torch.Tensor, yi: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(functional_call(model, (p, buffers), (xi.unsqueeze(0),)), yi.unsqueeze(0))
+
+    grads: dict[str, torch.Tensor] = vmap(grad(loss), in_dims=(None, 0, 0))(params, x, y)
+    if clip is None:
+        return grads
+    norms = torch.sqrt(cast(torch.Tensor, sum((g.flatten(1) ** 2).sum(1) for g in grads.values())))
+    factor = (clip / (norms + 1e-6)).clamp(max=1.0)
+    return {n: g * factor.view(-1, *[1] * (g.dim() - 1)) for n, g in grads.items()}
 
 
 def local_steps(num_samples: int, *, epochs: int, batch_size: int) -> int:

@@ -163,7 +163,7 @@ class SGDTrainer(Trainer):
 
     Example:
         >>> SGDTrainer().describe()
-        {'trainer': 'sgd', 'reads': []}
+        {'trainer': 'sgd'}
     """
 
     name = "sgd"
@@ -178,4 +178,4 @@ class SGDTrainer(Trainer):
         return batch_gradient(model, x, y)
 
     def describe(self) -> dict[str, Any]:
-        return {"trainer": self.name, "reads": [r.as_dict() for r in self.reads()]}
+        return {"trainer": self.name}

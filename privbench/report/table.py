@@ -27,12 +27,12 @@ def t_interval(values: pd.Series, *, level: float = 0.95) -> tuple[float, float]
     return float(x.mean()) - half, float(x.mean()) + half
 
 
-def leaks(low: float, high: float, mean: float) -> str:
+def leaks(low: float, mean: float) -> str:
     """``yes`` when the PSNR gain over chance is above 0 with its whole interval, ``no`` when its mean is at
     or below 0, ``unclear`` when the interval reaches 0; ``-`` without an interval (one seed) or a gain.
 
     Example:
-        >>> leaks(2.0, 9.0, 5.0), leaks(-1.0, 9.0, 4.0), leaks(-9.0, 1.0, -4.0), leaks(math.nan, math.nan, 5.0)
+        >>> leaks(2.0, 5.0), leaks(-1.0, 4.0), leaks(-9.0, -4.0), leaks(math.nan, 5.0)
         ('yes', 'unclear', 'no', '-')
     """
     if math.isnan(low) or math.isnan(mean):
@@ -62,8 +62,7 @@ def summarise(runs: pd.DataFrame) -> pd.DataFrame:
         table[f"{name}_lo"] = [b[0] for b in bounds]
         table[f"{name}_hi"] = [b[1] for b in bounds]
     if "psnr_gain" in runs.columns:
-        table["leaks"] = [leaks(lo, hi, m) for lo, hi, m in
-                          zip(table["psnr_gain_lo"], table["psnr_gain_hi"], table["psnr_gain"])]
+        table["leaks"] = [leaks(lo, m) for lo, m in zip(table["psnr_gain_lo"], table["psnr_gain"])]
     return table.reset_index()
 
 

@@ -4,11 +4,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
-from torch.func import functional_call, grad, vmap
 
 from privbench.data.dataset import ImageDataset
+from privbench.fl.sgd import per_sample_gradients
 
 
 def squared_gradients(model: nn.Module, data: ImageDataset, *, batch_size: int = 256,
@@ -16,30 +15,18 @@ def squared_gradients(model: nn.Module, data: ImageDataset, *, batch_size: int =
     """``sum_i g_i^2`` with ``g_i = d log p(y_i | x_i; theta) / d theta`` over the samples of ``data``.
 
     With ``clip``, each per-sample gradient is first scaled to L2 norm at most ``clip`` (over
-    all parameters), so one sample changes the sum by at most ``clip^2`` in L2 norm. Per-sample
-    gradients come from ``torch.func.vmap(grad(...))`` with the model in eval mode (BatchNorm
-    uses running statistics, so samples stay independent).
+    all parameters), so one sample changes the sum by at most ``clip^2`` in L2 norm. The model
+    is evaluated in eval mode (BatchNorm uses running statistics, so samples stay independent);
+    the sign of the log-likelihood's gradient does not matter once squared.
     """
     was_training = model.training
     model.eval()
-    params = {n: p.detach() for n, p in model.named_parameters()}
-    buffers = {n: b.detach() for n, b in model.named_buffers()}
-
-    def log_likelihood(p: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        out = functional_call(model, (p, buffers), (x.unsqueeze(0),))
-        return -F.cross_entropy(out, y.unsqueeze(0))
-
-    per_sample = vmap(grad(log_likelihood), in_dims=(None, 0, 0))
-    total = {k: torch.zeros_like(v) for k, v in params.items()}
+    total = {n: torch.zeros_like(p) for n, p in model.named_parameters()}
     for start in range(0, len(data), batch_size):
         stop = min(start + batch_size, len(data))
-        grads = per_sample(params, data.normalised(slice(start, stop)), data.labels[start:stop])
-        if clip is not None:
-            norms = torch.sqrt(sum((g.flatten(1) ** 2).sum(1) for g in grads.values()))
-            factor = (clip / (norms + 1e-12)).clamp(max=1.0)
-            grads = {k: g * factor.view(-1, *[1] * (g.dim() - 1)) for k, g in grads.items()}
+        grads = per_sample_gradients(model, data.normalised(slice(start, stop)), data.labels[start:stop], clip=clip)
         for k, g in grads.items():
-            total[k] += (g**2).sum(0)
+            total[k] += (g.detach() ** 2).sum(0)
     model.train(was_training)
     return total
 

@@ -28,9 +28,9 @@ class ClusterFedAvg(ClusteredProtocol):
             step = self.victim_gradient(local, client_data, truth, at=at, base_id=base_id)
             client_data, truth = step.data, step.truth
         training = self.local_update(local, client_data, at=at)
-        state.personal[at.client] = parameters_of(local)
+        state.personal[at.client] = after = parameters_of(local)
         up = at.wire.send(Payload.from_tensors(
-            kind="update", round=at.round, sender=at.name, receiver="server", tensors=parameters_of(local), base=base_id,
+            kind="update", round=at.round, sender=at.name, receiver="server", tensors=after, base=base_id,
             cluster=at.cluster, training=training, truth=truth.tolist()))
         assert up.tensors is not None
         return Upload(len(client_data), up.tensors, list(state.layers))

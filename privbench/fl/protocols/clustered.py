@@ -130,6 +130,7 @@ class ClusteredProtocol(FederatedProtocol):
         state = self.start(model, labels, theta0)
         history: list[RoundRecord] = []
         scores: dict[str, tuple[float, dict[int, float]]] = {}
+        headline, both = ("personal" if self.evaluation == "personal" else "cluster"), self.evaluation == "both"
         for r in self.progress(range(self.rounds)):
             uploads: dict[int, list[Upload]] = defaultdict(list)
             for c in self.sample(r, data.num_clients, seed=seed, victim=victim):
@@ -142,15 +143,13 @@ class ClusteredProtocol(FederatedProtocol):
                 self.after_aggregation(state, k, [u.layers for u in ups])
             wire.store.flush()
             scores = self.scores(scratch, data, state)
-            main = scores["personal" if self.evaluation == "personal" else "cluster"]
-            personal = scores["personal"][0] if self.evaluation == "both" else None
-            history.append(RoundRecord(r, main[0], wire.totals(), personal_accuracy=personal))
+            personal = scores["personal"][0] if both else None
+            history.append(RoundRecord(r, scores[headline][0], wire.totals(), personal_accuracy=personal))
         clustering = Clustering(labels=tuple(int(k) for k in labels), bases=tuple(bases), models=dict(state.models),
                                 genes={k: tuple(g) for k, g in state.genes.items()}, layers=state.layers)
-        main = scores["personal" if self.evaluation == "personal" else "cluster"]
-        both = self.evaluation == "both"
-        return ProtocolResult(theta0=theta0, final=state.models[int(labels[victim.client])], accuracy=main[0],
-                              client_accuracy=main[1], history=tuple(history), clustering=clustering,
+        return ProtocolResult(theta0=theta0, final=state.models[int(labels[victim.client])],
+                              accuracy=scores[headline][0], client_accuracy=scores[headline][1],
+                              history=tuple(history), clustering=clustering,
                               personal_accuracy=scores["personal"][0] if both else None,
                               personal_client_accuracy=scores["personal"][1] if both else None)
 
