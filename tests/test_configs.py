@@ -24,7 +24,8 @@ OPTIONS = [(group, option) for group in GROUPS for option in options(group)]
 def test_every_config_file_is_covered_by_a_test():
     files = {str(p.relative_to(CONFIGS).with_suffix("")) for p in CONFIGS.rglob("*.yaml")}
     covered = {"config", "hydra/help/privbench"} | {f"{g}/{o}" for g, o in OPTIONS}  # help: test_cli
-    assert files == covered
+    arms = {f"experiment/{e}/{a}" for e in options("experiment") for a in _arms(e)}  # planned by the sweep test
+    assert files == covered | arms
     assert {"genefl", "fedavg"} <= set(options("fl")) and "fashion_mnist_subset" in options("data")
 
 
@@ -127,8 +128,17 @@ def test_every_protocol_plans(compose_cfg, fl):
     assert plan(compose_cfg(f"fl={fl}", attack, f"payload={payload}")).protocol.name == fl
 
 
-def _sweep_values(spec: str) -> list[str]:
-    """Split a sweeper value list on commas outside brackets: ``"[],[a,b]"`` -> ``["[]", "[a,b]"]``."""
+def _arms(experiment: str) -> list[str]:
+    """The options of an experiment's own group ``experiment/<name>/`` (one per arm of its sweep)."""
+    folder = CONFIGS / "experiment" / experiment
+    return sorted(p.stem for p in folder.glob("*.yaml")) if folder.is_dir() else []
+
+
+def _sweep_values(spec: str, key: str = "") -> list[str]:
+    """Split a sweeper value list on commas outside brackets: ``"[],[a,b]"`` -> ``["[]", "[a,b]"]``;
+    ``glob(*)`` over an experiment's arm group lists its options."""
+    if str(spec) == "glob(*)":
+        return _arms(key.removeprefix("+experiment/"))
     out, depth, current = [], 0, ""
     for ch in str(spec):
         depth += ch == "["
@@ -149,5 +159,9 @@ def test_every_sweep_value_of_an_experiment_plans(compose_cfg, option):
     params = (yaml.safe_load((CONFIGS / "experiment" / f"{option}.yaml").read_text()) or {}).get(
         "hydra", {}).get("sweeper", {}).get("params", {})
     for key, spec in params.items():
-        for value in _sweep_values(spec):
+        if key == "seed":
+            continue  # any integer plans
+        values = _sweep_values(spec, key)
+        assert values, f"{key}: nothing to sweep"
+        for value in values:
             assert plan(compose_cfg(f"experiment={option}", f"{key}={value}")).seed >= 0

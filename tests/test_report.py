@@ -7,8 +7,11 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pandas as pd
 import pytest
+import torch
+import yaml
 
 from privbench.report.__main__ import build_report
 from privbench.report.collect import collect
@@ -16,71 +19,147 @@ from privbench.report.plots import pareto_front
 from privbench.report.table import summarise, to_markdown
 
 
-def _metrics(fl, payload, attack, defense, seed, psnr, acc, total, epsilon=None, extra=None):
+def _run(payload, attack, defense, seed, psnr, acc, total, *, epsilon=None, width=12, chance=9.0):
+    """A finished run's ``metrics.json`` and resolved ``config.yaml`` as the audit writes them."""
     d = {"defense": defense}
+    config = {"seed": seed, "name": "x", "results_dir": "r", "model": {"_target_": "LeNet", "width": width},
+              "fl": {"_target_": "GeneFL", "rounds": 10}, "payload": {"kind": payload},
+              "attack": {"_target_": attack, "iterations": 300}, "defense": {"_target_": defense}}
     if defense == "dpsgd":
-        d.update(noise_multiplier=1.0, max_grad_norm=1.0, epsilon=epsilon)
-    if defense == "noise":
-        d.update(sigma=0.01)
-    return {"run": {"fl": fl, "payload": payload, "attack": attack, "defense": defense, "seed": seed,
-                    "overrides": extra or []},
-            "privacy": {"psnr_mean": psnr, "psnr_best": psnr, "ssim_mean": 0.5, "label_accuracy": 1.0},
-            "utility": {"accuracy": acc},
-            "bytes": {"uplink_bytes": total // 2, "downlink_bytes": total // 2, "total_bytes": total},
-            "defense": d}
+        d.update(epsilon=epsilon)
+        config["defense"].update(target_epsilon=epsilon, max_grad_norm=1.0, cover=[])
+    training = f"{defense}-{epsilon}-{width}-{seed}"
+    metrics = {"run": {"fl": "genefl", "payload": payload, "attack": attack, "defense": defense, "seed": seed,
+                       "model": "lenet", "data": "fashion_mnist_subset", "training_key": training},
+               "privacy": {"psnr_mean": psnr, "psnr_best": psnr, "psnr_chance": chance,
+                           "psnr_gain": None if psnr is None else psnr - chance, "ssim_mean": 0.5,
+                           "label_accuracy": 1.0},
+               "utility": {"accuracy": acc},
+               "bytes": {"uplink_bytes": total // 2, "downlink_bytes": total - total // 2, "total_bytes": total},
+               "defense": d}
+    return metrics, config
+
+
+def write_runs(root):
+    """Synthetic results: no defence and DP-SGD at three epsilons (2 seeds, two attacks), one wider model, a
+    run without leakage figures, a run being written and a foreign ``metrics.json``."""
+    specs = []
+    for seed in (0, 1):
+        for attack, bonus in (("idlg", 0.0), ("ig", -5.0)):
+            specs.append(_run("gradient", attack, "none", seed, 40.0 + 4 * seed + bonus, 0.80 + 0.02 * seed, 1000))
+            for eps, psnr in ((1.0, 5.0), (8.0, 9.0), (64.0, 20.0)):
+                specs.append(_run("gradient", attack, "dpsgd", seed, psnr + seed + bonus, 0.5 + eps / 200, 1000,
+                                  epsilon=eps))
+    specs.append(_run("gradient", "idlg", "none", 0, 30.0, 0.9, 4000, width=24))
+    specs.append(_run("gradient", "idlg", "none", 1, 31.0, 0.9, 4000, width=24))
+    rng = np.random.default_rng(0)
+    for i, (metrics, config) in enumerate(specs):
+        folder = root / f"run{i}"
+        folder.mkdir(parents=True)
+        (folder / "metrics.json").write_text(json.dumps(metrics))
+        (folder / "config.yaml").write_text(yaml.safe_dump(config))
+        (folder / "threat_model.json").write_text(json.dumps({"payload_kind": metrics["run"]["payload"]}))
+        images = rng.integers(0, 256, (3, 2, 28, 28, 1), dtype=np.uint8)
+        np.savez_compressed(folder / "gallery.npz", truth=images[0], recon=images[1], chance=images[2],
+                            psnr=np.array([31.5, 12.0]), chance_psnr=np.array([9.1, 8.7]),
+                            true_label=np.array([3, 4]), recon_label=np.array([3, 5]))
+    (root / "writing").mkdir()
+    (root / "writing" / "metrics.json").write_text("{not finished")  # a run being written
+    (root / "foreign").mkdir()
+    (root / "foreign" / "metrics.json").write_text("null")  # a foreign file
+    return root
 
 
 @pytest.fixture
 def results(tmp_path):
-    runs = [
-        _metrics("genefl", "gradient", "idlg", "none", 0, 40.0, 0.80, 1000),
-        _metrics("genefl", "gradient", "idlg", "none", 1, 44.0, 0.82, 1000),
-        _metrics("genefl", "gradient", "idlg", "dpsgd", 0, 5.0, 0.60, 1000, epsilon=3.5),
-        _metrics("genefl", "learngene", "ig", "noise", 0, None, 0.79, 600),
-        _metrics("genefl", "-", "none", "none", 0, None, 0.81, 600, extra=["fl.downlink=gene", "seed=0"]),
-    ]
-    for i, m in enumerate(runs):
-        folder = tmp_path / "sweep" / str(i)
-        folder.mkdir(parents=True)
-        (folder / "metrics.json").write_text(json.dumps(m))
-        (folder / "threat_model.json").write_text(json.dumps({"payload_kind": m["run"]["payload"]}))
-    (tmp_path / "sweep" / "9").mkdir()
-    (tmp_path / "sweep" / "9" / "metrics.json").write_text("{not finished")  # a run being written
-    return tmp_path / "sweep"
+    return write_runs(tmp_path / "sweep")
 
 
-def test_rows_columns_and_missing_values(results):
+def test_rows_group_by_every_differing_config_value(results):
     runs = collect(results)
-    assert len(runs) == 5
+    assert len(runs) == 2 * 2 * 4 + 2 and "defense.target_epsilon" in runs and "model.width" in runs
     table = summarise(runs)
-    assert len(table) == 4 and {"psnr_mean", "epsilon", "total_bytes", "accuracy", "runs", "setting"} <= set(table.columns)
-    none = table[(table.defense == "none") & (table.payload == "gradient")].iloc[0]
-    assert none.runs == 2 and none.psnr_mean == pytest.approx(42.0) and none.psnr_best == 44.0
-    assert math.isnan(none.epsilon)  # missing, not 0
-    dp = table[table.defense == "dpsgd"].iloc[0]
-    assert dp.epsilon == 3.5 and dp.setting == "noise_multiplier=1.0 max_grad_norm=1.0"
-    assert table[table.attack == "none"].iloc[0].variant == "fl.downlink=gene"
+    assert table.attrs["keys"] == ["attack", "defense", "defense.target_epsilon", "model.width"]
+    assert len(table) == 2 * 4 + 1 and set(table["runs"]) == {2}
+    none = table[(table.defense == "none") & (table.attack == "idlg") & (table["model.width"] == 12)].iloc[0]
+    assert none.psnr_mean == pytest.approx(42.0) and none.psnr_best == 44.0 and none.psnr_gain == pytest.approx(33.0)
+    assert math.isnan(none.epsilon) and math.isnan(none["defense.target_epsilon"])  # missing, not 0
+    wide = table[table["model.width"] == 24].iloc[0]
+    assert wide.psnr_mean == pytest.approx(30.5) and wide.total_bytes == 4000  # not averaged with width 12
     md = to_markdown(table)
-    assert md.count("\n") == 2 + 4 and "| – |" in md and "| 0 |" not in md
+    assert "`model.width`" in md.splitlines()[0] and "| attack | defense | defense.target_epsilon | model.width | n |" in md
+    assert md.count("\n| ") == 1 + len(table) and "| – |" in md and "| 0 |" not in md
+
+
+def test_utility_counts_each_training_once(results):
+    from privbench.report.plots import _one_per_training
+
+    runs = collect(results)
+    keys = summarise(runs).attrs["keys"]
+    once = _one_per_training(runs, keys)  # idlg and ig attacked the same trainings
+    trainings = once[["defense", "defense.target_epsilon", "model.width", "seed"]].astype(str)
+    assert len(once) == 2 * 4 + 2 and not trainings.duplicated().any()
+
+
+def test_markdown_escapes_html_pipes_and_dollars():
+    runs = pd.DataFrame({"payload": ["<b>x</b>", "<b>x</b>", "a|b"], "attack": ["$x$", "y", "y"], "defense": "none", "fl": "f", "model": "m",
+                         "data": "d", "seed": 0, "psnr_mean": 1.0, "psnr_gain": 0.5, "run_dir": "x"})
+    md = to_markdown(summarise(runs))
+    assert "&lt;b&gt;x&lt;/b&gt;" in md and "a\\|b" in md and "\\$x\\$" in md and "<b>" not in md
 
 
 def test_pareto_front():
-    t = pd.DataFrame({"psnr_mean": [10.0, 20.0, 5.0, math.nan], "accuracy": [0.8, 0.9, 0.5, 0.9],
+    t = pd.DataFrame({"psnr_gain": [10.0, 20.0, 5.0, math.nan], "accuracy": [0.8, 0.9, 0.5, 0.9],
                       "total_bytes": [100.0, 100.0, 100.0, 1.0]})
     assert pareto_front(t).tolist() == [True, True, True, False]
-    t.loc[1, "psnr_mean"] = 30.0
+    t.loc[1, "psnr_gain"] = 30.0
     t.loc[1, "accuracy"] = 0.7  # now worse than row 0 on every axis
     assert pareto_front(t).tolist() == [True, False, True, False]
 
 
 def test_report_files(results):
     out = build_report(results)
-    for name in ("table.csv", "table.md", "runs.csv", "audit.html", "psnr_vs_epsilon.png", "psnr_vs_bytes.png",
-                 "accuracy_vs_epsilon.png", "pareto.png"):
-        assert (out / name).stat().st_size > 0
-    html = (out / "audit.html").read_text()
-    assert html.count("data:image/png;base64,") == 4 and "threat model" in html and "http" not in html.split("<body>")[1]
-    assert len(pd.read_csv(out / "table.csv")) == 4
+    for name in ("table.csv", "table.md", "runs.csv", "audit.html", "gallery.html", "pareto.png", "bytes.png",
+                 "leakage_vs_defense_target_epsilon.png", "utility_vs_defense_target_epsilon.png"):
+        assert (out / name).stat().st_size > 0, name
+    page = (out / "audit.html").read_text()
+    assert page.count("data:image/png;base64,") == 4 and "gallery.html" in page and "http" not in page.split("<body>")[1]
+    assert "class='scroll'" in page and "defense.target_epsilon" in page
+    gallery = (out / "gallery.html").read_text()
+    # 9 settings with a reconstruction, 2 pairs each: truth, rebuilt and chance images with PSNR and labels
+    assert gallery.count("<section>") == 9 and gallery.count('alt="chance baseline"') == 18
+    assert "rebuilt 31.5 dB<br>label 3 (right)" in gallery and "chance 9.1 dB" in gallery and "label 5 (wrong)" in gallery
+    assert len(pd.read_csv(out / "table.csv")) == 9
+
+
+def test_gallery_file_pairs_each_truth_with_its_reconstruction_and_chance_image(tmp_path):
+    from privbench.audit.output import write_gallery
+    from privbench.metrics.image import psnr
+
+    g = torch.Generator().manual_seed(0)
+    truth, recon, chance = (torch.rand(3, 1, 8, 8, generator=g) for _ in range(3))
+    pairs = [{"recon": 0, "truth": 2, "psnr": 11.0}, {"recon": 1, "truth": 0, "psnr": 12.0}]
+    chance_pairs = [{"recon": 2, "truth": 2}, {"recon": 0, "truth": 1}]
+    write_gallery(tmp_path / "g.npz", truth=truth, recon=recon, truth_labels=torch.tensor([7, 8, 9]),
+                  recon_labels=torch.tensor([9, 1]), pairs=pairs, chance=chance, chance_pairs=chance_pairs)
+    with np.load(tmp_path / "g.npz") as saved:
+        assert saved["truth"].shape == (2, 8, 8, 1) and saved["truth"].dtype == np.uint8
+        assert np.array_equal(saved["truth"][0], (truth[2].permute(1, 2, 0).numpy() * 255).round().astype(np.uint8))
+        assert saved["true_label"].tolist() == [9, 7] and saved["recon_label"].tolist() == [9, 1]
+        # truth 2 has its own chance match (chance image 2); truth 0 has none and takes the image at its position
+        assert saved["chance_psnr"][0] == pytest.approx(psnr(chance[2], truth[2]))
+        assert saved["chance_psnr"][1] == pytest.approx(psnr(chance[1], truth[0]))
+
+
+def test_multirun_ends_with_one_table_of_its_settings(results):
+    from privbench.audit.sweep_summary import combined_table
+
+    text = combined_table(results).splitlines()
+    assert text[0].startswith("18 finished runs") and text[1].split()[:5] == ["attack", "defense", "target_epsilon",
+                                                                              "width", "n"]
+    assert len(text) == 2 + 9 and max(map(len, text[1:])) <= 80
+    row = next(line for line in text if line.startswith("idlg") and "none" in line and " 12 " in line).split()
+    assert row[row.index("none") + 1:row.index("none") + 6] == ["-", "12", "2", "42.0", "+33.0"]
 
 
 def _cli(*args, cwd):
@@ -124,6 +203,7 @@ def test_a_second_attack_on_the_same_training_attacks_its_recorded_payloads(comp
     first = run_audit(compose_cfg(*base, "attack=idlg"), tmp_path / "a")
     second = run_audit(compose_cfg(*base, "attack=dlg"), tmp_path / "b")
     assert second["run"]["trained_in"] == str(tmp_path / "a") and "trained_in" not in first["run"]
+    assert second["run"]["training_key"] == first["run"]["training_key"]
     assert not (tmp_path / "b" / "payloads").exists() and second["timing"]["train_s"] == 0.0
     fresh = run_audit(compose_cfg(*base, "attack=dlg", "resume=false"), tmp_path / "c")
     assert "trained_in" not in fresh["run"] and (tmp_path / "c" / "payloads").exists()
@@ -133,7 +213,7 @@ def test_a_second_attack_on_the_same_training_attacks_its_recorded_payloads(comp
 
 def test_summary_gives_95_percent_t_intervals_and_the_leak_verdict():
     runs = pd.DataFrame({"fl": "genefl", "payload": ["gradient"] * 3 + ["learngene"] * 2 + ["update"],
-                         "attack": "idlg", "defense": "none", "setting": "-", "variant": "-", "seed": [0, 1, 2, 0, 1, 0],
+                         "attack": "idlg", "defense": "none", "seed": [0, 1, 2, 0, 1, 0],
                          "psnr_mean": [40.0, 44.0, 42.0, 9.0, 11.0, 8.0], "psnr_gain": [31.0, 35.0, 33.0, -1.0, 3.0, -2.0],
                          "run_dir": "x"})
     table = summarise(runs).set_index("payload")

@@ -70,6 +70,39 @@ def write_grid(path: Path, truth: torch.Tensor, recon: torch.Tensor, *, scale: i
     atomic_write_bytes(path, buffer.getvalue())
 
 
+#: Most pairs kept for the report's gallery.
+GALLERY_PAIRS = 8
+
+
+def write_gallery(path: Path, *, truth: torch.Tensor, recon: torch.Tensor, truth_labels: torch.Tensor,
+                  recon_labels: torch.Tensor, pairs: list[dict[str, Any]], chance: torch.Tensor,
+                  chance_pairs: list[dict[str, Any]]) -> None:
+    """``gallery.npz``: per matched pair (at most ``GALLERY_PAIRS``) the true image, the reconstruction and the
+    strongest chance baseline's image matched to the same truth, as uint8 ``[P, H, W, C]``, with their PSNRs and
+    the true and recovered labels (-1: none). The report's gallery page reads only this file.
+    """
+    from privbench.metrics.image import psnr
+
+    by_truth = {m["truth"]: m["recon"] for m in chance_pairs}
+    kept = pairs[:GALLERY_PAIRS]
+    picks = [by_truth.get(m["truth"], min(m["recon"], len(chance) - 1)) for m in kept]
+
+    def u8(images: torch.Tensor) -> Any:
+        return (images.float().clamp(0, 1).permute(0, 2, 3, 1).numpy() * 255).round().astype("uint8")
+
+    import numpy as np
+
+    t = truth[[m["truth"] for m in kept]]
+    c = chance[picks]
+    buffer = io.BytesIO()
+    np.savez_compressed(buffer, truth=u8(t), recon=u8(recon[[m["recon"] for m in kept]]), chance=u8(c),
+                        psnr=np.array([m["psnr"] for m in kept], dtype=float),
+                        chance_psnr=np.array([psnr(a, b) for a, b in zip(c, t)], dtype=float),
+                        true_label=np.array([int(truth_labels[m["truth"]]) for m in kept]),
+                        recon_label=np.array([int(recon_labels[m["recon"]]) for m in kept]))
+    atomic_write_bytes(path, buffer.getvalue())
+
+
 #: Columns the run summary fits in.
 WIDTH = 80
 

@@ -13,7 +13,7 @@ from torch import nn
 
 from attacks import Attack, AttackTarget, GradientInversion, NoAttack, SubspaceProjection
 from privbench.audit.build import build
-from privbench.audit.output import summary, write_grid, write_metrics
+from privbench.audit.output import summary, write_gallery, write_grid, write_metrics
 from privbench.audit.reference import fedavg_reference
 from privbench.audit.resume import config_key, finished, finished_runs, trained, training_key
 from privbench.data import FederatedData
@@ -173,6 +173,9 @@ def _score(p: Plan, recon: torch.Tensor, labels: torch.Tensor, truth: torch.Tens
     test = data.test.images.float() / 255.0
     chance = chance_baseline(truth, truth_labels, count=len(recon), test_images=test, seed=p.seed, match_on=match_on,
                              use_lpips=use_lpips)
+    chance_images, chance_pairs = chance.pop("chance_images")
+    write_gallery(out / "gallery.npz", truth=truth, recon=recon, truth_labels=truth_labels, recon_labels=labels,
+                  pairs=pairs, chance=chance_images, chance_pairs=chance_pairs)
     scores.update(chance)
     return {"num_reconstructed": len(recon), "num_true": len(truth), **scores, **gains(scores)}
 
@@ -313,7 +316,7 @@ def run_audit(cfg: DictConfig, out: Path) -> dict[str, Any]:
         privacy, threat, payload_bytes = _attack(p, store, model, data, out)
         attacked = time.perf_counter()
         atomic_write_text(out / "comm.json", (source / "comm.json").read_text())
-        run = {**_run_section(p, key), "trained_in": str(source)}
+        run = {**_run_section(p, key), "training_key": tkey, "trained_in": str(source)}
         metrics = {"run": run, "privacy": privacy, "utility": previous["utility"],
                    "bytes": {**previous["bytes"], "payload_bytes": payload_bytes},
                    "timing": {"train_s": 0.0, "attack_s": attacked - trained_at, "total_s": attacked - start},

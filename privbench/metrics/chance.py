@@ -33,16 +33,20 @@ def chance_baseline(truth: torch.Tensor, truth_labels: torch.Tensor, *, count: i
     Returns per-baseline PSNR/SSIM/LPIPS means and the strongest of them: ``psnr_chance`` and
     ``ssim_chance`` (highest), ``lpips_chance`` (lowest). When ``count`` is below the number
     of true images, Hungarian matching keeps the best-matched truths for the baselines too, so
-    the chance figure carries the same best-of-N advantage as the attack's.
+    the chance figure carries the same best-of-N advantage as the attack's. ``chance_images`` holds
+    the strongest baseline's images and their matched pairs (for the gallery; not a JSON value).
     """
     unknown = torch.full((count,), -1)
     per: dict[str, dict[str, float]] = {}
+    pairs: dict[str, tuple[torch.Tensor, list[dict[str, Any]]]] = {}
     for name, images in chance_images(count, test_images, seed=seed).items():
         s = score(images, truth, recon_labels=unknown, truth_labels=truth_labels, match_on=match_on,
                   use_lpips=use_lpips)
         per[name] = {"psnr_mean": s["psnr_mean"], "ssim_mean": s["ssim_mean"], "lpips_mean": s["lpips_mean"]}
+        pairs[name] = (images, s["matched"])
     lpips = [v["lpips_mean"] for v in per.values() if not math.isnan(v["lpips_mean"])]
-    return {"chance": per,
+    strongest = max(per, key=lambda k: per[k]["psnr_mean"])
+    return {"chance": per, "chance_strongest": strongest, "chance_images": pairs[strongest],
             "psnr_chance": max(v["psnr_mean"] for v in per.values()),
             "ssim_chance": max(v["ssim_mean"] for v in per.values()),
             "lpips_chance": min(lpips) if lpips else math.nan}

@@ -7,13 +7,14 @@ from pathlib import Path
 
 from privbench.io import atomic_write_text
 from privbench.report.collect import collect
+from privbench.report.gallery import gallery_page, style
 from privbench.report.html import page
 from privbench.report.plots import write_plots
 from privbench.report.table import summarise, to_markdown
 
 
 def build_report(root: Path, out: Path | None = None) -> Path:
-    """Write ``table.csv``, ``table.md``, ``runs.csv``, the plots and ``audit.html`` to ``out``."""
+    """Write ``runs.csv``, ``table.csv``, ``table.md``, the figures, ``audit.html`` and ``gallery.html`` to ``out``."""
     runs = collect(root)
     if runs.empty:
         raise SystemExit(f"privbench.report: error: no finished run (metrics.json) under {root}")
@@ -23,8 +24,11 @@ def build_report(root: Path, out: Path | None = None) -> Path:
     atomic_write_text(out / "runs.csv", runs.to_csv(index=False))
     atomic_write_text(out / "table.csv", table.to_csv(index=False))
     atomic_write_text(out / "table.md", to_markdown(table))
-    plots = write_plots(table, out)
-    atomic_write_text(out / "audit.html", page(table, runs, plots, title=f"privbench audit: {Path(root).name}", root=root))
+    plots = write_plots(runs, table, out)
+    name = Path(root).resolve().name
+    atomic_write_text(out / "gallery.html", gallery_page(table, runs, root=root, title=f"privbench gallery: {name}",
+                                                         style=style()))
+    atomic_write_text(out / "audit.html", page(table, runs, plots, title=f"privbench audit: {name}"))
     return out
 
 

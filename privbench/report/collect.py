@@ -1,4 +1,4 @@
-"""Read every finished run (``metrics.json``) under a folder into one pandas DataFrame."""
+"""Read every finished run (``metrics.json`` and its resolved ``config.yaml``) under a folder into one DataFrame."""
 from __future__ import annotations
 
 import json
@@ -7,15 +7,18 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from omegaconf import OmegaConf
 
-COLUMNS = ["fl", "payload", "attack", "defense", "setting", "variant", "seed", "psnr_mean", "psnr_chance", "psnr_gain",
-           "psnr_best", "ssim_mean", "ssim_chance", "ssim_best", "lpips_mean", "lpips_chance", "lpips_best",
-           "num_true", "label_accuracy", "projection_psnr_mean", "accuracy", "personal_accuracy", "cluster_rand_index",
-           "agnostic_accuracy_learngene", "uplink_bytes", "downlink_bytes", "total_bytes", "epsilon", "run_dir"]
-#: Overrides already shown by other columns (or that do not change what is computed).
-SHOWN = {"fl", "payload", "attack", "defense", "seed", "results_dir", "resume", "name", "experiment"}
-SHOWN_PREFIXES = ("defense.", "hydra")
-SETTING_KEYS = {"noise": ("sigma",), "prune": ("p",), "dpsgd": ("noise_multiplier", "target_epsilon", "max_grad_norm", "cover")}
+#: The config groups a run chose (from ``metrics.json``), in the order the report names them.
+CHOICES = ["payload", "attack", "defense", "fl", "model", "data"]
+#: Measured figures, one column each (NaN when the run did not measure it, never 0).
+FIGURES = ["psnr_mean", "psnr_chance", "psnr_gain", "psnr_best", "ssim_mean", "ssim_chance", "ssim_gain", "ssim_best",
+           "lpips_mean", "lpips_chance", "lpips_best", "num_true", "label_accuracy", "projection_psnr_mean",
+           "accuracy", "personal_accuracy", "cluster_rand_index", "agnostic_accuracy_learngene", "uplink_bytes",
+           "downlink_bytes", "total_bytes", "epsilon", "epsilon_max"]
+COLUMNS = [*CHOICES, "seed", *FIGURES, "training_key", "run_dir"]
+#: Config entries that never change what a run computes (or are shown by another column).
+IGNORED = {"seed", "name", "results_dir", "resume", "data.root", "data.download"}
 
 
 def _number(value: Any) -> float:
@@ -23,54 +26,94 @@ def _number(value: Any) -> float:
         return math.nan
     if value == "inf":
         return math.inf
-    return float(value)
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
 
 
-def setting(defense: dict[str, Any]) -> str:
-    """A short label of a defence's settings, e.g. ``sigma=0.01`` (``-`` for none)."""
-    keys = SETTING_KEYS.get(defense.get("defense", "none"), ())
-    def text(value: Any) -> str:
-        return "+".join(map(str, value)) or "none" if isinstance(value, list) else str(value)
-
-    parts = [f"{k}={text(defense[k])}" for k in keys if defense.get(k) is not None]
-    return " ".join(parts) or "-"
-
-
-def variant(overrides: list[str]) -> str:
-    """The run's other command-line overrides, e.g. ``fl.downlink=gene`` (``-`` if none)."""
-    keys = [(o, o.split("=", 1)[0].lstrip("+~")) for o in overrides]
-    rest = [o for o, k in keys if k not in SHOWN and not k.startswith(SHOWN_PREFIXES)]
-    return " ".join(sorted(rest)) or "-"
+def _value(value: Any) -> Any:
+    """A config value as one hashable cell: lists become ``[a, b]``, None ``null``."""
+    if isinstance(value, list):
+        return "[" + ", ".join(map(str, value)) + "]"
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    return value
 
 
-def row(metrics: dict[str, Any], run_dir: Path) -> dict[str, Any]:
-    """One table row from a run's ``metrics.json``; absent figures are NaN, never 0."""
-    run, privacy, utility = metrics.get("run", {}), metrics.get("privacy", {}), metrics.get("utility", {})
-    nbytes, defense = metrics.get("bytes", {}), metrics.get("defense", {"defense": run.get("defense", "none")})
-    out = {"fl": run.get("fl"), "payload": run.get("payload") or "-", "attack": run.get("attack"),
-           "defense": run.get("defense"), "setting": setting(defense),
-           "variant": variant(run.get("overrides", [])), "seed": run.get("seed"), "run_dir": str(run_dir)}
-    for key in ("psnr_mean", "psnr_chance", "psnr_gain", "psnr_best", "ssim_mean", "ssim_chance", "ssim_best",
-                "lpips_mean", "lpips_chance", "lpips_best", "num_true", "label_accuracy", "projection_psnr_mean"):
-        out[key] = _number(privacy.get(key))
-    for key in ("accuracy", "personal_accuracy", "cluster_rand_index", "agnostic_accuracy_learngene"):
-        out[key] = _number(utility.get(key))
-    for key in ("uplink_bytes", "downlink_bytes", "total_bytes"):
-        out[key] = _number(nbytes.get(key))
-    out["epsilon"] = _number(defense.get("epsilon"))
+def flatten(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Dotted keys of every leaf of a resolved config, without ``_target_`` and the ``IGNORED`` keys.
+
+    Example:
+        >>> flatten({"fl": {"_target_": "x.FedAvg", "lr": 0.1, "gene": {"gamma": 2}}, "seed": 3, "cover": []})
+        {'fl.lr': 0.1, 'fl.gene.gamma': 2, 'cover': '[]'}
+    """
+    out: dict[str, Any] = {}
+    for key, value in config.items():
+        name = f"{prefix}{key}"
+        if key == "_target_" or name in IGNORED or name == "hydra":
+            continue
+        if isinstance(value, dict):
+            out.update(flatten(value, f"{name}."))
+        else:
+            out[name] = _value(value)
     return out
 
 
-def collect(root: Path) -> pd.DataFrame:
-    """All finished runs under ``root`` (recursively), one row each, in ``COLUMNS`` order.
+def row(metrics: dict[str, Any], run_dir: Path, config: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One row from a run's ``metrics.json`` (and resolved config); absent figures are NaN, never 0."""
+    run, privacy, utility = metrics.get("run", {}), metrics.get("privacy", {}), metrics.get("utility", {})
+    nbytes, defense = metrics.get("bytes", {}), metrics.get("defense", {})
+    out: dict[str, Any] = {"fl": run.get("fl"), "payload": run.get("payload") or "-", "attack": run.get("attack"),
+                           "defense": run.get("defense"), "model": run.get("model"), "data": run.get("data"),
+                           "seed": run.get("seed"), "training_key": run.get("training_key"), "run_dir": str(run_dir)}
+    for section in (privacy, utility, nbytes, defense):
+        for key in FIGURES:
+            if key in section:
+                out[key] = _number(section[key])
+    for key in FIGURES:
+        out.setdefault(key, math.nan)
+    out.update(flatten(config or {}))
+    return out
 
-    ``run_dir`` is relative to ``root``.
+
+def _read(path: Path) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """A finished run's metrics and resolved config; None for a run being written or a foreign file."""
+    try:
+        metrics = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(metrics, dict) or not isinstance(metrics.get("run"), dict):
+        return None
+    config: Any = {}
+    config_path = path.parent / "config.yaml"
+    if config_path.exists():
+        try:
+            config = OmegaConf.to_container(OmegaConf.load(config_path)) or {}
+        except Exception:  # noqa: BLE001 - an unreadable config only loses the grouping keys
+            config = {}
+    return metrics, config if isinstance(config, dict) else {}
+
+
+def collect(root: Path) -> pd.DataFrame:
+    """All finished runs under ``root`` (recursively), one row each: ``COLUMNS``, then one column per
+    flattened config key (``fl.gene.gamma``, ``defense.target_epsilon``, ...). ``run_dir`` is relative to ``root``.
     """
     rows = []
     root = Path(root)
     for path in sorted(root.rglob("metrics.json")):
-        try:
-            rows.append(row(json.loads(path.read_text()), path.parent.relative_to(root)))
-        except (OSError, json.JSONDecodeError):
-            continue  # a run being written is not finished
-    return pd.DataFrame(rows, columns=COLUMNS)
+        if "report" in path.relative_to(root).parts[:-1]:
+            continue
+        found = _read(path)
+        if found is not None:
+            rows.append(row(found[0], path.parent.relative_to(root), found[1]))
+    frame = pd.DataFrame(rows)
+    if frame.empty:
+        return pd.DataFrame(columns=COLUMNS)
+    for column in COLUMNS:
+        if column not in frame:
+            frame[column] = math.nan
+    extra = sorted(c for c in frame.columns if c not in COLUMNS)
+    return frame[COLUMNS + extra]

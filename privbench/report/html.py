@@ -1,40 +1,54 @@
-"""One self-contained HTML audit page: tables, plots, reconstruction grids, threat models."""
+"""The audit page: caption, summary table, figures, and every run in a scrolling table; links the gallery."""
 from __future__ import annotations
 
 import base64
 import html
-import json
 from pathlib import Path
 
 import pandas as pd
 
+from privbench.report.gallery import style
+from privbench.report.table import LABELS, caption, to_html
 
-def _img(path: Path) -> str:
+#: Columns of the per-run table (after the grouping keys and the seed).
+RUN_COLUMNS = ["psnr_mean", "psnr_chance", "psnr_gain", "accuracy", "total_bytes", "epsilon"]
+
+
+def _img(path: Path, alt: str) -> str:
     data = base64.b64encode(Path(path).read_bytes()).decode()
-    return f'<img src="data:image/png;base64,{data}" alt="{html.escape(Path(path).stem)}">'
+    return f'<img src="data:image/png;base64,{data}" alt="{html.escape(alt)}">'
 
 
-def page(table: pd.DataFrame, runs: pd.DataFrame, plots: dict[str, Path], *, title: str, root: Path) -> str:
-    """The HTML text; images are embedded as data URIs so the file stands alone."""
+def _runs_table(runs: pd.DataFrame, keys: list[str]) -> str:
+    columns = [*keys, "seed", *[c for c in RUN_COLUMNS if runs[c].notna().any()], "run_dir"]
+    head = "".join(f"<th>{html.escape(LABELS.get(c, c))}</th>" for c in columns)
+
+    def text(value: object) -> str:
+        if isinstance(value, float):
+            return "–" if value != value else (f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.3g}")
+        return str(value)
+
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(text(r[c]))}</td>" for c in columns) + "</tr>"
+                   for _, r in runs.iterrows())
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def page(table: pd.DataFrame, runs: pd.DataFrame, plots: dict[str, Path], *, title: str,
+         gallery: str | None = "gallery.html") -> str:
+    """The HTML text; figures are embedded as data URIs so the file stands alone (the gallery is a sibling file)."""
+    keys = list(table.attrs.get("keys", []))
+    link = f"<p>Reconstructions next to the truth and the chance baseline: <a href='{gallery}'>gallery</a>.</p>"
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>",
-             "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;font-size:12px}"
-             "td,th{border:1px solid #ccc;padding:3px 6px}img{max-width:100%}pre{font-size:11px;background:#f6f6f6}"
-             "</style></head><body>", f"<h1>{html.escape(title)}</h1>",
-             "<p>Leakage: PSNR/SSIM (higher = more leaked), LPIPS (lower = more leaked), label accuracy. "
-             "Utility: known-client accuracy, agnostic accuracy from the learnGene. Bytes: training traffic. "
-             "Missing values are shown as NaN, never 0.</p>",
-             "<h2>Summary</h2>", table.to_html(index=False, na_rep="–", float_format=lambda v: f"{v:.4g}"),
-             "<h2>Trade-offs</h2>", *[f"<h3>{html.escape(n)}</h3>{_img(p)}" for n, p in plots.items()],
-             "<h2>Runs</h2>"]
-    for run in runs.itertuples():
-        folder = Path(root) / run.run_dir
-        parts.append(f"<h3>{html.escape(f'{run.fl} / {run.payload} / {run.attack} / {run.defense} {run.setting} / seed {run.seed}')}</h3>")
-        parts.append(f"<p><code>{html.escape(str(run.run_dir))}</code></p>")
-        if (folder / "grid.png").exists():
-            parts.append("<p>ground truth (top) vs reconstruction (bottom)</p>" + _img(folder / "grid.png"))
-        threat = folder / "threat_model.json"
-        if threat.exists():
-            text = json.dumps(json.loads(threat.read_text()), indent=1)
-            parts.append(f"<details><summary>threat model</summary><pre>{html.escape(text)}</pre></details>")
-    parts.append("</body></html>")
+             f"<style>{style()}</style></head><body><h1>{html.escape(title)}</h1>",
+             "<p>Leakage: PSNR/SSIM of the rebuilt images against the images the payload was computed from "
+             "(higher: more leaked), LPIPS (lower: more leaked), each next to its chance baseline (what an attacker "
+             "who learned nothing scores: the stronger of the test split's mean image and random test images, with "
+             "the same matching). Utility: known-client accuracy, agnostic-client accuracy from the learnGene. "
+             "Bytes: training traffic. Epsilon: the victim's DP-SGD epsilon.</p>",
+             link if gallery else "",
+             "<h2>Summary</h2>", f"<p>{html.escape(caption(table)).replace('`', '')}</p>",
+             f"<div class='scroll'>{to_html(table)}</div>",
+             "<h2>Figures</h2>", *[f"<h3>{html.escape(n)}</h3>{_img(p, n)}" for n, p in plots.items()],
+             f"<h2>Runs ({len(runs)})</h2>", f"<div class='scroll'>{_runs_table(runs, keys)}</div>",
+             "</body></html>"]
     return "\n".join(parts)

@@ -1,20 +1,188 @@
-"""Trade-off plots: PSNR vs epsilon, PSNR vs bytes, accuracy vs epsilon, the Pareto front."""
+"""Report figures: a curve per swept numeric setting, bytes per setting, and the leakage-accuracy-bytes Pareto plot."""
 from __future__ import annotations
 
-from typing import Any
-
 import io
+import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from privbench.io import atomic_write_bytes
+from privbench.report.grouping import is_attack_side, token, training_keys
+from privbench.report.table import LABELS, summarise
+
+#: Axis labels of swept config keys (others are shown by their key).
+KEY_LABELS = {"defense.target_epsilon": "target epsilon of DP-SGD (delta 1e-5, log scale)",
+              "victim.num_images": "victim batch (images)", "victim.round": "victim round",
+              "fl.gene.gamma": "gene layers (gamma)", "defense.sigma": "noise sigma (gradient units)",
+              "defense.p": "pruned fraction"}
+LEAKAGE = [("psnr_mean", "PSNR of the rebuilt image (dB)"), ("psnr_gain", "PSNR gain over chance (dB)")]
+UTILITY = [("accuracy", "known-client accuracy"), ("agnostic_accuracy_learngene", "agnostic-client accuracy")]
 
 
-def pareto_front(table: pd.DataFrame) -> pd.Series:
-    """Rows not dominated on (lower PSNR, higher accuracy, fewer total bytes); NaN rows are never on it."""
-    cols = table[["psnr_mean", "accuracy", "total_bytes"]].to_numpy(dtype=float)
+def _plt() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _png(fig: Any) -> bytes:
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=100, bbox_inches="tight")
+    _plt().close(fig)
+    return buffer.getvalue()
+
+
+def _label(row: pd.Series, keys: list[str]) -> str:
+    return ", ".join(str(row[k]) if k in ("payload", "attack", "defense", "fl") else f"{k.split('.')[-1]}={row[k]}"
+                     for k in keys) or "all runs"
+
+
+def _spans_decades(values: pd.Series) -> bool:
+    v = values.dropna().to_numpy(dtype=float)
+    v = v[np.isfinite(v)]
+    return len(v) > 1 and v.min() > 0 and v.max() / v.min() >= 10
+
+
+def swept_keys(runs: pd.DataFrame, keys: list[str]) -> list[str]:
+    """Grouping keys with at least 3 distinct numeric values: drawn as curves."""
+    out = []
+    for key in keys:
+        values = pd.to_numeric(runs[key], errors="coerce")
+        if values.notna().any() and values.dropna().nunique() >= 3 and runs[key].map(
+                lambda v: isinstance(v, (int, float, np.number)) and not isinstance(v, bool)).all():
+            out.append(key)
+    return out
+
+
+def _one_per_training(runs: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """One run per training setting and seed (utility, bytes and epsilon belong to the training, not to each attack
+    on it, so averaging every attack's copy would count one training several times)."""
+    return runs.loc[runs[[*training_keys(keys), "seed"]].map(token).drop_duplicates().index]
+
+
+def curve(runs: pd.DataFrame, keys: list[str], x: str, panels: list[tuple[str, str]], *, title: str) -> bytes | None:
+    """Lines of each figure in ``panels`` against ``x`` (mean, 95% t-band over seeds), one line per setting of
+    the other keys; settings without ``x`` (e.g. no DP on an epsilon axis) are dashed horizontal references.
+    Facets (rows of panels) split settings when more than 6 lines would share a panel.
+    """
+    panels = [(y, label) for y, label in panels if y in runs and runs[y].notna().any()]
+    if not panels:
+        return None
+    others = [k for k in keys if k != x]
+    table = summarise(runs, [x, *others]) if others else summarise(runs, [x])
+    table["_x"] = pd.to_numeric(table[x], errors="coerce")
+    lines = [k for k in others if is_attack_side(k)]
+    facets = [k for k in others if not is_attack_side(k)]
+    swept = table[table["_x"].notna()]
+    facets = [k for k in facets if swept[k].map(token).nunique() > 1]
+    if not lines or (facets and swept.groupby(facets + lines, dropna=False).ngroups <= 6):
+        lines, facets = lines + facets, []
+    if len(lines) == 0 and facets:
+        lines, facets = facets[:1], facets[1:]
+    facet_values = swept.groupby(facets, dropna=False, sort=False).size().index.tolist() if facets else [None]
+    plt = _plt()
+    fig, axes = plt.subplots(len(facet_values), len(panels), figsize=(5.2 * len(panels), 3.4 * len(facet_values)),
+                             squeeze=False)
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    line_ids = table.groupby(lines, dropna=False, sort=False).size().index.tolist() if lines else [None]
+    for r, facet in enumerate(facet_values):
+        sub = table
+        if facets:
+            values = facet if isinstance(facet, tuple) else (facet,)
+            for k, v in zip(facets, values):
+                sub = sub[(sub[k].map(token) == token(v)) | sub["_x"].isna()]
+        for c, (y, label) in enumerate(panels):
+            ax = axes[r][c]
+            for i, line in enumerate(line_ids):
+                part = sub
+                if lines:
+                    values = line if isinstance(line, tuple) else (line,)
+                    for k, v in zip(lines, values):
+                        part = part[part[k].map(token) == token(v)]
+                colour = colours[i % len(colours)]
+                pts = part[part["_x"].notna()].sort_values("_x")
+                rest = [k for k in others if k not in lines]
+                if lines:
+                    name = ", ".join(map(str, line if isinstance(line, tuple) else (line,)))
+                else:  # one line: name it by what its points share (e.g. defense=dpsgd)
+                    name = ", ".join(str(pts[k].iloc[0]) for k in rest) if len(pts) and rest else "all runs"
+                if pts[y].notna().any():
+                    ax.plot(pts["_x"], pts[y], "o-", color=colour, label=name, ms=4)
+                    ax.fill_between(pts["_x"], pts[f"{y}_lo"], pts[f"{y}_hi"], color=colour, alpha=0.15, lw=0)
+                for _, ref in part[part["_x"].isna()].iterrows():
+                    if not math.isnan(ref[y]):
+                        what = ", ".join(f"{k}={ref[k]}" for k in rest if token(ref[k]) != token(None))
+                        ref_label = f"{name}: {what}" if lines else (what or f"no {x}")
+                        ax.axhline(ref[y], color=colour, ls="--", lw=1, label=ref_label)
+                        if not math.isnan(ref[f"{y}_lo"]):
+                            ax.axhspan(ref[f"{y}_lo"], ref[f"{y}_hi"], color=colour, alpha=0.05, lw=0)
+            if y == "psnr_mean" and "psnr_chance" in sub and sub["psnr_chance"].notna().any():
+                ax.axhline(float(sub["psnr_chance"].mean()), color="k", ls=":", lw=1, label="chance (mean)")
+            if y == "psnr_gain":
+                ax.axhline(0.0, color="k", ls=":", lw=1, label="chance")
+            if _spans_decades(table["_x"]):
+                ax.set_xscale("log")
+            ax.set_xlabel(KEY_LABELS.get(x, x))
+            ax.set_ylabel(label)
+            head = ", ".join(f"{k}={v}" for k, v in zip(facets, facet if isinstance(facet, tuple) else (facet,)))
+            ax.set_title(head if facets else "", fontsize=9)
+            ax.grid(alpha=0.3)
+    handles, names = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, names, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=min(3, max(1, len(names))),
+               fontsize=8, frameon=False)
+    fig.suptitle(title, fontsize=11)
+    fig.tight_layout()
+    return _png(fig)
+
+
+def bytes_figure(runs: pd.DataFrame, keys: list[str]) -> bytes | None:
+    """Uplink and downlink per setting (bars), and leakage and accuracy against total bytes (points, t-intervals)."""
+    train = training_keys(keys)
+    table = summarise(_one_per_training(runs, keys), train) if train else None
+    if table is None or table["total_bytes"].dropna().nunique() < 2:
+        return None
+    leak = summarise(runs, keys)
+    plt = _plt()
+    fig, axes = plt.subplots(1, 3, figsize=(16, 0.35 * len(table) + 2.5))
+    order = table.sort_values("total_bytes")
+    labels = [_label(r, train) for _, r in order.iterrows()]
+    axes[0].barh(labels, order["uplink_bytes"], label="uplink")
+    axes[0].barh(labels, order["downlink_bytes"], left=order["uplink_bytes"], label="downlink")
+    axes[0].set_xlabel("bytes sent in training (B)")
+    axes[0].legend(fontsize=8)
+    axes[0].tick_params(axis="y", labelsize=7)
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    markers = "osD^v<>pX*"
+    for ax, (source, y, label) in zip(axes[1:], [(leak, "psnr_gain", "PSNR gain over chance (dB)"),
+                                                (table, "accuracy", "known-client accuracy")]):
+        for i, (_, r) in enumerate(source.sort_values("total_bytes").iterrows()):
+            if math.isnan(r[y]):
+                continue
+            err = None if math.isnan(r[f"{y}_lo"]) else [[r[y] - r[f"{y}_lo"]], [r[f"{y}_hi"] - r[y]]]
+            ax.errorbar([r["total_bytes"]], [r[y]], yerr=err, fmt=markers[(i // 10) % len(markers)],
+                        color=colours[i % 10], capsize=3, label=_label(r, train if source is table else keys))
+        if _spans_decades(source["total_bytes"]):
+            ax.set_xscale("log")
+        if y == "psnr_gain":
+            ax.axhline(0.0, color="k", ls=":", lw=1)
+        ax.set_xlabel("total bytes, up + down (B)")
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
+    fig.suptitle("What each setting sends, and what it costs in leakage and accuracy", fontsize=11)
+    fig.tight_layout()
+    return _png(fig)
+
+
+def pareto_front(table: pd.DataFrame, *, leakage: str = "psnr_gain") -> pd.Series:
+    """Rows not dominated on (lower ``leakage``, higher accuracy, fewer total bytes); NaN rows are never on it."""
+    cols = table[[leakage, "accuracy", "total_bytes"]].to_numpy(dtype=float)
     ok = ~np.isnan(cols).any(1)
     points = np.column_stack([cols[:, 0], -cols[:, 1], cols[:, 2]])  # all three: lower is better
     on = np.zeros(len(table), dtype=bool)
@@ -24,50 +192,61 @@ def pareto_front(table: pd.DataFrame) -> pd.Series:
     return pd.Series(on, index=table.index)
 
 
-def _label(row: Any) -> str:
-    return f"{row.fl}/{row.payload}/{row.attack}/{row.defense} {row.setting}".replace(" -", "")
+def pareto_figure(table: pd.DataFrame, keys: list[str]) -> bytes | None:
+    """Leakage (PSNR gain over chance) against known-client accuracy, coloured by total bytes; the front circled."""
+    data = table.dropna(subset=["psnr_gain", "accuracy", "total_bytes"])
+    if data.empty:
+        return None
+    from matplotlib.colors import LogNorm, Normalize
 
-
-def _scatter(table: pd.DataFrame, x: str, y: str, title: str, *, logx: bool = False, highlight: Any = None) -> bytes:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=100)
-    data = table.dropna(subset=[x, y])
-    for (defense, group) in data.groupby("defense"):
-        ax.scatter(group[x], group[y], label=defense, s=40)
-    if highlight is not None:
-        front = data[highlight.reindex(data.index).fillna(False).astype(bool)]
-        ax.scatter(front[x], front[y], facecolors="none", edgecolors="k", s=140, label="Pareto front")
-    for row in data.itertuples():
-        ax.annotate(_label(row), (getattr(row, x), getattr(row, y)), fontsize=6, alpha=0.7)
-    if logx:
-        ax.set_xscale("log")
-    ax.set_xlabel(x)
-    ax.set_ylabel(y)
-    ax.set_title(title if not data.empty else f"{title} (no runs with both values)")
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(8, 5))
+    front = pareto_front(data)
+    lo, hi = float(data["total_bytes"].min()), float(data["total_bytes"].max())
+    title = "Leakage vs accuracy vs bytes: settings on the Pareto front are circled"
+    if hi > lo:
+        norm = LogNorm(lo, hi) if _spans_decades(data["total_bytes"]) else Normalize(lo, hi)
+        points = ax.scatter(data["accuracy"], data["psnr_gain"], c=data["total_bytes"], norm=norm, cmap="viridis",
+                            s=36, zorder=2)
+        colourbar = fig.colorbar(points, ax=ax, label="total bytes, up + down (B)")
+        colourbar.formatter.set_useOffset(False)
+        colourbar.update_ticks()
+    else:
+        ax.scatter(data["accuracy"], data["psnr_gain"], s=36, zorder=2)
+        title += f"\n(every setting sends {lo:,.0f} B)"
+    markers = "osD^v<>pX*"
+    for i, (_, r) in enumerate(data[front].sort_values("accuracy").iterrows()):
+        ax.scatter([r["accuracy"]], [r["psnr_gain"]], facecolors="none", edgecolors="k", s=160,
+                   marker=markers[i % len(markers)], label=_label(r, keys), zorder=3)
+    ax.axhline(0.0, color="k", ls=":", lw=1)
+    ax.set_xlabel("known-client accuracy")
+    ax.set_ylabel("PSNR gain over chance (dB; lower is more private)")
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02 if hi == lo else 1.3, 1.0), frameon=False,
+                  title="Pareto front")
     fig.tight_layout()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png")
-    plt.close(fig)
-    return buffer.getvalue()
+    return _png(fig)
 
 
-def write_plots(table: pd.DataFrame, out: Path) -> dict[str, Path]:
-    """Write the four plots as PNG files under ``out``; return them by name."""
-    front = pareto_front(table)
-    specs = {
-        "psnr_vs_epsilon": ("epsilon", "psnr_mean", "Leakage vs epsilon (DP-SGD runs)", False, None),
-        "psnr_vs_bytes": ("total_bytes", "psnr_mean", "Leakage vs bytes on the wire", True, None),
-        "accuracy_vs_epsilon": ("epsilon", "accuracy", "Accuracy vs epsilon (DP-SGD runs)", False, None),
-        "pareto": ("psnr_mean", "accuracy", "Privacy-accuracy-bytes Pareto front (circled)", False, front),
-    }
+def write_plots(runs: pd.DataFrame, table: pd.DataFrame, out: Path) -> dict[str, Path]:
+    """Write every figure that the runs support as PNG under ``out``; return them by title."""
+    keys = list(table.attrs.get("keys", []))
+    figures: dict[str, tuple[str, bytes | None]] = {}
+    for x in swept_keys(runs, keys):
+        name = x.replace(".", "_")
+        figures[f"Leakage vs {x}"] = (f"leakage_vs_{name}.png",
+                                      curve(runs, keys, x, LEAKAGE, title=f"Leakage vs {KEY_LABELS.get(x, x)}"))
+        train = training_keys(keys)
+        if x in train:
+            figures[f"Utility vs {x}"] = (f"utility_vs_{name}.png", curve(
+                _one_per_training(runs, keys), train, x, UTILITY, title=f"Accuracy vs {KEY_LABELS.get(x, x)}"))
+    figures["Bytes"] = ("bytes.png", bytes_figure(runs, keys))
+    figures["Pareto"] = ("pareto.png", pareto_figure(table, keys))
     paths = {}
-    for name, (x, y, title, logx, highlight) in specs.items():
-        paths[name] = Path(out) / f"{name}.png"
-        atomic_write_bytes(paths[name], _scatter(table, x, y, title, logx=logx, highlight=highlight))
+    for title, (file, png) in figures.items():
+        if png is not None:
+            paths[title] = Path(out) / file
+            atomic_write_bytes(paths[title], png)
     return paths

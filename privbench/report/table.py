@@ -1,16 +1,37 @@
-"""The summary table: one row per (fl, payload, attack, defence setting), means and 95% t-intervals over seeds."""
+"""The summary table: one row per setting (runs differing only in seed), mean, 95% Student-t interval and n."""
 from __future__ import annotations
 
+import html
 import math
 
 import numpy as np
 import pandas as pd
 from scipy import stats
 
-KEYS = ["fl", "payload", "attack", "defense", "setting", "variant"]
-#: Figures given with a 95% interval over seeds (``<name>_lo``, ``<name>_hi``).
-INTERVALS = ["psnr_mean", "psnr_gain", "ssim_mean", "lpips_mean", "accuracy", "personal_accuracy",
-             "agnostic_accuracy_learngene", "epsilon"]
+from privbench.report.collect import FIGURES
+from privbench.report.grouping import group_keys
+
+#: How the report names each figure (units included); ``table.csv`` keeps the raw names.
+LABELS = {
+    "psnr_mean": "PSNR (dB)", "psnr_chance": "chance PSNR (dB)", "psnr_gain": "PSNR gain over chance (dB)",
+    "psnr_best": "best PSNR (dB)", "ssim_mean": "SSIM", "ssim_chance": "chance SSIM", "ssim_gain": "SSIM gain",
+    "ssim_best": "best SSIM", "lpips_mean": "LPIPS", "lpips_chance": "chance LPIPS", "lpips_best": "best LPIPS",
+    "num_true": "true images", "label_accuracy": "label accuracy", "projection_psnr_mean": "projection PSNR (dB)",
+    "accuracy": "known-client accuracy", "personal_accuracy": "own-model accuracy",
+    "cluster_rand_index": "clusters vs class sets (Rand)", "agnostic_accuracy_learngene": "agnostic accuracy",
+    "uplink_bytes": "uplink (B)", "downlink_bytes": "downlink (B)", "total_bytes": "total (B)",
+    "epsilon": "victim epsilon", "epsilon_max": "largest epsilon", "leaks": "leaks", "runs": "n",
+}
+#: Figures shown in ``table.md`` and the HTML page, in order (all-missing columns are left out).
+SHOWN = ["psnr_mean", "psnr_chance", "psnr_gain", "leaks", "ssim_mean", "ssim_chance", "lpips_mean", "lpips_chance",
+         "label_accuracy", "num_true", "accuracy", "personal_accuracy", "agnostic_accuracy_learngene",
+         "cluster_rand_index", "uplink_bytes", "downlink_bytes", "total_bytes", "epsilon"]
+INTERVAL = "95% Student-t interval of the mean over seeds, clipped to the figure's range"
+#: Figures that cannot leave [0, 1] (their interval bounds are clipped to it); LPIPS, bytes and epsilon are >= 0.
+UNIT_RANGE = {"label_accuracy", "accuracy", "personal_accuracy", "cluster_rand_index",
+              "agnostic_accuracy_learngene"}
+NON_NEGATIVE = {"lpips_mean", "lpips_chance", "num_true", "uplink_bytes", "downlink_bytes", "total_bytes", "epsilon",
+                "epsilon_max"}
 
 
 def t_interval(values: pd.Series, *, level: float = 0.95) -> tuple[float, float]:
@@ -21,6 +42,7 @@ def t_interval(values: pd.Series, *, level: float = 0.95) -> tuple[float, float]
         (16.587..., 67.412...)
     """
     x = values.dropna().to_numpy(dtype=float)
+    x = x[np.isfinite(x)]
     if len(x) < 2:
         return math.nan, math.nan
     half = float(stats.t.ppf(0.5 + level / 2, len(x) - 1) * x.std(ddof=1) / np.sqrt(len(x)))
@@ -42,28 +64,54 @@ def leaks(low: float, mean: float) -> str:
     return "no" if mean <= 0 else "unclear"
 
 
-def summarise(runs: pd.DataFrame) -> pd.DataFrame:
-    """Group runs by ``KEYS``; numeric columns are averaged (NaN stays NaN), ``runs`` counts them (n).
-
-    ``psnr_best`` takes the best over seeds and ``lpips_best`` the lowest. Each figure in
-    ``INTERVALS`` also gets its 95% Student-t interval over the group's runs (``_lo``, ``_hi``;
-    NaN for one run), and ``leaks`` says whether the PSNR gain over chance is above 0 with it.
+def summarise(runs: pd.DataFrame, keys: list[str] | None = None) -> pd.DataFrame:
+    """One row per setting: runs grouped by ``keys`` (default: every config value that differs, see
+    ``group_keys``). Each figure gets its mean and 95% Student-t interval over the group's runs
+    (``<figure>_lo``, ``<figure>_hi``; NaN for one run; clipped to [0, 1] for ``UNIT_RANGE`` figures and to
+    >= 0 for ``NON_NEGATIVE`` ones); ``psnr_best``/``ssim_best`` take the best run and
+    ``lpips_best`` the lowest; ``runs`` is n; ``leaks`` says whether the PSNR gain over chance is above 0 with its
+    interval. ``table.attrs["keys"]`` names the grouping keys.
     """
+    keys = group_keys(runs) if keys is None else keys
+    figures = [c for c in FIGURES if c in runs.columns]
     if runs.empty:
-        return pd.DataFrame(columns=KEYS + ["runs"])
-    numeric = [c for c in runs.columns if c not in KEYS + ["run_dir", "seed"]]
-    agg = {c: "mean" for c in numeric}
-    agg.update({k: v for k, v in {"psnr_best": "max", "ssim_best": "max", "lpips_best": "min"}.items() if k in agg})
-    groups = runs.groupby(KEYS, dropna=False)
-    table = groups.agg(agg)
-    table["runs"] = groups.size()
-    for name in [c for c in INTERVALS if c in runs.columns]:
+        return pd.DataFrame(columns=[*keys, "runs", *figures])
+    frame = runs.copy()
+    frame["_all"] = "all"
+    by = keys or ["_all"]
+    groups = frame.groupby(by, dropna=False, sort=False)
+    agg = {c: "mean" for c in figures}
+    agg.update({"psnr_best": "max", "ssim_best": "max", "lpips_best": "min"})
+    table = groups.agg({c: f for c, f in agg.items() if c in figures})
+    table.insert(0, "runs", groups.size())
+    for name in figures:
+        if name.endswith("_best"):
+            continue
         bounds = groups[name].apply(t_interval)
-        table[f"{name}_lo"] = [b[0] for b in bounds]
-        table[f"{name}_hi"] = [b[1] for b in bounds]
-    if "psnr_gain" in runs.columns:
-        table["leaks"] = [leaks(lo, m) for lo, m in zip(table["psnr_gain_lo"], table["psnr_gain"])]
-    return table.reset_index()
+        low, high = np.array([b[0] for b in bounds]), np.array([b[1] for b in bounds])
+        if name in UNIT_RANGE or name in NON_NEGATIVE:
+            low = np.maximum(low, 0.0)
+        if name in UNIT_RANGE:
+            high = np.minimum(high, 1.0)
+        table[f"{name}_lo"], table[f"{name}_hi"] = low, high
+    table["leaks"] = [leaks(lo, m) for lo, m in zip(table["psnr_gain_lo"], table["psnr_gain"])]
+    table = table.reset_index()
+    if not keys:
+        table = table.drop(columns="_all")
+    else:
+        order = sorted(range(len(table)), key=lambda i: tuple(_order(table[k].iloc[i]) for k in keys))
+        table = table.iloc[order].reset_index(drop=True)
+    table.attrs["keys"] = keys
+    return table
+
+
+def _order(value: object) -> tuple[int, float, str]:
+    """Sort missing values first, then numbers by value, then text."""
+    if isinstance(value, float) and math.isnan(value):
+        return 0, 0.0, ""
+    if isinstance(value, (int, float, np.number)) and not isinstance(value, bool):
+        return 1, float(value), ""
+    return 2, 0.0, str(value)
 
 
 def _cell(value: object) -> str:
@@ -76,24 +124,49 @@ def _cell(value: object) -> str:
     return str(value)
 
 
+def cell(row: pd.Series, column: str) -> str:
+    """``mean [lo, hi]`` for a figure with an interval (just the mean when the bounds are equal), else the value."""
+    value = row[column]
+    if f"{column}_lo" in row.index and not (isinstance(value, float) and math.isnan(value)):
+        low, high = row[f"{column}_lo"], row[f"{column}_hi"]
+        if not math.isnan(low) and _cell(low) != _cell(high):
+            return f"{_cell(value)} [{_cell(low)}, {_cell(high)}]"
+    return _cell(value)
+
+
+def shown_columns(table: pd.DataFrame) -> list[str]:
+    """The grouping keys, n and the ``SHOWN`` figures that have at least one value."""
+    keys = list(table.attrs.get("keys", []))
+    figures = [c for c in SHOWN if c in table.columns and not (table[c].isna().all() or (table[c] == "-").all())]
+    return [*keys, "runs", *figures]
+
+
+def caption(table: pd.DataFrame) -> str:
+    """What a row is: the keys it is grouped by, n and the interval."""
+    keys = table.attrs.get("keys", [])
+    named = ", ".join(f"`{k}`" for k in keys) or "nothing (every run has the same config but the seed)"
+    return (f"Runs grouped by every config value that differs between them except the seed: {named}. "
+            f"n: runs (seeds) per row; `mean [lo, hi]`: {INTERVAL}; leaks: yes only when the PSNR gain over "
+            f"chance is above 0 over its whole interval. Missing values: –.")
+
+
+def _md(text: str) -> str:
+    return html.escape(text, quote=False).replace("|", "\\|").replace("$", "\\$")
+
+
 def to_markdown(table: pd.DataFrame) -> str:
-    """A GitHub-flavoured Markdown table; missing values are shown as ``–``.
-
-    A figure with an interval is shown as ``mean [lo, hi]`` (95% Student-t over the row's
-    ``runs``) and its ``_lo``/``_hi`` columns are folded into it.
-    """
-    folded = {c for name in INTERVALS for c in (f"{name}_lo", f"{name}_hi")}
-    columns = [c for c in table.columns if c not in folded]
-
-    def cell(row: pd.Series, column: str) -> str:
-        value = row[column]
-        if f"{column}_lo" in table.columns and not (isinstance(value, float) and math.isnan(value)):
-            low, high = row[f"{column}_lo"], row[f"{column}_hi"]
-            if not math.isnan(low):
-                return f"{_cell(value)} [{_cell(low)}, {_cell(high)}]"
-        return _cell(value)
-
-    head = "| " + " | ".join(columns) + " |"
+    """A GitHub-flavoured Markdown table after its caption; HTML, ``|`` and ``$`` in labels are escaped."""
+    columns = shown_columns(table)
+    head = "| " + " | ".join(_md(LABELS.get(c, c)) for c in columns) + " |"
     rule = "|" + "|".join("---" for _ in columns) + "|"
-    body = ["| " + " | ".join(cell(row, c) for c in columns) + " |" for _, row in table.iterrows()]
-    return "\n".join([head, rule, *body]) + "\n"
+    body = ["| " + " | ".join(_md(cell(row, c)) for c in columns) + " |" for _, row in table.iterrows()]
+    return "\n".join([caption(table), "", head, rule, *body]) + "\n"
+
+
+def to_html(table: pd.DataFrame) -> str:
+    """The same table as an HTML ``<table>`` (escaped)."""
+    columns = shown_columns(table)
+    head = "".join(f"<th>{html.escape(LABELS.get(c, c))}</th>" for c in columns)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(cell(row, c))}</td>" for c in columns) + "</tr>"
+                   for _, row in table.iterrows())
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
