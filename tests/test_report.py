@@ -193,6 +193,9 @@ def test_joblib_launcher_runs_the_sweep(tmp_path):
                cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert sorted(json.loads(p.read_text())["run"]["seed"] for p in tmp_path.rglob("metrics.json")) == [0, 1]
+    table = out.stdout[out.stdout.index("2 finished runs in"):].splitlines()  # the multirun's combined table
+    assert table[1].split()[:3] == ["n", "PSNR", "gain"] and table[2].split()[0] == "2"
+    assert table[3].startswith("report: python -m privbench.report")
 
 
 def test_a_second_attack_on_the_same_training_attacks_its_recorded_payloads(compose_cfg, tmp_path):

@@ -115,6 +115,9 @@ def curve(runs: pd.DataFrame, keys: list[str], x: str, panels: list[tuple[str, s
                 if pts[y].notna().any():
                     ax.plot(pts["_x"], pts[y], "o-", color=colour, label=name, ms=4)
                     ax.fill_between(pts["_x"], pts[f"{y}_lo"], pts[f"{y}_hi"], color=colour, alpha=0.15, lw=0)
+                    if y == "psnr_mean" and "psnr_chance" in pts and pts["psnr_chance"].notna().any():
+                        ax.plot(pts["_x"], pts["psnr_chance"], ":", color=colour, lw=1.2,
+                                label="chance of each line (dotted)" if i == 0 else None)
                 for _, ref in part[part["_x"].isna()].iterrows():
                     if not math.isnan(ref[y]):
                         what = ", ".join(f"{k}={ref[k]}" for k in rest if token(ref[k]) != token(None))
@@ -122,8 +125,6 @@ def curve(runs: pd.DataFrame, keys: list[str], x: str, panels: list[tuple[str, s
                         ax.axhline(ref[y], color=colour, ls="--", lw=1, label=ref_label)
                         if not math.isnan(ref[f"{y}_lo"]):
                             ax.axhspan(ref[f"{y}_lo"], ref[f"{y}_hi"], color=colour, alpha=0.05, lw=0)
-            if y == "psnr_mean" and "psnr_chance" in sub and sub["psnr_chance"].notna().any():
-                ax.axhline(float(sub["psnr_chance"].mean()), color="k", ls=":", lw=1, label="chance (mean)")
             if y == "psnr_gain":
                 ax.axhline(0.0, color="k", ls=":", lw=1, label="chance")
             if _spans_decades(table["_x"]):
