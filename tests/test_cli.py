@@ -30,7 +30,9 @@ def test_help_lists_groups_and_options(tmp_path):
                  "payload: cluster_gene, cluster_model, gene_gradient, global_model, gradient, learngene, subspace, update",
                  "model: convnet, lenet, resnet18", "fl: cluster_fedavg, fedavg, genefl, local",
                  "defense: dpsgd, noise, none, prune",
-                 "experiment: comm_accounting, dlg_paper, dp_coverage, idlg_paper, paper_cifar10, privacy_tradeoff, victim_settings, xi_direction"):
+                 "experiment: bytes_curve, comm_accounting, dlg_paper, dp_coverage, dp_curve, idlg_paper, paper_cifar10, "
+                 "privacy_tradeoff, threat_grid, victim_settings, xi_direction",
+                 "experiment/threat_grid: gradient, learngene, update"):
         assert line in out.stdout
 
 

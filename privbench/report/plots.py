@@ -39,8 +39,11 @@ def _png(fig: Any) -> bytes:
 
 
 def _label(row: pd.Series, keys: list[str]) -> str:
-    return ", ".join(str(row[k]) if k in ("payload", "attack", "defense", "fl") else f"{k.split('.')[-1]}={row[k]}"
-                     for k in keys) or "all runs"
+    """A setting's legend text: its values of ``keys``, missing ones left out."""
+    def text(k: str) -> str:
+        return str(row[k]) if k in ("payload", "attack", "defense", "fl") else f"{k.split('.')[-1]}={row[k]}"
+
+    return ", ".join(text(k) for k in keys if token(row[k]) != token(None)) or "all runs"
 
 
 def _spans_decades(values: pd.Series) -> bool:
@@ -143,40 +146,48 @@ def curve(runs: pd.DataFrame, keys: list[str], x: str, panels: list[tuple[str, s
 
 
 def bytes_figure(runs: pd.DataFrame, keys: list[str]) -> bytes | None:
-    """Uplink and downlink per setting (bars), and leakage and accuracy against total bytes (points, t-intervals)."""
+    """Uplink and downlink per setting (bars), and leakage and accuracy against total bytes (points, t-intervals);
+    one shared legend names the settings."""
     train = training_keys(keys)
     table = summarise(_one_per_training(runs, keys), train) if train else None
     if table is None or table["total_bytes"].dropna().nunique() < 2:
         return None
     leak = summarise(runs, keys)
     plt = _plt()
-    fig, axes = plt.subplots(1, 3, figsize=(16, 0.35 * len(table) + 2.5))
+    fig = plt.figure(figsize=(13, 4.5 + 0.28 * len(table)))
+    grid = fig.add_gridspec(2, 2, height_ratios=[0.28 * len(table) + 0.8, 3.2])
+    bars = fig.add_subplot(grid[0, :])
     order = table.sort_values("total_bytes")
     labels = [_label(r, train) for _, r in order.iterrows()]
-    axes[0].barh(labels, order["uplink_bytes"], label="uplink")
-    axes[0].barh(labels, order["downlink_bytes"], left=order["uplink_bytes"], label="downlink")
-    axes[0].set_xlabel("bytes sent in training (B)")
-    axes[0].legend(fontsize=8)
-    axes[0].tick_params(axis="y", labelsize=7)
+    bars.barh(labels, order["uplink_bytes"] / 1e6, label="uplink")
+    bars.barh(labels, order["downlink_bytes"] / 1e6, left=order["uplink_bytes"] / 1e6, label="downlink")
+    bars.set_xlabel("bytes sent in training (MB, 10^6 B)")
+    bars.legend(fontsize=8, loc="lower right")
+    bars.tick_params(axis="y", labelsize=7)
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     markers = "osD^v<>pX*"
-    for ax, (source, y, label) in zip(axes[1:], [(leak, "psnr_gain", "PSNR gain over chance (dB)"),
-                                                (table, "accuracy", "known-client accuracy")]):
-        for i, (_, r) in enumerate(source.sort_values("total_bytes").iterrows()):
-            if math.isnan(r[y]):
+    style = {label: (colours[i % 10], markers[(i // 10) % len(markers)]) for i, label in enumerate(labels)}
+    for c, (source, y, label) in enumerate([(leak, "psnr_gain", "PSNR gain over chance (dB)"),
+                                            (table, "accuracy", "known-client accuracy")]):
+        ax = fig.add_subplot(grid[1, c])
+        for _, r in source.sort_values("total_bytes").iterrows():
+            name = _label(r, train)
+            if math.isnan(r[y]) or name not in style:
                 continue
             err = None if math.isnan(r[f"{y}_lo"]) else [[r[y] - r[f"{y}_lo"]], [r[f"{y}_hi"] - r[y]]]
-            ax.errorbar([r["total_bytes"]], [r[y]], yerr=err, fmt=markers[(i // 10) % len(markers)],
-                        color=colours[i % 10], capsize=3, label=_label(r, train if source is table else keys))
+            colour, marker = style[name]
+            ax.errorbar([r["total_bytes"] / 1e6], [r[y]], yerr=err, fmt=marker, color=colour, capsize=3, label=name)
         if _spans_decades(source["total_bytes"]):
             ax.set_xscale("log")
         if y == "psnr_gain":
             ax.axhline(0.0, color="k", ls=":", lw=1)
-        ax.set_xlabel("total bytes, up + down (B)")
+        ax.set_xlabel("total bytes, up + down (MB)")
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
-    fig.suptitle("What each setting sends, and what it costs in leakage and accuracy", fontsize=11)
+    handles, names = fig.axes[-1].get_legend_handles_labels()
+    fig.legend(handles, names, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=2, fontsize=7, frameon=False)
+    fig.suptitle("What each setting sends, and what it costs in leakage and accuracy (mean, 95% t-interval)",
+                 fontsize=11)
     fig.tight_layout()
     return _png(fig)
 
@@ -203,18 +214,19 @@ def pareto_figure(table: pd.DataFrame, keys: list[str]) -> bytes | None:
     plt = _plt()
     fig, ax = plt.subplots(figsize=(8, 5))
     front = pareto_front(data)
-    lo, hi = float(data["total_bytes"].min()), float(data["total_bytes"].max())
+    megabytes = data["total_bytes"] / 1e6
+    lo, hi = float(megabytes.min()), float(megabytes.max())
     title = "Leakage vs accuracy vs bytes: settings on the Pareto front are circled"
     if hi > lo:
-        norm = LogNorm(lo, hi) if _spans_decades(data["total_bytes"]) else Normalize(lo, hi)
-        points = ax.scatter(data["accuracy"], data["psnr_gain"], c=data["total_bytes"], norm=norm, cmap="viridis",
+        norm = LogNorm(lo, hi) if _spans_decades(megabytes) else Normalize(lo, hi)
+        points = ax.scatter(data["accuracy"], data["psnr_gain"], c=megabytes, norm=norm, cmap="viridis",
                             s=36, zorder=2)
-        colourbar = fig.colorbar(points, ax=ax, label="total bytes, up + down (B)")
+        colourbar = fig.colorbar(points, ax=ax, label="total bytes, up + down (MB)")
         colourbar.formatter.set_useOffset(False)
         colourbar.update_ticks()
     else:
         ax.scatter(data["accuracy"], data["psnr_gain"], s=36, zorder=2)
-        title += f"\n(every setting sends {lo:,.0f} B)"
+        title += f"\n(every setting sends {lo * 1e6:,.0f} B)"
     markers = "osD^v<>pX*"
     for i, (_, r) in enumerate(data[front].sort_values("accuracy").iterrows()):
         ax.scatter([r["accuracy"]], [r["psnr_gain"]], facecolors="none", edgecolors="k", s=160,
