@@ -83,6 +83,18 @@ def test_experiment_pins_a_setting(compose_cfg):
     (["+attack.lr=1"], ConfigError, "attack.lr: unknown key; allowed keys: iterations"),
     (["fl.downlink=both"], ConfigError, "fl.downlink='both' is not one of full, gene"),
     (["+oops=1"], ConfigError, "oops: unknown key; allowed top-level keys"),
+    (["fl.lr=nan"], ConfigError, "fl.lr=nan: must be a finite number"),
+    (["fl.lr=inf"], ConfigError, "fl.lr=inf: must be a finite number"),
+    (["fl.gene.gamma=nan"], ConfigError, "fl.gene.gamma=nan: must be a finite number"),
+    (["attack.converged=-inf"], ConfigError, "attack.converged=-inf: must be a finite number"),
+    (["defense=dpsgd", "defense.target_epsilon=null", "defense.noise_multiplier=inf"], ConfigError,
+     "defense.noise_multiplier=inf: must be a finite number"),  # it spun forever in the accountant
+    (["seed=1.5"], ConfigError, r"seed=1.5: must be an integer in \[0, 2\^32\)"),
+    (["seed=abc"], ConfigError, "seed='abc': must be an integer"),
+    ([f"seed={2**63}"], ConfigError, "must be an integer"),
+    (["resume=maybe"], ConfigError, "resume='maybe': must be true or false"),
+    (["metrics.lpips=no"], ConfigError, "metrics.lpips='no': must be true or false"),
+    (["fl.lr=${nope}"], ConfigError, "fl.lr: cannot resolve: Interpolation key 'nope' not found"),
 ])
 def test_invalid_values_fail_in_planning(compose_cfg, overrides, error, message):
     with pytest.raises(error, match=message):

@@ -34,6 +34,7 @@ from privbench.payloads.comm import comm_summary, ratios
 from privbench.payloads.select import PayloadChoice
 from privbench.payloads.transform import MessageTransform
 from privbench.pixels import denormalise
+from privbench.values import check_values
 from privbench.victim import Victim
 
 GROUPS = ("data", "model", "fl", "payload", "attack", "defense")
@@ -97,6 +98,7 @@ def _not_a(group: str, value: object, cls: type) -> ConfigError:
 
 def plan(cfg: DictConfig) -> Plan:
     """Check every key and value and build the parts; raise one-line errors, compute nothing."""
+    check_values(cfg)
     unknown = sorted(set(cfg) - TOP_KEYS)
     if unknown:
         raise ConfigError(f"{unknown[0]}: unknown key; allowed top-level keys: {', '.join(sorted(TOP_KEYS))}")

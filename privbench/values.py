@@ -1,0 +1,57 @@
+"""Checks every config value can hold before planning: finite numbers, true booleans, an integer seed."""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from privbench.errors import ConfigError
+
+#: Keys that must be true or false (YAML ``true``/``false``), not a string such as ``maybe``.
+BOOLEANS = ("resume", "metrics.lpips", "data.download", "attack.unroll", "fl.agnostic.fedavg_reference")
+#: Seeds are integers in [0, 2**32): numpy, torch and Python's random all take them.
+SEED_LIMIT = 2**32
+#: Longest value echoed in an error.
+SHOWN = 60
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= SHOWN else f"{text[:SHOWN]}... ({len(text)} characters)"
+
+
+def _leaves(node: Any, prefix: str = "") -> list[tuple[str, Any]]:
+    if isinstance(node, dict):
+        return [leaf for k, v in node.items() for leaf in _leaves(v, f"{prefix}{k}.")]
+    if isinstance(node, list):
+        return [leaf for i, v in enumerate(node) for leaf in _leaves(v, f"{prefix}{i}.")]
+    return [(prefix.rstrip("."), node)]
+
+
+def check_values(cfg: DictConfig) -> None:
+    """Raise a one-line ``ConfigError`` for a value no run can use.
+
+    Example:
+        >>> check_values(OmegaConf.create({"seed": 0, "fl": {"lr": float("nan")}}))
+        Traceback (most recent call last):
+        ...
+        privbench.errors.ConfigError: fl.lr=nan: must be a finite number
+    """
+    try:  # `name` is resolved by Hydra's app (it reads the runtime choices), not here
+        resolved = {key: OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
+                    for key in cfg if key != "name" for node in [cfg[key]]}
+    except OmegaConfBaseException as exc:
+        key = getattr(exc, "full_key", None)
+        raise ConfigError(f"{key + ': ' if key else ''}cannot resolve: {str(exc).splitlines()[0]}") from None
+    for key, value in _leaves(resolved):
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"{key}={value}: must be a finite number")
+    seed = OmegaConf.select(cfg, "seed")
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < SEED_LIMIT:
+        raise ConfigError(f"seed={_show(seed)}: must be an integer in [0, 2^32)")
+    for key in BOOLEANS:
+        value = OmegaConf.select(cfg, key, default=None)
+        if value is not None and not isinstance(value, bool):
+            raise ConfigError(f"{key}={_show(value)}: must be true or false")
