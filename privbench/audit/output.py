@@ -9,10 +9,12 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
 from privbench.io import atomic_write_bytes, atomic_write_text
+from privbench.metrics.image import psnr
 
 def flat_row(metrics: dict[str, Any]) -> dict[str, Any]:
     """One CSV row: the scalar entries of every section of ``metrics.json``."""
@@ -81,16 +83,12 @@ def write_gallery(path: Path, *, truth: torch.Tensor, recon: torch.Tensor, truth
     strongest chance baseline's image matched to the same truth, as uint8 ``[P, H, W, C]``, with their PSNRs and
     the true and recovered labels (-1: none). The report's gallery page reads only this file.
     """
-    from privbench.metrics.image import psnr
-
     by_truth = {m["truth"]: m["recon"] for m in chance_pairs}
     kept = pairs[:GALLERY_PAIRS]
     picks = [by_truth.get(m["truth"], min(m["recon"], len(chance) - 1)) for m in kept]
 
     def u8(images: torch.Tensor) -> Any:
         return (images.float().clamp(0, 1).permute(0, 2, 3, 1).numpy() * 255).round().astype("uint8")
-
-    import numpy as np
 
     t = truth[[m["truth"] for m in kept]]
     c = chance[picks]
@@ -107,7 +105,8 @@ def write_gallery(path: Path, *, truth: torch.Tensor, recon: torch.Tensor, truth
 WIDTH = 80
 
 
-def _num(value: Any, fmt: str) -> str:
+def formatted(value: Any, fmt: str) -> str:
+    """``value`` formatted with ``fmt``, or ``-`` when it is missing (None or NaN)."""
     return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else fmt.format(value)
 
 
@@ -128,31 +127,31 @@ def summary(metrics: dict[str, Any]) -> str:
     lines = [("run", f"{run.get('fl')}, {what}, defense {run.get('defense')}, seed {run.get('seed')}, "
                      f"victim client{run.get('victim_client')} round {run.get('victim_round')}")]
     if "psnr_mean" in privacy:
-        lines.append(("leakage", f"PSNR {_num(privacy['psnr_mean'], '{:.2f}')} dB, chance "
-                                 f"{_num(privacy.get('psnr_chance'), '{:.2f}')}, gain "
-                                 f"{_num(privacy.get('psnr_gain'), '{:+.2f}')} dB ({privacy.get('num_reconstructed')} "
+        lines.append(("leakage", f"PSNR {formatted(privacy['psnr_mean'], '{:.2f}')} dB, chance "
+                                 f"{formatted(privacy.get('psnr_chance'), '{:.2f}')}, gain "
+                                 f"{formatted(privacy.get('psnr_gain'), '{:+.2f}')} dB ({privacy.get('num_reconstructed')} "
                                  f"rebuilt, {privacy.get('num_true')} true)"))
-        lines.append(("", f"SSIM {_num(privacy.get('ssim_mean'), '{:.3f}')} (chance "
-                          f"{_num(privacy.get('ssim_chance'), '{:.3f}')}), LPIPS "
-                          f"{_num(privacy.get('lpips_mean'), '{:.3f}')} (chance "
-                          f"{_num(privacy.get('lpips_chance'), '{:.3f}')}), labels "
-                          f"{_num(privacy.get('label_accuracy'), '{:.2f}')}"))
+        lines.append(("", f"SSIM {formatted(privacy.get('ssim_mean'), '{:.3f}')} (chance "
+                          f"{formatted(privacy.get('ssim_chance'), '{:.3f}')}), LPIPS "
+                          f"{formatted(privacy.get('lpips_mean'), '{:.3f}')} (chance "
+                          f"{formatted(privacy.get('lpips_chance'), '{:.3f}')}), labels "
+                          f"{formatted(privacy.get('label_accuracy'), '{:.2f}')}"))
     elif privacy.get("failed"):
         lines.append(("leakage", "attack failed: no reconstruction"))
-    useful = f"known-client accuracy {_num(utility.get('accuracy'), '{:.3f}')}"
+    useful = f"known-client accuracy {formatted(utility.get('accuracy'), '{:.3f}')}"
     if utility.get("personal_accuracy") is not None:
-        useful += f" (own model {_num(utility['personal_accuracy'], '{:.3f}')})"
+        useful += f" (own model {formatted(utility['personal_accuracy'], '{:.3f}')})"
     if utility.get("agnostic_accuracy_learngene") is not None:
-        useful += f", agnostic {_num(utility['agnostic_accuracy_learngene'], '{:.3f}')}"
+        useful += f", agnostic {formatted(utility['agnostic_accuracy_learngene'], '{:.3f}')}"
     lines.append(("utility", useful))
-    sent = f"up {_num(nbytes.get('uplink_bytes'), '{:,}')}, down {_num(nbytes.get('downlink_bytes'), '{:,}')}"
+    sent = f"up {formatted(nbytes.get('uplink_bytes'), '{:,}')}, down {formatted(nbytes.get('downlink_bytes'), '{:,}')}"
     if nbytes.get("total_ratio") is not None:
-        sent += f", total vs FedAvg {_num(nbytes['total_ratio'], '{:.3f}')}"
+        sent += f", total vs FedAvg {formatted(nbytes['total_ratio'], '{:.3f}')}"
     lines.append(("bytes", sent))
     if "epsilon" in defense:
         covers = "yes" if defense.get("epsilon_covers_all_reads") else "no"
-        lines.append(("privacy", f"epsilon {_num(defense['epsilon'], '{:.2f}')} (victim), max "
-                                 f"{_num(defense.get('epsilon_max'), '{:.2f}')}, covers every read: {covers}"))
+        lines.append(("privacy", f"epsilon {formatted(defense['epsilon'], '{:.2f}')} (victim), max "
+                                 f"{formatted(defense.get('epsilon_max'), '{:.2f}')}, covers every read: {covers}"))
     out = []
     for key, text in lines:  # wrap at 80 columns under a 9-column label
         for i, part in enumerate(textwrap.wrap(text, width=WIDTH - 9, break_on_hyphens=False) or [""]):

@@ -11,15 +11,16 @@ import pandas as pd
 
 from privbench.io import atomic_write_bytes
 from privbench.report.grouping import is_attack_side, token, training_keys
-from privbench.report.table import LABELS, summarise
+from privbench.report.table import summarise
 
 #: Axis labels of swept config keys (others are shown by their key).
-KEY_LABELS = {"defense.target_epsilon": "target epsilon of DP-SGD (delta 1e-5, log scale)",
+KEY_LABELS = {"defense.target_epsilon": "target epsilon of DP-SGD (delta 1e-5)",
               "victim.num_images": "victim batch (images)", "victim.round": "victim round",
               "fl.gene.gamma": "gene layers (gamma)", "defense.sigma": "noise sigma (gradient units)",
               "defense.p": "pruned fraction"}
 LEAKAGE = [("psnr_mean", "PSNR of the rebuilt image (dB)"), ("psnr_gain", "PSNR gain over chance (dB)")]
 UTILITY = [("accuracy", "known-client accuracy"), ("agnostic_accuracy_learngene", "agnostic-client accuracy")]
+MARKERS = "osD^v<>pX*"
 
 
 def _plt() -> Any:
@@ -44,6 +45,19 @@ def _label(row: pd.Series, keys: list[str]) -> str:
         return str(row[k]) if k in ("payload", "attack", "defense", "fl") else f"{k.split('.')[-1]}={row[k]}"
 
     return ", ".join(text(k) for k in keys if token(row[k]) != token(None)) or "all runs"
+
+
+def _values(value: Any) -> tuple[Any, ...]:
+    """A groupby index entry as a tuple (pandas gives a scalar for one key)."""
+    return value if isinstance(value, tuple) else (value,)
+
+
+def _where(frame: pd.DataFrame, keys: list[str], value: Any) -> pd.Series:
+    """Rows of ``frame`` whose ``keys`` equal ``value`` (a groupby index entry), missing values matching missing."""
+    mask = pd.Series(True, index=frame.index)
+    for k, v in zip(keys, _values(value)):
+        mask &= frame[k].map(token) == token(v)
+    return mask
 
 
 def _spans_decades(values: pd.Series) -> bool:
@@ -78,7 +92,7 @@ def curve(runs: pd.DataFrame, keys: list[str], x: str, panels: list[tuple[str, s
     if not panels:
         return None
     others = [k for k in keys if k != x]
-    table = summarise(runs, [x, *others]) if others else summarise(runs, [x])
+    table = summarise(runs, [x, *others])
     table["_x"] = pd.to_numeric(table[x], errors="coerce")
     lines = [k for k in others if is_attack_side(k)]
     facets = [k for k in others if not is_attack_side(k)]
@@ -94,25 +108,18 @@ def curve(runs: pd.DataFrame, keys: list[str], x: str, panels: list[tuple[str, s
                              squeeze=False)
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     line_ids = table.groupby(lines, dropna=False, sort=False).size().index.tolist() if lines else [None]
+    rest = [k for k in others if k not in lines]
+    log_x = _spans_decades(table["_x"])
     for r, facet in enumerate(facet_values):
-        sub = table
-        if facets:
-            values = facet if isinstance(facet, tuple) else (facet,)
-            for k, v in zip(facets, values):
-                sub = sub[(sub[k].map(token) == token(v)) | sub["_x"].isna()]
+        sub = table[_where(table, facets, facet) | table["_x"].isna()] if facets else table
         for c, (y, label) in enumerate(panels):
             ax = axes[r][c]
             for i, line in enumerate(line_ids):
-                part = sub
-                if lines:
-                    values = line if isinstance(line, tuple) else (line,)
-                    for k, v in zip(lines, values):
-                        part = part[part[k].map(token) == token(v)]
+                part = sub[_where(sub, lines, line)] if lines else sub
                 colour = colours[i % len(colours)]
                 pts = part[part["_x"].notna()].sort_values("_x")
-                rest = [k for k in others if k not in lines]
                 if lines:
-                    name = ", ".join(map(str, line if isinstance(line, tuple) else (line,)))
+                    name = ", ".join(map(str, _values(line)))
                 else:  # one line: name it by what its points share (e.g. defense=dpsgd)
                     name = ", ".join(str(pts[k].iloc[0]) for k in rest) if len(pts) and rest else "all runs"
                 if pts[y].notna().any():
@@ -130,11 +137,11 @@ def curve(runs: pd.DataFrame, keys: list[str], x: str, panels: list[tuple[str, s
                             ax.axhspan(ref[f"{y}_lo"], ref[f"{y}_hi"], color=colour, alpha=0.05, lw=0)
             if y == "psnr_gain":
                 ax.axhline(0.0, color="k", ls=":", lw=1, label="chance")
-            if _spans_decades(table["_x"]):
+            if log_x:
                 ax.set_xscale("log")
-            ax.set_xlabel(KEY_LABELS.get(x, x))
+            ax.set_xlabel(KEY_LABELS.get(x, x) + (", log scale" if log_x else ""))
             ax.set_ylabel(label)
-            head = ", ".join(f"{k}={v}" for k, v in zip(facets, facet if isinstance(facet, tuple) else (facet,)))
+            head = ", ".join(f"{k}={v}" for k, v in zip(facets, _values(facet)))
             ax.set_title(head if facets else "", fontsize=9)
             ax.grid(alpha=0.3)
     handles, names = axes[0][0].get_legend_handles_labels()
@@ -165,8 +172,7 @@ def bytes_figure(runs: pd.DataFrame, keys: list[str]) -> bytes | None:
     bars.legend(fontsize=8, loc="lower right")
     bars.tick_params(axis="y", labelsize=7)
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    markers = "osD^v<>pX*"
-    style = {label: (colours[i % 10], markers[(i // 10) % len(markers)]) for i, label in enumerate(labels)}
+    style = {label: (colours[i % 10], MARKERS[(i // 10) % len(MARKERS)]) for i, label in enumerate(labels)}
     for c, (source, y, label) in enumerate([(leak, "psnr_gain", "PSNR gain over chance (dB)"),
                                             (table, "accuracy", "known-client accuracy")]):
         ax = fig.add_subplot(grid[1, c])
@@ -227,10 +233,9 @@ def pareto_figure(table: pd.DataFrame, keys: list[str]) -> bytes | None:
     else:
         ax.scatter(data["accuracy"], data["psnr_gain"], s=36, zorder=2)
         title += f"\n(every setting sends {lo * 1e6:,.0f} B)"
-    markers = "osD^v<>pX*"
     for i, (_, r) in enumerate(data[front].sort_values("accuracy").iterrows()):
         ax.scatter([r["accuracy"]], [r["psnr_gain"]], facecolors="none", edgecolors="k", s=160,
-                   marker=markers[i % len(markers)], label=_label(r, keys), zorder=3)
+                   marker=MARKERS[i % len(MARKERS)], label=_label(r, keys), zorder=3)
     ax.axhline(0.0, color="k", ls=":", lw=1)
     ax.set_xlabel("known-client accuracy")
     ax.set_ylabel("PSNR gain over chance (dB; lower is more private)")
