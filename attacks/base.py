@@ -2,14 +2,13 @@
 from __future__ import annotations
 
 import math
-import sys
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import torch
 
-from attacks.target import UNKNOWN_LABELS, AttackTarget
+from privbench.attacks.target import UNKNOWN_LABELS, AttackTarget
 from privbench.errors import AttackNotApplicableError
 from privbench.payloads import kind as payload_kind
 from privbench.payloads.kinds import Carries, kinds_where
@@ -111,6 +110,7 @@ class GradientInversion(Attack):
                 f"{self.name} rebuilds at most attack.max_images={self.max_images} at once")
         attempts: list[Attempt] = []
         for k in range(self.restarts):
+            self.restart = k
             generator = torch.Generator().manual_seed(seed * 1000 + k)
             attempt = self.attempt(target, generator=generator)
             attempts.append(attempt)
@@ -132,7 +132,8 @@ class GradientInversion(Attack):
         """One optimisation from a random start drawn with ``generator``."""
 
     def progress(self, *, desc: str) -> Any:
-        """A progress bar over iterations on a terminal, silent otherwise."""
-        from tqdm.auto import tqdm
+        """The attempt's progress phase: iterations, restart number and current objective."""
+        from privbench.progress import phase
 
-        return tqdm(total=self.iterations, desc=desc, disable=not sys.stderr.isatty(), leave=False)
+        k = getattr(self, "restart", 0)
+        return phase(f"{desc} attack, restart {k + 1}/{self.restarts}", total=self.iterations, unit="it")

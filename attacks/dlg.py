@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import torch
 
-from attacks.base import Attempt, GradientInversion
-from attacks.matching import candidate_gradient, lbfgs_match
-from attacks.target import AttackTarget
+from privbench.attacks.base import Attempt, GradientInversion
+from privbench.attacks.matching import candidate_gradient, lbfgs_match
+from privbench.attacks.target import AttackTarget
 
 
 class DLG(GradientInversion):
@@ -28,6 +28,6 @@ class DLG(GradientInversion):
             objective, status, iters = lbfgs_match(
                 [images, logits], lambda: candidate_gradient(target, images, label_logits=logits), target,
                 iterations=self.iterations, converged=self.converged, stall_at=self.stall_at,
-                stall_tol=self.stall_tol, on_step=lambda v: bar.update(1),
+                stall_tol=self.stall_tol, on_step=lambda v: bar.update(1, objective=v),
             )
         return Attempt(images.detach(), logits.detach().argmax(1), objective, status, iters)

@@ -3,11 +3,11 @@ from __future__ import annotations
 
 import torch
 
-from attacks.base import Attempt
-from attacks.dlg import DLG
-from attacks.labels import recover_labels
-from attacks.matching import candidate_gradient, lbfgs_match
-from attacks.target import AttackTarget
+from privbench.attacks.base import Attempt
+from privbench.attacks.dlg import DLG
+from privbench.attacks.labels import recover_labels
+from privbench.attacks.matching import candidate_gradient, lbfgs_match
+from privbench.attacks.target import AttackTarget
 
 
 class IDLG(DLG):
@@ -34,6 +34,6 @@ class IDLG(DLG):
             objective, status, iters = lbfgs_match(
                 [images], lambda: candidate_gradient(target, images, labels=labels), target,
                 iterations=self.iterations, converged=self.converged, stall_at=self.stall_at,
-                stall_tol=self.stall_tol, on_step=lambda v: bar.update(1),
+                stall_tol=self.stall_tol, on_step=lambda v: bar.update(1, objective=v),
             )
         return Attempt(images.detach(), labels, objective, status, iters)

@@ -5,11 +5,11 @@ import math
 
 import torch
 
-from attacks.base import Attempt, GradientInversion
-from attacks.labels import recover_labels
-from attacks.matching import candidate_gradient
-from attacks.objectives import cosine_distance, total_variation
-from attacks.target import AttackTarget
+from privbench.attacks.base import Attempt, GradientInversion
+from privbench.attacks.labels import recover_labels
+from privbench.attacks.matching import candidate_gradient
+from privbench.attacks.objectives import cosine_distance, total_variation
+from privbench.attacks.target import AttackTarget
 
 
 class InvertingGradients(GradientInversion):
@@ -66,7 +66,7 @@ class InvertingGradients(GradientInversion):
                 scheduler.step()
                 target.clamp_(images)
                 value = float(loss.detach())
-                bar.update(1)
+                bar.update(1, objective=value)
                 if not math.isfinite(value) or not torch.isfinite(images).all():
                     return Attempt(images.detach(), self._labels(labels, logits), math.nan, "nan", it)
         return Attempt(images.detach(), self._labels(labels, logits), value, status, self.iterations)

@@ -8,8 +8,8 @@ import torch
 import torch.nn.functional as F
 from torch.func import functional_call
 
-from attacks.objectives import squared_l2, squared_norm
-from attacks.target import AttackTarget, Part, Unroll
+from privbench.attacks.objectives import squared_l2, squared_norm
+from privbench.attacks.target import AttackTarget, Part, Unroll
 
 
 def _loss(out: torch.Tensor, labels: torch.Tensor | None, label_logits: torch.Tensor | None) -> torch.Tensor:

@@ -1,7 +1,7 @@
 """No attack: train, count bytes and score accuracy only (``attack=none``)."""
 from __future__ import annotations
 
-from attacks.base import Attack
+from privbench.attacks.base import Attack
 
 
 class NoAttack(Attack):

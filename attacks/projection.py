@@ -6,7 +6,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from attacks.base import Attack
+from privbench.attacks.base import Attack
 from privbench.metrics.image import psnr, ssim
 from privbench.payloads.kinds import Carries
 from privbench.pixels import denormalise, normalise

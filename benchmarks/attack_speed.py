@@ -14,8 +14,8 @@ import time
 
 import torch
 
-from attacks import DLG, IDLG, AttackTarget
-from attacks.ig import InvertingGradients
+from privbench.attacks import DLG, IDLG, AttackTarget
+from privbench.attacks.ig import InvertingGradients
 from privbench.data import FederatedData
 from privbench.fl.sgd import batch_gradient
 from privbench.models import ConvNet, LeNet

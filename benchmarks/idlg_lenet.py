@@ -14,7 +14,7 @@ import time
 
 import torch
 
-from attacks import IDLG, AttackTarget
+from privbench.attacks import IDLG, AttackTarget
 from privbench.data import FederatedData, denormalise
 from privbench.fl.sgd import batch_gradient
 from privbench.victim import Victim

@@ -1,8 +1,8 @@
 """Defences in two shapes: message transforms (noise, prune) on what is sent, trainers (DP-SGD) inside training."""
-from defenses.dpsgd import DPSGD
-from defenses.noise import GaussianNoise
-from defenses.none import NoDefense
-from defenses.prune import Prune
+from privbench.defenses.dpsgd import DPSGD
+from privbench.defenses.noise import GaussianNoise
+from privbench.defenses.none import NoDefense
+from privbench.defenses.prune import Prune
 from privbench.fl.trainer import Trainer
 from privbench.payloads.transform import MessageTransform
 

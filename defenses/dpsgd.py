@@ -11,8 +11,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from defenses.calibration import Event, events, noise_multiplier
-from defenses.dp_reads import dp_fisher_diagonal, dp_subspace
+from privbench.defenses.calibration import Event, events, noise_multiplier
+from privbench.defenses.dp_reads import dp_fisher_diagonal, dp_subspace
 from privbench.data.dataset import ImageDataset
 from privbench.errors import ConfigError
 from privbench.fl.genefl.subspace import per_class_subspace

@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-from defenses.transform import payload_generator, transform
+from privbench.defenses.transform import payload_generator, transform
 from privbench.errors import ConfigError
 from privbench.payloads import Payload
 from privbench.payloads.transform import MessageTransform

@@ -20,7 +20,7 @@ def compose_cfg():
 
     def _compose(*overrides: str):
         GlobalHydra.instance().clear()
-        with initialize_config_module(config_module="configs", version_base="1.3"):
+        with initialize_config_module(config_module="privbench.conf", version_base="1.3"):
             cfg = compose(config_name="config", overrides=["name=test", *overrides])
         GlobalHydra.instance().clear()
         return cfg

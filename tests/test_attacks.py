@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from attacks import DLG, IDLG, AttackTarget, SubspaceProjection, observed_gradient, recover_labels
+from privbench.attacks import DLG, IDLG, AttackTarget, SubspaceProjection, observed_gradient, recover_labels
 from privbench.errors import AttackNotApplicableError
 from privbench.fl.sgd import batch_gradient
 from privbench.models import LeNet

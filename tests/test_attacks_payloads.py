@@ -5,11 +5,11 @@ import numpy as np
 import pytest
 import torch
 
-from attacks import IDLG, AttackTarget
-from attacks.ig import InvertingGradients
-from attacks.matching import candidate_gradient
-from attacks.objectives import cosine_distance, total_variation
-from attacks.projection import SubspaceProjection
+from privbench.attacks import IDLG, AttackTarget
+from privbench.attacks.ig import InvertingGradients
+from privbench.attacks.matching import candidate_gradient
+from privbench.attacks.objectives import cosine_distance, total_variation
+from privbench.attacks.projection import SubspaceProjection
 from privbench.audit.run import plan
 from privbench.data import FederatedData, denormalise
 from privbench.errors import AttackNotApplicableError

@@ -7,8 +7,8 @@ import dataclasses
 import pytest
 import torch
 
-from attacks import DLG, IDLG, InvertingGradients, SubspaceProjection
-from defenses.dpsgd import DPSGD
+from privbench.attacks import DLG, IDLG, InvertingGradients, SubspaceProjection
+from privbench.defenses.dpsgd import DPSGD
 from privbench.data import FederatedData
 from privbench.errors import ConfigError
 from privbench.fl.protocols import ClusterFedAvg, FedAvg, GeneFL, LocalOnly

@@ -8,11 +8,11 @@ import pytest
 import torch
 from opacus.accountants import RDPAccountant
 
-from defenses.dpsgd import DPSGD
-from defenses.noise import GaussianNoise
-from defenses.prune import Prune, keep_top
+from privbench.defenses.dpsgd import DPSGD
+from privbench.defenses.noise import GaussianNoise
+from privbench.defenses.prune import Prune, keep_top
 from privbench.audit.run import run_audit
-from defenses.none import NoDefense
+from privbench.defenses.none import NoDefense
 from privbench.errors import ConfigError
 from privbench.fl.trainer import Trainer
 from privbench.payloads import kinds_where

@@ -10,9 +10,9 @@ import torch
 from opacus.accountants import RDPAccountant
 from scipy.linalg import subspace_angles
 
-from defenses.calibration import epsilon, events, noise_multiplier
-from defenses.dp_reads import dp_fisher_diagonal, dp_subspace
-from defenses.dpsgd import DPSGD
+from privbench.defenses.calibration import epsilon, events, noise_multiplier
+from privbench.defenses.dp_reads import dp_fisher_diagonal, dp_subspace
+from privbench.defenses.dpsgd import DPSGD
 from privbench.errors import ConfigError
 from privbench.fl.genefl.fisher import fisher_diagonal, squared_gradients
 from privbench.fl.protocols.fedavg import FedAvg

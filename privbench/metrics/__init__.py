@@ -1,0 +1,1 @@
+"""Reconstruction, chance, clustering and LPIPS metrics."""
