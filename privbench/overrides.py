@@ -1,6 +1,8 @@
 """Check command-line overrides against the real config tree before Hydra runs anything."""
 from __future__ import annotations
 
+import copy
+from functools import lru_cache
 from importlib import resources
 
 from omegaconf import DictConfig, OmegaConf
@@ -12,25 +14,38 @@ GROUPS = ("data", "model", "fl", "payload", "attack", "defense", "experiment")
 
 def options(group: str) -> list[str]:
     """Option names of a config group, from the installed ``configs`` package."""
-    folder = resources.files("configs").joinpath(group)
+    folder = resources.files("privbench.conf").joinpath(group)
     return sorted(p.name.removesuffix(".yaml") for p in folder.iterdir() if p.name.endswith(".yaml"))
 
 
-def _compose(overrides: list[str]) -> DictConfig:
+def compose_with_hydra(overrides: list[str]) -> DictConfig:
+    """The config Hydra composes for ``overrides``, its ``hydra`` node included (a fresh copy each call)."""
+    return copy.deepcopy(_composed(tuple(overrides)))
+
+
+@lru_cache(maxsize=4)
+def _composed(overrides: tuple[str, ...]) -> DictConfig:
     from hydra import compose, initialize_config_module
     from hydra.core.global_hydra import GlobalHydra
 
+    from privbench.naming import register
+
+    register()
     GlobalHydra.instance().clear()
     try:
-        with initialize_config_module(config_module="configs", version_base="1.3"):
-            return compose(config_name="config", overrides=overrides)
+        with initialize_config_module(config_module="privbench.conf", version_base="1.3"):
+            return compose(config_name="config", overrides=list(overrides), return_hydra_config=True)
     finally:
         GlobalHydra.instance().clear()
 
 
+def _compose(overrides: list[str]) -> DictConfig:
+    return compose_with_hydra(overrides)
+
+
 def _unknown_key(key: str, overrides: list[str]) -> ConfigError:
     parent, _, leaf = key.rpartition(".")
-    groups = [o for o in overrides if o.split("=", 1)[0] in GROUPS]
+    groups = [o for o in overrides if o.split("=", 1)[0] in GROUPS or o.startswith("hydra.searchpath")]
     cfg = _compose(groups)
     node = OmegaConf.select(cfg, parent) if parent else cfg
     allowed = sorted(str(k) for k in node) if node is not None and OmegaConf.is_dict(node) else []
@@ -38,38 +53,143 @@ def _unknown_key(key: str, overrides: list[str]) -> ConfigError:
     return ConfigError(f"{where}{leaf}: unknown key; allowed keys: {', '.join(allowed) or '(none)'}")
 
 
+def _message(exc: Exception) -> ConfigError:
+    """One line for a Hydra composition error: the option or key and what is allowed."""
+    from hydra.errors import MissingConfigException
+
+    cause = exc.__cause__ or exc
+    if isinstance(exc, MissingConfigException) and exc.options is not None and exc.missing_cfg_file:
+        group, _, option = exc.missing_cfg_file.rpartition("/")
+        return ConfigError(f"{group}={option}: unknown option; allowed: {', '.join(sorted(exc.options))}")
+    return ConfigError(str(cause).strip().splitlines()[0] if str(cause).strip() else type(cause).__name__)
+
+
 def check_overrides(args: list[str]) -> None:
     """Raise a one-line ``ConfigError`` for an unknown group option or key, or a parse error.
 
-    Sweeps (``a=x,y``) are checked value by value for groups, and composed with the
-    first value of each; values themselves are checked later, per job.
+    The overrides are composed by Hydra itself, ``hydra.searchpath`` included, so config
+    options a user adds through the search path are accepted. Sweeps (``a=x,y``) are
+    composed with the first value of each, and again for every other value of a group.
+    Values themselves are checked later, per job (``privbench.values``).
     """
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
 
+    for arg in args:
+        if arg.lstrip("+~").startswith("="):
+            raise ConfigError(f"cannot parse {arg[:60]!r}: an override is key=value")
     try:
         parsed = OverridesParser.create().parse_overrides(args)
     except HydraException as exc:
         raise ConfigError(f"cannot parse overrides: {str(exc).splitlines()[0]}") from None
     first: list[str] = []
+    alternatives: list[tuple[int, str]] = []  # (position in first, override) for other values of group sweeps
     for o in parsed:
-        if o.is_hydra_override():
-            continue
         values = list(o.sweep_string_iterator()) if o.is_sweep_override() else [o.get_value_element_as_str()]
-        if o.key_or_group in GROUPS and not o.is_delete():
-            allowed = options(o.key_or_group)
-            for value in values:
-                if value not in allowed and value != "null":
-                    raise ConfigError(f"{o.key_or_group}={value}: unknown option; allowed: {', '.join(allowed)}")
+        if o.is_hydra_override() and o.key_or_group != "hydra.searchpath":
+            continue
+        if o.is_hydra_override():
+            first.append(str(o.input_line))
+            continue
         first.append(f"{o.get_key_element()}={values[0]}" if values else o.get_key_element())
+        if o.key_or_group in GROUPS and not o.is_delete():
+            alternatives += [(len(first) - 1, f"{o.get_key_element()}={v}") for v in values[1:]]
+    for position, override in [(-1, ""), *alternatives]:
+        overrides = list(first)
+        if position >= 0:
+            overrides[position] = override
+        _check_composes(overrides)
+
+
+def _check_composes(overrides: list[str]) -> None:
+    from hydra.errors import HydraException
+
     try:
-        _compose(first)
+        cfg = _compose(overrides)
     except HydraException as exc:
         cause = exc.__cause__ or exc
         text = str(cause)
         if "not in struct" in text or "Could not override" in str(exc) or "Could not delete" in str(exc):
             key = getattr(cause, "full_key", None) or str(exc).split("'")[1]
-            raise _unknown_key(str(key), first) from None
-        raise ConfigError(str(exc).splitlines()[0]) from None
+            raise _unknown_key(str(key), overrides) from None
+        raise _message(exc) from None
     except Exception as exc:  # omegaconf validation errors
         raise ConfigError(str(exc).splitlines()[0]) from None
+    check_destination(cfg)
+    check_targets(overrides, cfg)
+
+
+#: Longest run name (it becomes a folder name).
+NAME_LIMIT = 120
+
+
+def check_destination(cfg: DictConfig) -> None:
+    """``results_dir`` must be a folder privbench can create and write; ``name`` a short folder name."""
+    import os
+    from pathlib import Path
+
+    from omegaconf.errors import OmegaConfBaseException
+
+    from privbench.values import shown
+
+    raw_name = cfg._get_node("name")
+    try:  # the default name reads Hydra's runtime choices: set by Hydra, always a short folder name
+        name = "" if raw_name is None or "${hydra:" in str(raw_name._value()) else cfg.get("name")
+    except OmegaConfBaseException:
+        name = ""
+    if name is not None and (len(str(name)) > NAME_LIMIT or "/" in str(name) or str(name) in (".", "..")):
+        raise ConfigError(f"name={shown(name)}: must be a folder name of at most {NAME_LIMIT} characters, no '/'")
+    raw = OmegaConf.select(cfg, "results_dir", default=None)
+    if raw is None or not str(raw).strip():
+        raise ConfigError("results_dir: must name a folder (empty would write under the filesystem root)")
+    if len(str(raw)) > 1000:
+        raise ConfigError(f"results_dir={shown(raw)}: too long")
+    folder = Path(str(raw)).expanduser()
+    existing = next((p for p in [folder, *folder.absolute().parents] if p.exists()), None)
+    if folder.exists() and not folder.is_dir():
+        raise ConfigError(f"results_dir={shown(str(raw))}: is a file, not a folder")
+    if existing is None or not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK) \
+            or str(existing.absolute()).startswith(("/proc", "/sys", "/dev")):
+        raise ConfigError(f"results_dir={shown(str(raw))}: cannot be created or written (nearest existing folder: "
+                          f"{existing})")
+
+
+#: Extra ``_target_`` prefixes a user may name on the command line (config key ``allow_targets``).
+ALLOW_KEY = "allow_targets"
+
+
+def check_targets(overrides: list[str], cfg: DictConfig) -> None:
+    """A ``_target_`` given on the command line must be one the config tree uses, or under ``allow_targets``.
+
+    Configs added through ``hydra.searchpath`` may name any target; the command line may not
+    (``payload._target_=builtins.open`` would run arbitrary callables).
+    """
+    from privbench.values import shown
+
+    given = [(o.split("=", 1)[0].lstrip("+~"), o.split("=", 1)[1]) for o in overrides
+             if "=" in o and o.split("=", 1)[0].lstrip("+~").split(".")[-1] == "_target_"]
+    if not given:
+        return
+    allowed = tree_targets()
+    extra = [str(p) for p in (OmegaConf.select(cfg, ALLOW_KEY, default=None) or [])]
+    for key, value in given:
+        if value not in allowed and not any(value == p or value.startswith(p.rstrip(".") + ".") for p in extra):
+            raise ConfigError(f"{key}={shown(value)}: a _target_ given on the command line must be one the configs "
+                              f"use (e.g. {sorted(allowed)[0]}) or start with an entry of {ALLOW_KEY}; add a config "
+                              "option through hydra.searchpath for your own classes")
+
+
+def tree_targets() -> set[str]:
+    """Every ``_target_`` named in privbench's config files."""
+    import re
+
+    root = resources.files("privbench.conf")
+    out: set[str] = set()
+    stack = [root]
+    while stack:
+        for entry in stack.pop().iterdir():
+            if entry.is_dir():
+                stack.append(entry)
+            elif entry.name.endswith(".yaml"):
+                out |= set(re.findall(r"_target_:\s*([\w.]+)", entry.read_text()))
+    return out

@@ -48,7 +48,11 @@ def _fits(value: Any, types: tuple[type, ...]) -> bool:
 
 
 def build(group: str, node: DictConfig | ListConfig, **runtime: Any) -> Any:
-    """Instantiate ``node`` (the ``group`` config), adding ``runtime`` keyword arguments.
+    """Instantiate ``node`` (the ``group`` config), adding those ``runtime`` keyword arguments it names.
+
+    A target receives a runtime argument (``seed``, or a model's ``in_channels``,
+    ``image_size`` and ``num_classes``) only when its signature names that parameter, so
+    any factory can be a ``_target_``.
 
     Raises:
         ConfigError: a key the target does not accept, or a value it rejects; the message
@@ -66,6 +70,7 @@ def build(group: str, node: DictConfig | ListConfig, **runtime: Any) -> Any:
         expected = hints.get(str(name))
         if expected in SCALARS and value is not None and not _fits(value, SCALARS[expected]):
             raise ConfigError(f"{group}.{name!s}={value!r}: expected {expected}")
+    runtime = {k: v for k, v in runtime.items() if k in allowed}
     plain = OmegaConf.to_container(node, resolve=True)
     assert isinstance(plain, dict)
     kwargs = {str(k): v for k, v in plain.items() if k not in META_KEYS or k == "_target_"}

@@ -16,6 +16,10 @@ import torch.nn.functional as F
 from privbench.io import atomic_write_bytes, atomic_write_text
 from privbench.metrics.image import psnr
 
+#: How every output (summary, tables, HTML) shows a value that was not measured.
+MISSING = "-"
+
+
 def flat_row(metrics: dict[str, Any]) -> dict[str, Any]:
     """One CSV row: the scalar entries of every section of ``metrics.json``."""
     row: dict[str, Any] = {}
@@ -106,8 +110,8 @@ WIDTH = 80
 
 
 def formatted(value: Any, fmt: str) -> str:
-    """``value`` formatted with ``fmt``, or ``-`` when it is missing (None or NaN)."""
-    return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else fmt.format(value)
+    """``value`` formatted with ``fmt``, or ``MISSING`` when it is missing (None or NaN)."""
+    return MISSING if value is None or (isinstance(value, float) and math.isnan(value)) else fmt.format(value)
 
 
 def summary(metrics: dict[str, Any]) -> str:
@@ -133,8 +137,8 @@ def summary(metrics: dict[str, Any]) -> str:
                                  f"rebuilt, {privacy.get('num_true')} true)"))
         lines.append(("", f"SSIM {formatted(privacy.get('ssim_mean'), '{:.3f}')} (chance "
                           f"{formatted(privacy.get('ssim_chance'), '{:.3f}')}), LPIPS "
-                          f"{formatted(privacy.get('lpips_mean'), '{:.3f}')} (chance "
-                          f"{formatted(privacy.get('lpips_chance'), '{:.3f}')}), labels "
+                          f"{formatted(privacy.get('lpips_mean'), '{:.3g}')} (chance "
+                          f"{formatted(privacy.get('lpips_chance'), '{:.3g}')}), labels "
                           f"{formatted(privacy.get('label_accuracy'), '{:.2f}')}"))
     elif privacy.get("failed"):
         lines.append(("leakage", "attack failed: no reconstruction"))

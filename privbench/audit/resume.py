@@ -8,8 +8,10 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+import privbench
+
 #: Keys that say where results go, not what is computed.
-NOT_KEYED = ("results_dir", "resume")
+NOT_KEYED = ("results_dir", "resume", "allow_targets")
 #: Keys that choose what is attacked and how it is scored, not what is trained.
 NOT_TRAINED = ("name", "payload", "attack", "metrics")
 
@@ -19,11 +21,12 @@ def _key(cfg: DictConfig, drop: tuple[str, ...]) -> str:
     assert isinstance(plain, dict)
     for key in drop:
         plain.pop(key, None)
+    plain["privbench_version"] = privbench.__version__  # an upgrade runs again, it does not reuse old results
     return hashlib.sha256(json.dumps(plain, sort_keys=True).encode()).hexdigest()
 
 
 def config_key(cfg: DictConfig) -> str:
-    """sha256 of the resolved config without ``NOT_KEYED`` keys."""
+    """sha256 of the resolved config without ``NOT_KEYED`` keys, and of privbench's version."""
     return _key(cfg, NOT_KEYED)
 
 

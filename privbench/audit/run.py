@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -11,10 +12,11 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
-from attacks import Attack, AttackTarget, GradientInversion, NoAttack, SubspaceProjection
+from privbench.attacks import Attack, AttackTarget, GradientInversion, NoAttack, SubspaceProjection
 from privbench.audit.build import build
 from privbench.audit.output import summary, write_gallery, write_grid, write_metrics
 from privbench.audit.reference import fedavg_reference
+from privbench.audit.score import score_reconstruction
 from privbench.audit.resume import config_key, finished, finished_runs, trained, training_key
 from privbench.data import FederatedData
 from privbench.errors import AttackNotApplicableError, ConfigError, PrivbenchError
@@ -25,20 +27,23 @@ from privbench.fl.trainer import SGDTrainer, Trainer
 from privbench.fl.wire import Totals, Wire
 from privbench.io import atomic_write_text
 from privbench.metrics.lpips_metric import lpips_network
+from privbench.metrics.lpips_weights import alexnet_backbone
 from privbench.metrics.chance import chance_baseline, gains
 from privbench.metrics.clustering import rand_index
 from privbench.metrics.reconstruction import MATCH_ON, score
 from privbench.payloads import Payload, PayloadStore
-from privbench.payloads.capture import AnyOf
+from privbench.payloads.capture import AnyOf, CapturePolicy
 from privbench.payloads.comm import comm_summary, ratios
 from privbench.payloads.select import PayloadChoice
 from privbench.payloads.transform import MessageTransform
 from privbench.pixels import denormalise
+from privbench.progress import OVERALL, log, phase, run_log
+from privbench.provenance import versions
 from privbench.values import check_values
 from privbench.victim import Victim
 
 GROUPS = ("data", "model", "fl", "payload", "attack", "defense")
-TOP_KEYS = set(GROUPS) | {"name", "seed", "victim", "capture", "metrics", "results_dir", "resume"}
+TOP_KEYS = set(GROUPS) | {"name", "seed", "victim", "capture", "metrics", "results_dir", "resume", "allow_targets"}
 METRIC_KEYS = {"lpips", "match_on"}
 
 
@@ -88,7 +93,9 @@ def _choice(cfg: DictConfig, group: str) -> str:
         from hydra.core.hydra_config import HydraConfig
 
         return HydraConfig.get().runtime.choices.get(group) or group
-    except ValueError:  # composed outside a Hydra app (tests)
+    except ValueError:  # composed outside a Hydra app (the Python API with a config)
+        if group == "data" and "source" in cfg.data:
+            return str(cfg.data.source)
         return str(cfg[group].get("_target_", group)).rsplit(".", 1)[-1].lower()
 
 
@@ -98,6 +105,10 @@ def _not_a(group: str, value: object, cls: type) -> ConfigError:
 
 def plan(cfg: DictConfig) -> Plan:
     """Check every key and value and build the parts; raise one-line errors, compute nothing."""
+    missing = [g for g in GROUPS if g not in cfg or cfg[g] is None]
+    if missing:
+        raise ConfigError(f"{missing[0]}: no {missing[0]} chosen (removed with ~{missing[0]}?); choose one with "
+                          f"{missing[0]}=OPTION")
     check_values(cfg)
     unknown = sorted(set(cfg) - TOP_KEYS)
     if unknown:
@@ -132,6 +143,37 @@ def plan(cfg: DictConfig) -> Plan:
         reason = attack.cannot_read(choice.kind)
         if reason:
             raise AttackNotApplicableError(f"attack={attack.name} cannot attack payload={choice.kind}: {reason}")
+        if cfg.metrics.lpips:
+            alexnet_backbone()  # damaged weights fail here, not after training
+    return p
+
+
+def prepare(p: Plan) -> tuple[FederatedData, nn.Module, CapturePolicy]:
+    """Load the data, check the protocol and victim against it, build the model and the capture policy.
+
+    Everything that can fail on the config fails here, before training.
+    """
+    cfg = p.cfg
+    with phase("data"):
+        data: FederatedData = build("data", cfg.data, seed=p.seed)
+    p.protocol.check(data=data, victim=p.victim)
+    torch.manual_seed(p.seed)
+    c, h, _ = data.train.shape
+    model = build("model", cfg.model, in_channels=c, image_size=h, num_classes=data.train.num_classes)
+    if not isinstance(model, nn.Module):
+        raise _not_a("model", model, nn.Module)
+    p.protocol.trainer.check_model(model)
+    p.protocol.check_model(model)
+    policy = build("capture", OmegaConf.merge({"_target_": "privbench.payloads.CapturePolicy.build"}, cfg.capture),
+                   victim_round=p.victim.round, victim_client=p.victim.client)
+    policy.check(sends=p.protocol.sends, rounds=p.protocol.rounds, clients=data.num_clients)
+    return data, model, policy
+
+
+def preflight(cfg: DictConfig) -> Plan:
+    """Every check an audit makes before it trains (``plan`` and ``prepare``), and nothing more."""
+    p = plan(cfg)
+    prepare(p)
     return p
 
 
@@ -166,20 +208,9 @@ def _score(p: Plan, recon: torch.Tensor, labels: torch.Tensor, truth: torch.Tens
            data: FederatedData, out: Path) -> dict[str, Any]:
     """Match ``recon`` one-to-one against ``truth`` (the images the payload was computed from); score it and the chance
     baselines with the same matching; write the grid."""
-    cfg = p.cfg
-    match_on, use_lpips = cfg.metrics.match_on, bool(cfg.metrics.lpips)
-    scores = score(recon, truth, recon_labels=labels, truth_labels=truth_labels, match_on=match_on,
-                   use_lpips=use_lpips)
-    pairs = scores["matched"]
-    write_grid(out / "grid.png", truth[[m["truth"] for m in pairs]], recon[[m["recon"] for m in pairs]])
     test = data.test.images.float() / 255.0
-    chance = chance_baseline(truth, truth_labels, count=len(recon), test_images=test, seed=p.seed, match_on=match_on,
-                             use_lpips=use_lpips)
-    chance_images, chance_pairs = chance.pop("chance_images")
-    write_gallery(out / "gallery.npz", truth=truth, recon=recon, truth_labels=truth_labels, recon_labels=labels,
-                  pairs=pairs, chance=chance_images, chance_pairs=chance_pairs)
-    scores.update(chance)
-    return {"num_reconstructed": len(recon), "num_true": len(truth), **scores, **gains(scores)}
+    return score_reconstruction(recon, labels, truth, truth_labels, non_members=test, seed=p.seed,
+                                match_on=str(p.cfg.metrics.match_on), use_lpips=bool(p.cfg.metrics.lpips), out=out)
 
 
 def _project(p: Plan, attack: SubspaceProjection, payload: Payload, data: FederatedData,
@@ -218,7 +249,7 @@ def _run_section(p: Plan, key: str) -> dict[str, Any]:
             "payload": p.choice.kind if p.attacking else None, "attack": p.attack.name, "defense": p.defense.name,
             "model": _choice(p.cfg, "model"), "data": _choice(p.cfg, "data"), "seed": p.seed,
             "num_images": p.victim.num_images, "victim_client": p.victim.client, "victim_round": p.victim.round,
-            "lpips_backbone": getattr(net, "source", None)}
+            "lpips_backbone": getattr(net, "source", None), "versions": versions()}
 
 
 def _utility(fl: ProtocolResult, agnostic: dict[str, Any], data: FederatedData) -> dict[str, Any]:
@@ -264,8 +295,9 @@ def _agnostic_phase(p: Plan, fl: ProtocolResult, model: nn.Module, data: Federat
     if protocol.agnostic.fedavg_reference:
         reference, totals = fedavg_reference(protocol, model=model, data=data, root=out / "payloads_fedavg_reference",
                                              seed=p.seed)
-    agnostic = evaluate_agnostic(fl, protocol=protocol, round_=protocol.rounds, model=model, data=data, wire=wire,
-                                 seed=p.seed, reference=reference)
+    with phase("agnostic fine-tuning", total=len(data.agnostic_clients), unit="client"):
+        agnostic = evaluate_agnostic(fl, protocol=protocol, round_=protocol.rounds, model=model, data=data, wire=wire,
+                                     seed=p.seed, reference=reference)
     wire.store.flush()
     return agnostic, totals
 
@@ -286,29 +318,32 @@ def _recorded(p: Plan, tkey: str, runs: list[tuple[Path, dict[str, Any]]]) -> tu
 
 
 def run_audit(cfg: DictConfig, out: Path) -> dict[str, Any]:
-    """Run the audit that ``cfg`` describes and write its files under ``out``.
+    """Run the audit that ``cfg`` describes and write its files (``run.log`` included) under ``out``.
 
     With ``resume`` (default), a config that already finished is skipped, and a run whose
     training already finished under ``results_dir`` (same config but for payload, attack and
     metrics) attacks that run's recorded payloads instead of training again (``run.trained_in``).
     """
+    with ExitStack() as stack:
+        try:
+            return _run(cfg, out, stack)
+        finally:
+            OVERALL.close()
+
+
+def _run(cfg: DictConfig, out: Path, stack: ExitStack) -> dict[str, Any]:
     start = time.perf_counter()
     p = plan(cfg)
     key, tkey = config_key(cfg), training_key(cfg)
     runs = finished_runs(Path(cfg.results_dir)) if cfg.get("resume", True) else []
     done = finished(runs, key)
+    OVERALL.plan(_phases(p) if done is None else 0)
     if done is not None:
         print(f"skipped: the same config finished in {done} (resume=false reruns it)")
         return json.loads((done / "metrics.json").read_text())
-    data: FederatedData = build("data", cfg.data, seed=p.seed)
-    p.protocol.check(data=data, victim=p.victim)
-    torch.manual_seed(p.seed)
-    c, h, _ = data.train.shape
-    model = build("model", cfg.model, in_channels=c, image_size=h, num_classes=data.train.num_classes)
-    p.protocol.trainer.check_model(model)
-    policy = build("capture", OmegaConf.merge({"_target_": "privbench.payloads.CapturePolicy.build"}, cfg.capture),
-                   victim_round=p.victim.round, victim_client=p.victim.client)
+    data, model, policy = prepare(p)
     out.mkdir(parents=True, exist_ok=True)
+    stack.enter_context(run_log(out))
     atomic_write_text(out / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
     recorded = _recorded(p, tkey, runs)
     if recorded is not None:
@@ -353,8 +388,20 @@ def run_audit(cfg: DictConfig, out: Path) -> dict[str, Any]:
     return _finish(out, metrics)
 
 
+def _phases(p: Plan) -> int:
+    """Phases an audit plans: data, training, the FedAvg reference and agnostic clients (GENE-FL), attack
+    restarts (at most), scoring."""
+    protocol = p.protocol
+    clustered = isinstance(protocol, ClusteredProtocol)
+    reference = isinstance(protocol, ClusteredProtocol) and protocol.agnostic.fedavg_reference
+    restarts = int(getattr(p.attack, "restarts", 1)) if p.attacking else 0
+    return 2 + int(reference) + int(clustered) + restarts + int(p.attacking)
+
+
 def _finish(out: Path, metrics: dict[str, Any]) -> dict[str, Any]:
+    OVERALL.close()
     write_metrics(out, metrics)
+    log.info("finished: %s", out)
     print(summary(metrics))
     print(f"results: {out}")
     return metrics

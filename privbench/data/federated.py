@@ -68,6 +68,26 @@ class FederatedData:
         """Load ``source`` and partition its known classes among ``num_clients`` clients."""
         train = load_split(source, root=root, train=True, download=download)
         test = load_split(source, root=root, train=False, download=download)
+        return cls.from_splits(train, test, num_clients=num_clients, partition=partition,
+                               classes_per_client=classes_per_client, alpha=alpha, min_size=min_size,
+                               agnostic_classes=agnostic_classes, num_agnostic_clients=num_agnostic_clients, seed=seed)
+
+    @classmethod
+    def from_splits(
+        cls,
+        train: ImageDataset,
+        test: ImageDataset,
+        *,
+        num_clients: int = 10,
+        partition: str = "shard",
+        classes_per_client: int = 2,
+        alpha: float = 0.5,
+        min_size: int = 1,
+        agnostic_classes: Sequence[int] = (),
+        num_agnostic_clients: int = 2,
+        seed: int = 0,
+    ) -> "FederatedData":
+        """Partition the known classes of ``train`` among ``num_clients`` clients (see ``build``)."""
         known, agnostic = split_classes(train.num_classes, agnostic_classes)
         pool = np.flatnonzero(np.isin(train.labels.numpy(), known))
         parts = partition_indices(
@@ -80,6 +100,9 @@ class FederatedData:
             seed=seed,
         )
         agnostic_parts: list[np.ndarray] = []
+        if agnostic and num_agnostic_clients < 1:
+            raise ConfigError(f"data.num_agnostic_clients={num_agnostic_clients}: must be >= 1 when "
+                              f"data.agnostic_classes={list(agnostic)} holds classes (or set it to [])")
         if agnostic:
             apool = np.flatnonzero(np.isin(train.labels.numpy(), agnostic))
             scheme = "shard" if partition == "shard" else "iid"

@@ -1,9 +1,8 @@
 """What every federated protocol shares: settings, its trainer, participant sampling, the typed result."""
 from __future__ import annotations
 
-import sys
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import ClassVar, TypeVar
 
@@ -194,6 +193,9 @@ class FederatedProtocol(ABC):
             self.trainer.plan(f"client{c}", self.planned_reads(len(data.clients[c]),
                                                                victim=victim if c == victim.client else None))
 
+    def check_model(self, model: nn.Module) -> None:
+        """Fail before training if the settings cannot run on ``model`` (a protocol with per-layer settings)."""
+
     def check(self, *, data: FederatedData, victim: Victim) -> None:
         """Fail before training if the settings cannot run on ``data`` with ``victim``."""
         if self.participants > data.num_clients:
@@ -250,11 +252,17 @@ class FederatedProtocol(ABC):
         seed = int(np.random.SeedSequence([at.seed, at.round, at.client]).generate_state(1)[0])
         return torch.Generator().manual_seed(seed)
 
-    def progress(self, iterable: Iterable[T]) -> Iterator[T]:
-        """Rounds with a progress bar named after the protocol on a terminal, silent otherwise."""
-        from tqdm.auto import tqdm
+    #: How this protocol's rounds are named in progress output (the FedAvg reference renames its own).
+    phase_name = ""
 
-        return iter(tqdm(iterable, desc=f"{self.name} rounds", disable=not sys.stderr.isatty(), leave=False))
+    def progress(self, iterable: Sequence[T]) -> Iterator[T]:
+        """The rounds, shown as one progress phase named after the protocol."""
+        from privbench.progress import phase
+
+        with phase(self.phase_name or f"{self.name} training", total=len(iterable), unit="round") as bar:
+            for item in iterable:
+                yield item
+                bar.update(1)
 
     @abstractmethod
     def run(self, *, model: nn.Module, data: FederatedData, victim: Victim, wire: Wire, seed: int) -> ProtocolResult:

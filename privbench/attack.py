@@ -1,0 +1,200 @@
+"""``python -m privbench.attack FILE``: attack one recorded message, captured by privbench or anywhere else.
+
+FILE is a ``.safetensors`` payload, a payload store folder (with ``--id``), or a file of
+named tensors saved with ``torch.save`` (e.g. ``{name: p.grad}``). The model and attack come
+from privbench's config groups (``model=``, ``attack=`` and their keys, as for an audit);
+the rest of what the attacker knows is given as options. With ``--truth`` the
+reconstruction is scored, against the chance level of non-member images when there are
+some (``--non-members``, or the test split of ``data=``). The outputs are an audit's:
+``metrics.json``, ``threat_model.json``, ``config.yaml``, ``grid.png``, ``gallery.npz``, ``run.log``.
+
+Example:
+    python -m privbench.attack grads.pt --batch-size 1 --truth truth.pt model=lenet attack=idlg
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import OmegaConf
+
+from privbench.errors import ConfigError, PrivbenchError
+from privbench.payloads import Payload, PayloadStore
+from privbench.payloads.kinds import KINDS
+from privbench.payloads.training import LocalTraining
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """A message to attack and the model it is relative to (for kinds that carry a model)."""
+
+    payload: Payload
+    base: Payload | None
+
+
+def _tensors(path: Path) -> dict[str, torch.Tensor]:
+    """Named tensors from a ``.safetensors`` file or a ``torch.save``d dict (``weights_only``)."""
+    if not path.is_file():
+        raise ConfigError(f"{path}: no such file")
+    try:
+        if path.suffix == ".safetensors":
+            from safetensors.torch import load_file
+
+            return dict(load_file(str(path)))
+        loaded = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # unreadable or not a tensor file
+        raise ConfigError(f"{path}: not a tensor file ({str(exc).splitlines()[0][:200]})") from None
+    if isinstance(loaded, torch.Tensor):
+        raise ConfigError(f"{path} holds one tensor; save a dict of named tensors ({{name: tensor}}), "
+                          "e.g. {n: p.grad for n, p in model.named_parameters()}")
+    if not isinstance(loaded, dict) or not all(isinstance(v, torch.Tensor) for v in loaded.values()):
+        raise ConfigError(f"{path} must hold a dict of named tensors")
+    return {str(k): v for k, v in loaded.items()}
+
+
+def recorded(source: Path, *, payload_id: str | None, kind: str, base: Path | None,
+             training: LocalTraining | None, batch_size: int) -> Recorded:
+    """The message in ``source`` (a store folder plus ``payload_id``, or a tensor file) and its base."""
+    if source.is_dir():
+        if payload_id is None:
+            raise ConfigError(f"{source} is a payload store: give --id (one of the ids in its index.json)")
+        store = PayloadStore.open(source)
+        payload = store.load(payload_id)
+        base_payload = store.load(payload.base) if payload.base and base is None else None
+    else:
+        if kind not in KINDS:
+            raise ConfigError(f"--kind {kind}: allowed: {', '.join(KINDS)}")
+        tensors = _tensors(source)
+        payload = Payload.from_tensors(kind=kind, round=0, sender="client", receiver="server", tensors=tensors,
+                                       training=training or LocalTraining(lr=1.0, steps=1, batch_size=batch_size,
+                                                                          num_samples=batch_size))
+        base_payload = None
+    if base is not None:
+        base_payload = Payload.from_tensors(kind="global_model", round=payload.round, sender="server",
+                                            receiver=payload.sender, tensors=_tensors(base))
+    if training is not None and payload.training is None:
+        payload.training = training
+    if payload.spec.carries == "model" and base_payload is None:
+        raise ConfigError(f"a {payload.kind} payload carries a model: give --base, the weights the client started from")
+    return Recorded(payload, base_payload)
+
+
+def _truth(path: Path) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``images`` (``[N, C, H, W]`` in [0, 1]) and optional ``labels`` from a tensor file."""
+    tensors = _tensors(path)
+    if "images" not in tensors:
+        raise ConfigError(f"{path}: needs a tensor named 'images' ([N, C, H, W] in [0, 1]) and optionally 'labels'")
+    images = tensors["images"].float()
+    if images.ndim != 4 or images.min() < 0 or images.max() > 1:
+        raise ConfigError(f"{path}: 'images' must be [N, C, H, W] in [0, 1]; got {tuple(images.shape)}")
+    return images, tensors.get("labels")
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m privbench.attack", description=__doc__.splitlines()[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog="overrides: model=..., attack=..., data=... and their keys, e.g. "
+                                       "attack.iterations=300 (see python -m privbench --help)")
+    p.add_argument("file", type=Path, help="a .safetensors payload, a payload store folder, or a torch.save'd dict")
+    p.add_argument("overrides", nargs="*", help="config overrides for model, attack, data, seed, metrics")
+    p.add_argument("--id", dest="payload_id", help="the payload id, when FILE is a payload store")
+    p.add_argument("--kind", default="gradient", help="what FILE's tensors are (default gradient; "
+                   "update/learngene carry a model and need --base, --lr and --steps)")
+    p.add_argument("--base", type=Path, help="the weights the model had before the message (needed for update, "
+                   "learngene; for a gradient, the weights it was computed at)")
+    p.add_argument("--batch-size", type=int, default=1, help="images the message was computed from (default 1)")
+    p.add_argument("--lr", type=float, help="the client's learning rate (kinds that carry a model)")
+    p.add_argument("--steps", type=int, help="the client's local SGD steps (kinds that carry a model)")
+    p.add_argument("--truth", type=Path, help="the true images ('images' [N,C,H,W] in [0,1], optional 'labels')")
+    p.add_argument("--non-members", type=Path, help="images the client never had, for the chance level "
+                   "(default: the test split of data=)")
+    p.add_argument("--out", type=Path, default=Path("results/attack"), help="output folder (default results/attack)")
+    return p
+
+
+def _training(args: argparse.Namespace) -> LocalTraining | None:
+    if args.lr is None and args.steps is None:
+        return None
+    if args.lr is None or args.steps is None or args.lr <= 0 or args.steps < 1:
+        raise ConfigError("--lr and --steps go together: a positive learning rate and at least one step")
+    return LocalTraining(lr=args.lr, steps=args.steps, batch_size=args.batch_size, num_samples=args.batch_size)
+
+
+def attack_file(args: argparse.Namespace) -> dict[str, Any]:
+    """Check everything, then attack, score and write; returns the metrics written."""
+    from privbench.api import compose
+    from privbench.attacks import AttackTarget, GradientInversion
+    from privbench.audit.build import build
+    from privbench.audit.output import summary, write_metrics
+    from privbench.audit.score import score_reconstruction
+    from privbench.io import atomic_write_text
+    from privbench.pixels import denormalise
+    from privbench.progress import run_log
+    from privbench.provenance import versions
+
+    start = time.perf_counter()
+    if args.batch_size < 1:
+        raise ConfigError("--batch-size must be at least 1")
+    cfg = compose(list(args.overrides))
+    attack = build("attack", cfg.attack)
+    if not isinstance(attack, GradientInversion):
+        raise ConfigError(f"attack={type(attack).__name__.lower()} cannot read a recorded message; "
+                          "use dlg, idlg or ig")
+    message = recorded(args.file, payload_id=args.payload_id, kind=args.kind, base=args.base,
+                       training=_training(args), batch_size=args.batch_size)
+    reason = attack.cannot_read(message.payload.kind)
+    if reason:
+        raise ConfigError(f"attack={attack.name} cannot attack a {message.payload.kind}: {reason}")
+    truth = _truth(args.truth) if args.truth else None
+    non_members = _truth(args.non_members)[0] if args.non_members else None
+    data = build("data", cfg.data, seed=int(cfg.seed))
+    c, h, _ = data.train.shape
+    torch.manual_seed(int(cfg.seed))
+    model = build("model", cfg.model, in_channels=c, image_size=h, num_classes=data.train.num_classes)
+    if message.base is None:  # a gradient computed at weights the attacker does not have
+        print("privbench.attack: no --base: the gradient is matched at the model's initial weights", file=sys.stderr)
+    args.out.mkdir(parents=True, exist_ok=True)
+    with run_log(args.out):
+        target = AttackTarget.from_payload(message.payload, base=message.base, model=model,
+                                           num_images=args.batch_size, image_shape=data.train.shape,
+                                           num_classes=data.train.num_classes, mean=data.train.mean,
+                                           std=data.train.std)
+        result = attack.run(target, seed=int(cfg.seed))
+        privacy: dict[str, Any] = {"failed": result.failed, "objective": result.objective,
+                                   "label_source": result.label_source, "attempts": result.attempts}
+        if truth is not None and result.images is not None and result.labels is not None:
+            recon = denormalise(result.images, data.train.mean, data.train.std)
+            images, labels = truth
+            labels = labels if labels is not None else torch.full((len(images),), -1)
+            pool = non_members if non_members is not None else data.test.images.float() / 255.0
+            privacy.update(score_reconstruction(recon, result.labels, images, labels.long(), non_members=pool,
+                                                seed=int(cfg.seed), match_on=str(cfg.metrics.match_on),
+                                                use_lpips=bool(cfg.metrics.lpips), out=args.out))
+        atomic_write_text(args.out / "config.yaml", OmegaConf.to_yaml(cfg))
+        run = {"name": "attack-file", "source": str(args.file), "payload": message.payload.kind,
+               "attack": attack.name, "model": str(cfg.model._target_), "data": str(cfg.data.get("source", "")),
+               "seed": int(cfg.seed), "num_images": args.batch_size, "versions": versions()}
+        metrics = {"run": run, "privacy": privacy, "threat_model": dict(target.knowledge),
+                   "timing": {"attack_s": time.perf_counter() - start}}
+        write_metrics(args.out, metrics)
+    print(summary({**metrics, "utility": {}, "bytes": {}}))
+    print(f"results: {args.out}")
+    return metrics
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parser().parse_intermixed_args(argv)
+    try:
+        attack_file(args)
+    except PrivbenchError as exc:
+        print(f"privbench.attack: error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+if __name__ == "__main__":
+    main()

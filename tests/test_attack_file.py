@@ -1,0 +1,86 @@
+"""``python -m privbench.attack``: attack a gradient saved by plain PyTorch code, and a message from a payload store."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import privbench
+from privbench.data.embedded import load_fashion_mnist_subset
+from privbench.models import LeNet
+
+
+def attack(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "privbench.attack", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=600)
+
+
+def _plain_pytorch_gradient(folder: Path) -> None:
+    """What a user's own FL client would save: one image's gradient, the weights, and (for scoring) the image."""
+    data = load_fashion_mnist_subset(train=True)
+    torch.manual_seed(7)
+    model = LeNet(in_channels=1, image_size=28, num_classes=10)
+    x01 = data.images[3:4].float() / 255.0
+    x = (x01 - torch.tensor(data.mean).view(1, -1, 1, 1)) / torch.tensor(data.std).view(1, -1, 1, 1)
+    y = data.labels[3:4]
+    loss = F.cross_entropy(model(x), y)
+    grads = torch.autograd.grad(loss, list(model.parameters()))
+    torch.save({n: g for (n, _), g in zip(model.named_parameters(), grads)}, folder / "grads.pt")
+    torch.save(model.state_dict(), folder / "weights.pt")
+    torch.save({"images": x01, "labels": y}, folder / "truth.pt")
+
+
+@pytest.mark.slow
+def test_idlg_rebuilds_an_image_from_a_gradient_saved_by_plain_pytorch(tmp_path):
+    _plain_pytorch_gradient(tmp_path)
+    out = attack("grads.pt", "--base", "weights.pt", "--truth", "truth.pt", "--out", "out", "model=lenet",
+                 "attack=idlg", "attack.iterations=200", "attack.restarts=2", "metrics.lpips=false", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    metrics = json.loads((tmp_path / "out" / "metrics.json").read_text())
+    privacy = metrics["privacy"]
+    assert privacy["label_source"] == "recovered" and privacy["label_accuracy"] == 1.0
+    assert privacy["psnr_mean"] > privacy["psnr_chance"] + 15  # the image is rebuilt, far above chance
+    assert metrics["threat_model"]["visible_fraction"] == 1.0
+    for name in ("grid.png", "gallery.npz", "threat_model.json", "config.yaml", "run.log", "metrics.csv"):
+        assert (tmp_path / "out" / name).exists(), name
+
+
+def test_a_message_from_an_audits_payload_store(tmp_path):
+    run = privbench.run(["fl=fedavg", "payload=gradient", "fl.rounds=1", "fl.participants=2", "data.num_clients=4",
+                         "data.partition=iid", "fl.local_epochs=1", "attack=none", "metrics.lpips=false"],
+                        results_dir=tmp_path / "results")
+    assert run.payloads is not None
+    ids = [r["id"] for r in json.loads((run.payloads / "index.json").read_text()) if r["stored"]]
+    gradient = next(i for i in ids if "-gradient-" in i)
+    out = attack(str(run.payloads), "--id", gradient, "--out", "out", "model=lenet", "attack=idlg",
+                 "attack.iterations=5", "attack.restarts=1", "metrics.lpips=false", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    metrics = json.loads((tmp_path / "out" / "metrics.json").read_text())
+    assert metrics["run"]["payload"] == "gradient" and metrics["threat_model"]["payload"] == gradient
+    assert "psnr_mean" not in metrics["privacy"]  # no --truth: nothing to score against
+
+
+@pytest.mark.parametrize("args, message", [
+    (["missing.pt"], "missing.pt: no such file"),
+    (["one.pt"], "holds one tensor; save a dict of named tensors"),
+    (["grads.pt", "--kind", "update"], "carries a model: give --base"),
+    (["grads.pt", "--kind", "nope"], "--kind nope: allowed"),
+    (["grads.pt", "--lr", "0.1"], "--lr and --steps go together"),
+    (["grads.pt", "attack=projection"], "cannot read a recorded message"),
+    (["grads.pt", "attack=nope"], "attack=nope: unknown option"),
+    (["store", "--id", "../../etc/passwd"], "is not allowed"),
+    (["store"], "give --id"),
+])
+def test_bad_input_is_one_line(tmp_path, args, message):
+    torch.save({"w": torch.zeros(2)}, tmp_path / "grads.pt")
+    torch.save(torch.zeros(2), tmp_path / "one.pt")
+    (tmp_path / "store").mkdir()
+    (tmp_path / "store" / "index.json").write_text("[]")
+    out = attack(*args, "--out", "out", cwd=tmp_path)
+    lines = [line for line in out.stderr.splitlines() if line.strip()]
+    assert out.returncode == 2 and len(lines) == 1 and message in lines[0], out.stderr[-1500:]
