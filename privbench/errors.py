@@ -15,3 +15,7 @@ class DatasetNotFoundError(PrivbenchError):
 
 class AttackNotApplicableError(PrivbenchError):
     """An attack cannot read a payload; the message says why."""
+
+
+class StoreError(PrivbenchError):
+    """A payload store is missing, damaged or edited, or a payload id points outside it."""

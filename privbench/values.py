@@ -8,6 +8,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from privbench.errors import ConfigError
+from privbench.schema import check_schema
 
 #: Keys that must be true or false (YAML ``true``/``false``), not a string such as ``maybe``.
 BOOLEANS = ("resume", "metrics.lpips", "data.download", "attack.unroll", "fl.agnostic.fedavg_reference")
@@ -15,6 +16,27 @@ BOOLEANS = ("resume", "metrics.lpips", "data.download", "attack.unroll", "fl.agn
 SEED_LIMIT = 2**32
 #: Longest value echoed in an error.
 SHOWN = 60
+
+
+def unresolvable(cfg: DictConfig, exc: Exception) -> ConfigError:
+    """The one-line error for an interpolation in ``cfg`` that does not resolve, naming its key."""
+    key = getattr(exc, "full_key", None) or ""
+    if not key:
+        raw = OmegaConf.to_container(cfg, resolve=False)
+        for leaf, value in _leaves(raw):
+            if isinstance(value, str) and "${" in value and not value.startswith("${hydra:"):
+                try:
+                    OmegaConf.select(cfg, leaf, throw_on_resolution_failure=True)
+                except OmegaConfBaseException:
+                    key = leaf
+                    break
+    text = str(exc).splitlines()[0]
+    return ConfigError(f"{key + ': ' if key else ''}cannot resolve: {text if len(text) <= SHOWN else text[:SHOWN] + '...'}")
+
+
+def shown(value: Any) -> str:
+    """``repr(value)``, cut to ``SHOWN`` characters for error messages."""
+    return _show(value)
 
 
 def _show(value: Any) -> str:
@@ -43,11 +65,11 @@ def check_values(cfg: DictConfig) -> None:
         resolved = {key: OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
                     for key in cfg if key != "name" for node in [cfg[key]]}
     except OmegaConfBaseException as exc:
-        key = getattr(exc, "full_key", None)
-        raise ConfigError(f"{key + ': ' if key else ''}cannot resolve: {str(exc).splitlines()[0]}") from None
+        raise unresolvable(cfg, exc) from None
     for key, value in _leaves(resolved):
         if isinstance(value, float) and not math.isfinite(value):
             raise ConfigError(f"{key}={value}: must be a finite number")
+    check_schema({str(k): v for k, v in resolved.items()})
     seed = OmegaConf.select(cfg, "seed")
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < SEED_LIMIT:
         raise ConfigError(f"seed={_show(seed)}: must be an integer in [0, 2^32)")

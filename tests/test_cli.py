@@ -28,7 +28,7 @@ def test_help_lists_groups_and_options(tmp_path):
     assert out.returncode == 0
     for line in ("attack: dlg, idlg, ig, none, projection",
                  "payload: cluster_gene, cluster_model, gene_gradient, global_model, gradient, learngene, subspace, update",
-                 "model: convnet, lenet, resnet18", "fl: cluster_fedavg, fedavg, genefl, local",
+                 "model: convnet, lenet, resnet18, torchvision", "fl: cluster_fedavg, fedavg, genefl, local",
                  "defense: dpsgd, noise, none, prune",
                  "experiment: bytes_curve, comm_accounting, dlg_paper, dp_coverage, dp_curve, idlg_paper, paper_cifar10, "
                  "privacy_tradeoff, threat_grid, victim_settings, xi_direction",
@@ -39,7 +39,7 @@ def test_help_lists_groups_and_options(tmp_path):
 @pytest.mark.parametrize("args, message", [
     (["attack=nope"], "attack=nope: unknown option; allowed: dlg, idlg, ig, none, projection"),
     (["bogus=1"], "bogus: unknown key; allowed keys:"),
-    (["fl.lr=-1"], "fl.lr must be > 0, got -1"),
+    (["fl.lr=-1"], "fl.lr=-1: must be a number > 0"),
     (["fl.participants=11"], "fl.participants=11 exceeds data.num_clients=10"),
     (["victim.num_images=6001"], "victim.num_images=6001 exceeds client 0's"),
     (["fl=fedavg", "payload=global_model"], "attack=idlg cannot attack payload=global_model"),

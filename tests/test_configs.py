@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from attacks import Attack
+from privbench.attacks import Attack
 
 from privbench.audit.build import build
 from privbench.audit.run import plan
@@ -23,7 +23,7 @@ OPTIONS = [(group, option) for group in GROUPS for option in options(group)]
 
 def test_every_config_file_is_covered_by_a_test():
     files = {str(p.relative_to(CONFIGS).with_suffix("")) for p in CONFIGS.rglob("*.yaml")}
-    covered = {"config", "hydra/help/privbench"} | {f"{g}/{o}" for g, o in OPTIONS}  # help: test_cli
+    covered = {"config", "hydra/help/privbench", "hydra/job_logging/privbench"} | {f"{g}/{o}" for g, o in OPTIONS}  # help, logging: test_cli
     arms = {f"experiment/{e}/{a}" for e in options("experiment") for a in _arms(e)}  # planned by the sweep test
     assert files == covered | arms
     assert {"genefl", "fedavg"} <= set(options("fl")) and "fashion_mnist_subset" in options("data")
@@ -68,13 +68,13 @@ def test_torchvision_data_options_compose_and_say_how_to_get_missing_data(compos
 
 def test_experiment_pins_a_setting(compose_cfg):
     cfg = compose_cfg("experiment=dlg_paper")
-    assert cfg.attack._target_ == "attacks.dlg.DLG" and cfg.fl.rounds == 1 and cfg.victim.num_images == 1
+    assert cfg.attack._target_ == "privbench.attacks.dlg.DLG" and cfg.fl.rounds == 1 and cfg.victim.num_images == 1
 
 
 @pytest.mark.parametrize("overrides, error, message", [
-    (["fl.lr=-0.1"], ConfigError, "fl.lr must be > 0"),
-    (["fl.lr=abc"], ConfigError, "fl.lr='abc': expected float"),
-    (["fl.participants=0"], ConfigError, "fl.participants must be >= 1"),
+    (["fl.lr=-0.1"], ConfigError, "fl.lr=-0.1: must be a number > 0"),
+    (["fl.lr=abc"], ConfigError, "fl.lr='abc': must be a number > 0"),
+    (["fl.participants=0"], ConfigError, "fl.participants=0: must be an integer >= 1"),
     (["fl=fedavg", "payload=global_model"], AttackNotApplicableError, "cannot attack payload=global_model"),
     (["payload=subspace"], AttackNotApplicableError, "cannot attack payload=subspace"),
     (["+fl.gene.size=3"], ConfigError, "fl.gene.size: unknown key"),

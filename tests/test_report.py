@@ -88,7 +88,7 @@ def test_rows_group_by_every_differing_config_value(results):
     assert wide.psnr_mean == pytest.approx(30.5) and wide.total_bytes == 4000  # not averaged with width 12
     md = to_markdown(table)
     assert "`model.width`" in md.splitlines()[0] and "| attack | defense | defense.target_epsilon | model.width | n |" in md
-    assert md.count("\n| ") == 1 + len(table) and "| – |" in md and "| 0 |" not in md
+    assert md.count("\n| ") == 1 + len(table) and "| - |" in md and "| 0 |" not in md
 
 
 def test_utility_counts_each_training_once(results):

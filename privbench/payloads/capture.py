@@ -43,6 +43,19 @@ class CapturePolicy:
                 raise ConfigError(f"capture.kinds: unknown {unknown}; allowed: all or a list of {', '.join(KINDS)}")
         return cls(kinds_sel, _selector(rounds, "rounds"), _selector(clients, "clients"), victim_round, victim_client)
 
+    def check(self, *, sends: Sequence[str], rounds: int, clients: int) -> None:
+        """Refuse kinds the protocol never sends, and rounds or clients that do not exist."""
+        if self.kinds != "all":
+            never = sorted(set(self.kinds) - set(sends))
+            if never:
+                raise ConfigError(f"capture.kinds: this protocol never sends {', '.join(never)}; it sends "
+                                  f"{', '.join(sends) or 'nothing'}")
+        for key, chosen, limit in (("rounds", self.rounds, rounds), ("clients", self.clients, clients)):
+            if isinstance(chosen, frozenset):
+                bad = [v for v in chosen if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < limit]
+                if bad:
+                    raise ConfigError(f"capture.{key}: {bad[0]!r} is not one of 0..{limit - 1}")
+
     def keeps(self, payload: Payload) -> bool:
         """Whether ``payload``'s tensors are written to the store."""
         if self.kinds != "all" and payload.kind not in self.kinds:

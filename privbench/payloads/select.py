@@ -33,12 +33,14 @@ class PayloadChoice:
             raise ConfigError(f"payload.kind: {exc}") from None
         self.kind = kind
 
-    def capture(self, victim: Victim) -> CapturePolicy | None:
-        """Extra messages the attack on this kind needs kept, beyond the capture policy."""
+    def capture(self, victim: Victim) -> CapturePolicy:
+        """The messages the attack on this kind reads, kept whatever ``capture`` says (it only adds more)."""
         if self.spec.once:
             return CapturePolicy(kinds=frozenset({self.kind}), rounds=frozenset({0}), clients=frozenset({victim.client}))
         if not (self.spec.aggregate and self.spec.readable):
-            return None
+            # the payload and the base model it is relative to: the victim's messages in the victim round
+            return CapturePolicy(kinds="all", rounds="victim", clients="victim", victim_round=victim.round,
+                                 victim_client=victim.client)
         return CapturePolicy(kinds=frozenset({self.kind}), rounds=frozenset({victim.round + 1}), clients="all")
 
     def images(self, payload: Payload, victim: Victim, *, unroll: bool = False) -> int:

@@ -1,17 +1,28 @@
-"""The payload store of a run: one safetensors file per kept message plus a JSON index."""
+"""The payload store of a run: one safetensors file per kept message, a JSON index, and their sha256s."""
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 
+from privbench.errors import StoreError
 from privbench.io import atomic_write_text
-from privbench.payloads.payload import Payload
+from privbench.payloads.payload import Payload, tensor_bytes
 
 INDEX = "index.json"
+#: The index's own sha256, written beside it: an edited index is refused.
+INDEX_SHA256 = "index.json.sha256"
+#: Payload ids name files inside the store: letters, digits, ``_``, ``-`` and inner dots only.
+SAFE_ID = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,199}$")
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
 
 
 class PayloadStore:
@@ -31,31 +42,50 @@ class PayloadStore:
 
     @classmethod
     def open(cls, root: Path) -> "PayloadStore":
-        """Open an existing store (reads its index)."""
+        """Open an existing store: read its index after checking the index's sha256 and every id.
+
+        Raises:
+            StoreError: no index, an index whose sha256 does not match, or an unsafe payload id.
+        """
+        root = Path(root)
+        index = root / INDEX
+        if not index.is_file():
+            raise StoreError(f"{index} not found: not a payload store")
+        raw = index.read_bytes()
+        digest = root / INDEX_SHA256
+        if digest.is_file() and digest.read_text().strip() != _sha256(raw):
+            raise StoreError(f"{index} was changed after it was written (its sha256 does not match {INDEX_SHA256})")
+        try:
+            records = json.loads(raw)
+            ids = [str(record["id"]) for record in records]
+        except (ValueError, TypeError, KeyError):
+            raise StoreError(f"{index} is not a payload index") from None
+        for payload_id in ids:
+            _check_id(payload_id)
         store = cls(root)
-        index = store.root / INDEX
-        if not index.exists():
-            raise FileNotFoundError(f"{index} not found: not a payload store")
-        for record in json.loads(index.read_text()):
-            store._records[record["id"]] = record
+        store._records = dict(zip(ids, records))
         return store
 
     def add(self, payload: Payload, *, keep: bool) -> None:
         """Record ``payload``; write its tensors only when ``keep``."""
         if payload.id in self._records:
             raise ValueError(f"payload {payload.id} recorded twice")
+        _check_id(payload.id)
+        record = payload.record()
         if keep and payload.tensors is not None:
             tmp = self.root / f".{payload.id}.tmp"
             save_file(payload.tensors, str(tmp), metadata={"kind": payload.kind})
+            record["sha256"] = _sha256(tmp.read_bytes())
             tmp.replace(self.root / f"{payload.id}.safetensors")
             self._cache[payload.id] = payload
-        record = payload.record()
         record["stored"] = keep and payload.tensors is not None
         self._records[payload.id] = record
 
     def flush(self) -> None:
-        """Write the index atomically."""
-        atomic_write_text(self.root / INDEX, json.dumps(list(self._records.values()), indent=1))
+        """Write the index and its sha256 atomically."""
+        text = json.dumps(list(self._records.values()), indent=1)
+        atomic_write_text(self.root / INDEX, text)
+        atomic_write_text(self.root / INDEX_SHA256, _sha256(text.encode()) + "\n")
 
     def records(self, **match: Any) -> Iterator[dict[str, Any]]:
         """Metadata of every recorded payload whose fields equal ``match``."""
@@ -67,10 +97,45 @@ class PayloadStore:
         """The payload ``payload_id`` with its tensors; fails if they were not kept."""
         if payload_id in self._cache:
             return self._cache[payload_id]
+        _check_id(payload_id)
+        if payload_id not in self._records:
+            raise StoreError(f"payload {payload_id!r} is not in the store {self.root}")
         record = self._records[payload_id]
         if not record["stored"]:
             raise KeyError(f"payload {payload_id} was counted but its tensors were not kept (see capture policy)")
-        tensors = load_file(str(self.root / f"{payload_id}.safetensors"))
+        path = self.root / f"{payload_id}.safetensors"
+        try:
+            raw = path.read_bytes()
+        except OSError as exc:
+            raise StoreError(f"{path} cannot be read ({exc.strerror})") from None
+        if "sha256" in record and _sha256(raw) != record["sha256"]:
+            raise StoreError(f"{path} is damaged or was changed: its sha256 does not match the index")
+        from safetensors.torch import load
+
+        tensors = load(raw)
+        _check_record(record, tensors, path)
         payload = Payload.from_record(record, tensors={n: tensors[n] for n in record["names"]})
         self._cache[payload_id] = payload
         return payload
+
+
+def _check_id(payload_id: str) -> None:
+    """Refuse ids that could name a file outside the store (``../x``, ``/etc/x``, ``a/b``)."""
+    if not SAFE_ID.match(payload_id) or ".." in payload_id:
+        raise StoreError(f"payload id {payload_id[:80]!r} is not allowed: ids are letters, digits, '_', '-' and "
+                         f"single dots, and never name a path")
+
+
+def _check_record(record: dict[str, Any], tensors: dict[str, Any], path: Path) -> None:
+    """The index entry must describe the file's tensors: names, shapes, dtypes and byte count."""
+    names = list(record.get("names", []))
+    missing = [n for n in names if n not in tensors]
+    if missing:
+        raise StoreError(f"{path}: the index names {missing[0]!r}, which the file does not hold")
+    for n in names:
+        shape, dtype = list(tensors[n].shape), str(tensors[n].dtype).removeprefix("torch.")
+        if record.get("shapes", {}).get(n) != shape or record.get("dtypes", {}).get(n) != dtype:
+            raise StoreError(f"{path}: the index says {n} is {record.get('dtypes', {}).get(n)} "
+                             f"{record.get('shapes', {}).get(n)}, the file holds {dtype} {shape}")
+    if record.get("nbytes") != tensor_bytes({n: tensors[n] for n in names}):
+        raise StoreError(f"{path}: the index's byte count {record.get('nbytes')} does not match the tensors")

@@ -16,6 +16,10 @@ from privbench.report.table import summarise, to_markdown
 def build_report(root: Path, out: Path | None = None) -> Path:
     """Write ``runs.csv``, ``table.csv``, ``table.md``, the figures, ``audit.html`` and ``gallery.html`` to ``out``."""
     runs = collect(root)
+    skipped = runs.attrs.get("skipped", [])
+    if skipped:
+        print(f"privbench.report: skipped {len(skipped)} file(s) that are not finished runs: "
+              f"{', '.join(skipped[:10])}{' ...' if len(skipped) > 10 else ''}", file=sys.stderr)
     if runs.empty:
         raise SystemExit(f"privbench.report: error: no finished run (metrics.json) under {root}")
     out = Path(out or Path(root) / "report")

@@ -16,6 +16,8 @@ FIGURES = ["psnr_mean", "psnr_chance", "psnr_gain", "psnr_best", "ssim_mean", "s
            "lpips_mean", "lpips_chance", "lpips_best", "num_true", "label_accuracy", "projection_psnr_mean",
            "accuracy", "personal_accuracy", "cluster_rand_index", "agnostic_accuracy_learngene", "uplink_bytes",
            "downlink_bytes", "total_bytes", "epsilon", "epsilon_max"]
+#: The pointer a resumed sweep leaves for a skipped job (``privbench.cli``).
+RESUMED = "resumed.json"
 COLUMNS = [*CHOICES, "seed", *FIGURES, "training_key", "run_dir"]
 #: Config entries that never change what a run computes (or are shown by another column).
 IGNORED = {"seed", "name", "results_dir", "resume", "data.root", "data.download"}
@@ -99,16 +101,34 @@ def _read(path: Path) -> tuple[dict[str, Any], dict[str, Any]] | None:
 
 def collect(root: Path) -> pd.DataFrame:
     """All finished runs under ``root`` (recursively), one row each: ``COLUMNS``, then one column per
-    flattened config key (``fl.gene.gamma``, ``defense.target_epsilon``, ...). ``run_dir`` is relative to ``root``.
+    flattened config key (``fl.gene.gamma``, ``defense.target_epsilon``, ...). ``run_dir`` is relative to ``root``
+    (absolute for a run a ``resumed.json`` points to outside it). Files that cannot be read as a finished run are
+    listed in ``attrs["skipped"]``.
     """
-    rows = []
+    rows, skipped, seen = [], [], set()
     root = Path(root)
-    for path in sorted(root.rglob("metrics.json")):
-        if "report" in path.relative_to(root).parts[:-1]:
+    paths = sorted(root.rglob("metrics.json"))
+    for pointer in sorted(root.rglob(RESUMED)):  # a resumed sweep's skipped jobs point at the runs they reused
+        try:
+            paths.append(Path(json.loads(pointer.read_text())["finished_in"]) / "metrics.json")
+        except (OSError, ValueError, KeyError, TypeError):
+            skipped.append(str(pointer.relative_to(root)))
+    for path in paths:
+        inside = path.is_relative_to(root)
+        if (inside and "report" in path.relative_to(root).parts[:-1]) or path.resolve() in seen:
             continue
+        seen.add(path.resolve())
         found = _read(path)
-        if found is not None:
-            rows.append(row(found[0], path.parent.relative_to(root), found[1]))
+        if found is None:
+            skipped.append(str(path.relative_to(root) if inside else path))
+            continue
+        rows.append(row(found[0], path.parent.relative_to(root) if inside else path.parent, found[1]))
+    frame = _frame(rows)
+    frame.attrs["skipped"] = skipped
+    return frame
+
+
+def _frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
     frame = pd.DataFrame(rows)
     if frame.empty:
         return pd.DataFrame(columns=COLUMNS)

@@ -8,6 +8,7 @@ from pathlib import Path
 import pandas as pd
 
 from privbench.report.gallery import style
+from privbench.audit.output import MISSING
 from privbench.report.table import LABELS, caption, to_html
 
 #: Columns of the per-run table (after the grouping keys and the seed).
@@ -25,7 +26,7 @@ def _runs_table(runs: pd.DataFrame, keys: list[str]) -> str:
 
     def text(value: object) -> str:
         if isinstance(value, float):
-            return "–" if value != value else (f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.3g}")
+            return MISSING if value != value else (f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.3g}")
         return str(value)
 
     body = "".join("<tr>" + "".join(f"<td>{html.escape(text(r[c]))}</td>" for c in columns) + "</tr>"

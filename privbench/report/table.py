@@ -6,6 +6,8 @@ import math
 
 import numpy as np
 import pandas as pd
+
+from privbench.audit.output import MISSING
 from scipy import stats
 
 from privbench.report.collect import FIGURES
@@ -58,7 +60,7 @@ def leaks(low: float, mean: float) -> str:
         ('yes', 'unclear', 'no', '-')
     """
     if math.isnan(low) or math.isnan(mean):
-        return "-"
+        return MISSING
     if low > 0:
         return "yes"
     return "no" if mean <= 0 else "unclear"
@@ -117,7 +119,7 @@ def _order(value: object) -> tuple[int, float, str]:
 def _cell(value: object) -> str:
     if isinstance(value, float):
         if math.isnan(value):
-            return "–"
+            return MISSING
         if math.isinf(value):
             return "inf"
         return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.3g}"

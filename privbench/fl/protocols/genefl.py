@@ -10,7 +10,7 @@ from torch import nn
 from privbench.data import FederatedData
 from privbench.errors import ConfigError
 from privbench.fl.genefl.fisher import GeneRegulariser
-from privbench.fl.genefl.learngene import cluster_gene, gene_size, select_layers, state_names, xi_scores
+from privbench.fl.genefl.learngene import cluster_gene, gene_size, layers, select_layers, state_names, xi_scores
 from privbench.fl.genefl.settings import GeneSettings
 from privbench.fl.protocols.base import ClientRound
 from privbench.fl.protocols.clustered import ClusteredProtocol, ClusterRun, Upload
@@ -56,6 +56,10 @@ class GeneFL(ClusteredProtocol):
             raise ConfigError(f"fl.downlink={downlink!r} is not one of {', '.join(DOWNLINKS)}")
         self.lambda1, self.lambda2, self.eps, self.downlink_mode = lambda1, lambda2, eps, downlink
         self.gene = settings(GeneSettings, gene, key="fl.gene")
+
+    def check_model(self, model: nn.Module) -> None:
+        """``fl.gene.gamma`` must fit the model's layers."""
+        gene_size(self.gene.gamma, len(layers(model)))
 
     def start(self, model: nn.Module, labels: np.ndarray, theta0: State) -> ClusterRun:
         state = super().start(model, labels, theta0)

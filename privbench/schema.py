@@ -1,0 +1,134 @@
+"""The type and range of every config value privbench reads, checked before any compute.
+
+A rule applies to a key wherever it is present (``fl.lr`` for every protocol); keys a
+config does not carry are skipped. Keys that take one of a few names (``fl.subspace``,
+``fl.gene.select``, ...) are checked by the class that reads them, against its own list. A user's own ``_target_`` gets its own keys checked by its
+signature's type hints (``privbench.audit.build``), and its ranges by its own code.
+
+Example:
+    >>> check_schema({"fl": {"rounds": 0}})
+    Traceback (most recent call last):
+    ...
+    privbench.errors.ConfigError: fl.rounds=0: must be an integer >= 1
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from privbench.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Number:
+    """An int (``integer``) or a float in ``[low, high]``, bounds open where ``open_low``/``open_high``."""
+
+    integer: bool = False
+    low: float = -math.inf
+    high: float = math.inf
+    open_low: bool = False
+    open_high: bool = False
+    nullable: bool = False
+
+    def problem(self, value: Any) -> str | None:
+        """Why ``value`` is not allowed, or None."""
+        if value is None and self.nullable:
+            return None
+        kind = "an integer" if self.integer else "a number"
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or (self.integer and isinstance(value, float)):
+            return f"must be {kind}{self._range()}"
+        too_low = value <= self.low if self.open_low else value < self.low
+        too_high = value >= self.high if self.open_high else value > self.high
+        return f"must be {kind}{self._range()}" if too_low or too_high else None
+
+    def _range(self) -> str:
+        parts = []
+        if self.low > -math.inf:
+            parts.append(f"{'>' if self.open_low else '>='} {_num(self.low)}")
+        if self.high < math.inf:
+            parts.append(f"{'<' if self.open_high else '<='} {_num(self.high)}")
+        return " " + " and ".join(parts) if parts else ""
+
+
+@dataclass(frozen=True)
+class IntList:
+    """A list of integers in ``[low, high]``."""
+
+    low: int = 0
+    high: int = 2**31
+
+    def problem(self, value: Any) -> str | None:
+        if not isinstance(value, list) or any(isinstance(v, bool) or not isinstance(v, int) for v in value):
+            return "must be a list of integers, e.g. [8, 9]"
+        bad = [v for v in value if not self.low <= v <= self.high]
+        return f"{bad[0]} is out of range [{self.low}, {self.high}]" if bad else None
+
+
+@dataclass(frozen=True)
+class Gamma:
+    """GENE-FL's gamma: a whole count of layers (``2``) or a fraction in (0, 1) (``0.5``)."""
+
+    def problem(self, value: Any) -> str | None:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return "must be a count of layers (an integer >= 1) or a fraction in (0, 1)"
+        if isinstance(value, int):
+            return None if value >= 1 else "a count of layers must be >= 1"
+        if 0 < value < 1:
+            return None
+        if value == int(value) and value >= 1:
+            return (f"is ambiguous: write {int(value)} for {int(value)} layer(s), or a fraction below 1 "
+                    "(0.999 keeps every layer)")
+        return "must be a count of layers (an integer >= 1) or a fraction in (0, 1)"
+
+
+def _num(x: float) -> str:
+    return str(int(x)) if x == int(x) else str(x)
+
+
+POSITIVE_INT = Number(integer=True, low=1)
+COUNT = Number(integer=True, low=0)
+POSITIVE = Number(low=0, open_low=True)
+NON_NEGATIVE = Number(low=0)
+FRACTION = Number(low=0, high=1)
+
+RULES: dict[str, Any] = {
+    "victim.client": COUNT, "victim.round": Number(integer=True, low=-1), "victim.num_images": POSITIVE_INT,
+    "data.num_clients": POSITIVE_INT,
+    "data.classes_per_client": POSITIVE_INT, "data.alpha": POSITIVE, "data.min_size": COUNT,
+    "data.agnostic_classes": IntList(), "data.num_agnostic_clients": COUNT,
+    "model.width": POSITIVE_INT, "model.min_size": COUNT,
+    "fl.rounds": POSITIVE_INT, "fl.participants": POSITIVE_INT, "fl.local_epochs": POSITIVE_INT,
+    "fl.lr": POSITIVE, "fl.batch_size": POSITIVE_INT, "fl.momentum": Number(low=0, high=1, open_high=True),
+    "fl.num_clusters": POSITIVE_INT, "fl.subspace_dim": POSITIVE_INT, "fl.lambda1": NON_NEGATIVE, "fl.lambda2": NON_NEGATIVE,
+    "fl.eps": NON_NEGATIVE,
+    "fl.gene.gamma": Gamma(),
+    "fl.agnostic.epochs": COUNT, "fl.agnostic.lr": POSITIVE, "fl.agnostic.batch_size": POSITIVE_INT,
+    "fl.agnostic.samples": COUNT,
+    "attack.iterations": POSITIVE_INT, "attack.restarts": POSITIVE_INT, "attack.converged": NON_NEGATIVE,
+    "attack.stall_at": FRACTION, "attack.stall_tol": NON_NEGATIVE, "attack.max_images": POSITIVE_INT,
+    "attack.lr": POSITIVE, "attack.tv": NON_NEGATIVE, "attack.components": POSITIVE_INT,
+    "defense.noise_multiplier": NON_NEGATIVE, "defense.target_epsilon": Number(low=0, open_low=True, nullable=True),
+    "defense.max_grad_norm": POSITIVE, "defense.delta": Number(low=0, high=1, open_low=True, open_high=True), "defense.sigma": NON_NEGATIVE, "defense.p": FRACTION,
+}
+
+
+def _select(cfg: dict[str, Any], key: str) -> tuple[bool, Any]:
+    node: Any = cfg
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return False, None
+        node = node[part]
+    return True, node
+
+
+def check_schema(cfg: dict[str, Any]) -> None:
+    """Raise a one-line ``ConfigError`` naming the first key whose value breaks its rule in ``RULES``."""
+    from privbench.values import shown
+
+    for key, rule in RULES.items():
+        present, value = _select(cfg, key)
+        if present:
+            problem = rule.problem(value)
+            if problem:
+                raise ConfigError(f"{key}={shown(value)}: {problem}")

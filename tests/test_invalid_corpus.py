@@ -1,0 +1,116 @@
+"""Invalid invocations: each ends before any training in one line that names the key (corpus of >= 100 cases).
+
+Each case is (overrides, what the message must name). In-process, every case must raise a
+``PrivbenchError`` from ``privbench.api.preflight`` (overrides, values, plan, data, model,
+capture: everything the audit checks before it trains) with a one-line message; a sample
+also runs through ``python -m privbench`` (exit 2, one line on stderr, no traceback).
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from privbench.api import preflight
+from privbench.errors import PrivbenchError
+
+LONG = "x" * 20_000
+CORPUS: list[tuple[list[str], str]] = [
+    # unknown groups, options and keys
+    (["attack=nope"], "attack=nope"), (["payload=nope"], "payload=nope"), (["fl=fedsgd"], "fl=fedsgd"),
+    (["model=vgg"], "model=vgg"), (["data=imagenet"], "data=imagenet"), (["defense=magic"], "defense=magic"),
+    (["experiment=nope"], "experiment=nope"), (["attack=dlg,nope"], "attack=nope"),
+    (["fl.lrr=0.1"], "fl.lrr"), (["attack.iters=5"], "attack.iters"), (["victim.clinet=1"], "victim.clinet"),
+    (["metrics.psnr=true"], "metrics.psnr"), (["+extra=1"], "extra"), (["data.sauce=x"], "data.sauce"),
+    (["model.depth=3"], "model.depth"), (["defense.sigma=1"], "defense.sigma"), (["fl.gene.alpha=1"], "fl.gene.alpha"),
+    (["capture.what=all"], "capture.what"), (["~attack"], "attack"), (["fl.agnostic.rate=1"], "fl.agnostic.rate"),
+    # parse errors
+    (["attack="], "attack"), (["fl.lr=[1,"], "cannot parse"), (["=5"], "cannot parse"),
+    # non-finite numbers
+    (["fl.lr=nan"], "fl.lr"), (["fl.lr=inf"], "fl.lr"), (["fl.lr=-inf"], "fl.lr"), (["fl.lambda2=nan"], "fl.lambda2"),
+    (["fl.lambda1=inf"], "fl.lambda1"), (["defense=noise", "defense.sigma=nan"], "defense.sigma"),
+    (["defense=dpsgd", "defense.noise_multiplier=inf"], "defense.noise_multiplier"),
+    (["defense=dpsgd", "defense.target_epsilon=nan"], "defense.target_epsilon"),
+    (["attack.converged=nan"], "attack.converged"), (["fl.gene.gamma=nan"], "fl.gene.gamma"),
+    (["attack=ig", "attack.lr=inf"], "attack.lr"), (["data.alpha=nan"], "data.alpha"),
+    # wrong types
+    (["seed=abc"], "seed"), (["seed=1.5"], "seed"), (["seed=-1"], "seed"), (["seed=18446744073709551616"], "seed"),
+    (["seed=true"], "seed"), (["fl.rounds=abc"], "fl.rounds"), (["fl.rounds=2.5"], "fl.rounds"),
+    (["fl.rounds=true"], "fl.rounds"), (["fl.lr=abc"], "fl.lr"), (["fl.gene.gamma=abc"], "fl.gene.gamma"),
+    (["data.agnostic_classes=abc"], "data.agnostic_classes"), (["data.agnostic_classes=[a]"], "data.agnostic_classes"),
+    (["data.num_clients=ten"], "data.num_clients"), (["attack.iterations=1e3"], "attack.iterations"),
+    (["attack.restarts=two"], "attack.restarts"), (["victim.client=first"], "victim.client"),
+    (["victim.num_images=1.5"], "victim.num_images"), (["model.width=wide"], "model.width"),
+    (["fl.participants=[1]"], "fl.participants"), (["fl.batch_size=null"], "fl.batch_size"),
+    (["resume=maybe"], "resume"), (["resume=1"], "resume"), (["metrics.lpips=no"], "metrics.lpips"),
+    (["data.download=yes"], "data.download"), (["attack.unroll=sometimes"], "attack.unroll"),
+    (["fl.agnostic.fedavg_reference=0"], "fl.agnostic.fedavg_reference"),
+    # out of range
+    (["fl.rounds=0"], "fl.rounds"), (["fl.rounds=-3"], "fl.rounds"), (["fl.lr=0"], "fl.lr"), (["fl.lr=-0.1"], "fl.lr"),
+    (["fl.participants=0"], "fl.participants"), (["fl.participants=11"], "fl.participants"),
+    (["fl.local_epochs=0"], "fl.local_epochs"), (["fl.batch_size=0"], "fl.batch_size"),
+    (["fl.momentum=-0.5"], "fl.momentum"), (["fl.momentum=1.5"], "fl.momentum"),
+    (["fl.num_clusters=0"], "fl.num_clusters"), (["fl.num_clusters=99"], "fl.num_clusters"),
+    (["fl.subspace_dim=0"], "fl.subspace_dim"), (["fl.lambda2=-1"], "fl.lambda2"), (["fl.eps=-1"], "fl.eps"),
+    (["fl.gene.gamma=0"], "fl.gene.gamma"), (["fl.gene.gamma=-1"], "fl.gene.gamma"),
+    (["fl.gene.gamma=1.5"], "fl.gene.gamma"), (["fl.gene.gamma=99"], "fl.gene.gamma"),
+    (["fl.gene.select=middle"], "fl.gene.select"), (["fl.gene.score=magic"], "fl.gene.score"),
+    (["fl.downlink=half"], "fl.downlink"), (["fl.subspace=pca2"], "fl.subspace"), (["fl.eval=none"], "fl.eval"),
+    (["fl.agnostic.epochs=-1"], "fl.agnostic.epochs"), (["fl.agnostic.lr=0"], "fl.agnostic.lr"),
+    (["data.num_clients=0"], "data.num_clients"), (["data.partition=random"], "data.partition"),
+    (["data.classes_per_client=0"], "data.classes_per_client"), (["data.alpha=0"], "data.alpha"),
+    (["data.agnostic_classes=[10]"], "data.agnostic_classes"), (["data.agnostic_classes=[-1]"], "data.agnostic_classes"),
+    (["data.min_size=100000"], "min_size"), (["data.num_agnostic_clients=0"], "data.num_agnostic_clients"),
+    (["data.source=imagenet"], "data.source"), (["data=cifar10"], "data"),
+    (["model.width=0"], "model.width"), (["victim.client=10"], "victim.client"), (["victim.client=-1"], "victim.client"),
+    (["victim.round=10"], "victim.round"), (["victim.round=-2"], "victim.round"),
+    (["victim.num_images=0"], "victim.num_images"), (["victim.update_data=some"], "victim.update_data"),
+    (["attack.iterations=0"], "attack.iterations"), (["attack.restarts=0"], "attack.restarts"),
+    (["attack.stall_at=-5"], "attack.stall_at"), (["attack.converged=-1"], "attack.converged"),
+    (["attack.max_images=0"], "attack.max_images"), (["attack=ig", "attack.tv=-1"], "attack.tv"),
+    (["metrics.match_on=psnr"], "metrics.match_on"),
+    (["defense=noise", "defense.sigma=-1"], "defense.sigma"), (["defense=prune", "defense.p=1.5"], "defense.p"),
+    (["defense=prune", "defense.p=-0.1"], "defense.p"), (["defense=dpsgd", "defense.max_grad_norm=0"], "max_grad_norm"),
+    (["defense=dpsgd", "defense.delta=2"], "defense.delta"), (["defense=dpsgd", "defense.accountant=moments"], "accountant"),
+    (["defense=dpsgd", "defense.target_epsilon=-1"], "target_epsilon"),
+    # capture and payload
+    (["fl=fedavg", "payload=update", "capture.kinds=[subspace]"], "capture.kinds"), (["capture.kinds=[nope]"], "capture.kinds"),
+    (["capture.rounds=[99]"], "capture.rounds"), (["capture.clients=[client99]"], "capture.clients"),
+    (["capture.rounds=sometimes"], "capture.rounds"),
+    (["fl=fedavg", "payload=learngene"], "payload=learngene"), (["attack=projection"], "attack=projection"),
+    (["attack.unroll=true", "payload=gradient", "fl=fedavg"], "attack.unroll"),
+    (["payload._target_=builtins.open"], "payload._target_"), (["attack._target_=os.system"], "attack._target_"),
+    (["model._target_=subprocess.Popen"], "model._target_"),
+    # where results go, and long values
+    (["results_dir=/proc/x"], "results_dir"), (["results_dir="], "results_dir"), (["results_dir=/dev/null"], "results_dir"),
+    ([f"name={LONG}"], "name"), ([f"fl.lr={LONG}"], "fl.lr"), (["fl.lr=${nope}"], "fl.lr"),
+]
+
+
+def test_the_corpus_has_at_least_100_cases():
+    assert len(CORPUS) >= 100 and len({tuple(a) for a, _ in CORPUS}) == len(CORPUS)
+
+
+@pytest.mark.parametrize("overrides, names", CORPUS, ids=[" ".join(a)[:60] for a, _ in CORPUS])
+def test_invalid_invocation_is_refused_before_training_in_one_line(overrides, names):
+    with pytest.raises(PrivbenchError) as info:
+        preflight(overrides)
+    message = str(info.value)
+    assert "\n" not in message and names in message and len(message) < 600, message
+
+
+SAMPLE = [0, 20, 35, 45, 118, 121]
+
+
+@pytest.mark.slow
+def test_the_cli_exits_2_with_one_line_for_a_sample(tmp_path):
+    for i in SAMPLE:
+        overrides, names = CORPUS[i]
+        out = subprocess.run([sys.executable, "-m", "privbench", *overrides], cwd=tmp_path, capture_output=True,
+                             text=True, timeout=300, env={**os.environ, "HYDRA_FULL_ERROR": "0"})
+        lines = [line for line in out.stderr.splitlines() if line.strip()]
+        assert out.returncode == 2 and len(lines) == 1, (overrides, out.stderr[-1500:])
+        assert lines[0].startswith("privbench: error: ") and names in lines[0], (overrides, lines)
+        assert not list(tmp_path.rglob("*.safetensors")), overrides  # nothing trained
