@@ -24,7 +24,8 @@ class Attempt:
         images: reconstructed images in model input space ``[N, C, H, W]``.
         labels: recovered or optimised labels ``[N]``.
         objective: final objective, relative to the observed gradient's squared norm.
-        status: ``converged``, ``budget`` (ran all iterations), ``stalled`` or ``nan``.
+        status: ``converged``, ``stationary`` (steps stopped changing anything), ``budget`` (ran all
+            iterations), ``stalled`` or ``nan``.
         iterations: optimiser steps taken.
     """
 
@@ -109,15 +110,19 @@ class GradientInversion(Attack):
                 f"{target.knowledge.get('payload', 'payload')} holds {target.num_images} private images; attack "
                 f"{self.name} rebuilds at most attack.max_images={self.max_images} at once")
         attempts: list[Attempt] = []
+        evaluations: list[int] = []
         for k in range(self.restarts):
             self.restart = k
             generator = torch.Generator().manual_seed(seed * 1000 + k)
+            before = target.evaluations
             attempt = self.attempt(target, generator=generator)
             attempts.append(attempt)
+            evaluations.append(target.evaluations - before)
             if attempt.status == "converged":
                 break
         finite = [a for a in attempts if math.isfinite(a.objective) and a.status != "nan"]
-        log = [{"objective": a.objective, "status": a.status, "iterations": a.iterations} for a in attempts]
+        log = [{"objective": a.objective, "status": a.status, "iterations": a.iterations, "evaluations": e}
+               for a, e in zip(attempts, evaluations)]
         if not finite:
             return AttackResult(None, None, math.nan, log, self.label_source(target))
         best = min(finite, key=lambda a: a.objective)

@@ -12,6 +12,10 @@ from privbench.attacks.objectives import squared_l2, squared_norm
 from privbench.attacks.target import AttackTarget, Part, Unroll
 
 
+#: A step that moves no leaf and changes the objective by at most this (relative) ends the loop.
+TOLERANCE = 1e-9
+
+
 def _loss(out: torch.Tensor, labels: torch.Tensor | None, label_logits: torch.Tensor | None) -> torch.Tensor:
     if labels is not None:
         return F.cross_entropy(out, labels)
@@ -84,9 +88,14 @@ def lbfgs_match(
 ) -> tuple[float, str, int]:
     """Minimise the squared-L2 gradient distance over ``leaves`` with L-BFGS.
 
+    An outer step runs L-BFGS for up to 20 evaluations and stops early at torch's tolerances.
+    The loop ends as ``stationary`` when a step changes neither the objective (relative
+    ``TOLERANCE``) nor any leaf (``TOLERANCE``): from then on every step would repeat itself,
+    so a converged attempt does not spend the rest of its budget.
+
     Returns:
-        ``(relative objective, status, iterations)``; status is ``converged``, ``budget``,
-        ``stalled`` (still above ``stall_tol`` after ``stall_at`` of the budget) or ``nan``.
+        ``(relative objective, status, iterations)``; status is ``converged``, ``stationary``,
+        ``budget``, ``stalled`` (still above ``stall_tol`` after ``stall_at`` of the budget) or ``nan``.
     """
     scale = max(squared_norm(target.gradient), 1e-30)
     optimizer = torch.optim.LBFGS(leaves, lr=1.0, max_iter=20, history_size=100)
@@ -102,7 +111,9 @@ def lbfgs_match(
         return loss
 
     check = max(1, int(stall_at * iterations))
+    previous = math.inf
     for it in range(1, iterations + 1):
+        before = [leaf.detach().clone() for leaf in leaves]
         optimizer.step(closure)
         value = last[0]
         if on_step is not None:
@@ -113,4 +124,8 @@ def lbfgs_match(
             return value, "converged", it
         if it == check and value > stall_tol:
             return value, "stalled", it
+        moved = max(float((leaf.detach() - b).abs().max()) for leaf, b in zip(leaves, before))
+        if moved <= TOLERANCE and abs(previous - value) <= TOLERANCE * max(abs(value), 1e-30):
+            return value, "stationary", it
+        previous = value
     return last[0], "budget", iterations

@@ -111,3 +111,15 @@ def test_dlg_reconstructs_one_image(fmnist):
     assert int(result.labels[0]) == int(y[0])
     mse = F.mse_loss(result.images * 0.353, x * 0.353).item()  # in [0, 1] units
     assert 10 * math.log10(1 / mse) > 25.0
+
+
+def test_lbfgs_stops_when_steps_stop_changing_anything_and_records_evaluations(fmnist):
+    # converged=0 can never be reached: without the stationary stop every attempt would spend its whole budget
+    torch.manual_seed(2)
+    model = LeNet(in_channels=1, image_size=28, num_classes=10)
+    base, gp, _, _ = _payloads(model, fmnist.train.normalised(slice(2, 3)), fmnist.train.labels[2:3])
+    target = AttackTarget.from_payload(gp, base=base, model=model, num_images=1, image_shape=(1, 28, 28), num_classes=10)
+    result = IDLG(iterations=2000, restarts=1, converged=0.0, stall_at=1.0).run(target, seed=0)
+    attempt = result.attempts[0]
+    assert attempt["status"] == "stationary" and attempt["iterations"] < 2000
+    assert attempt["evaluations"] == target.evaluations and attempt["evaluations"] < 20 * attempt["iterations"]
