@@ -111,11 +111,16 @@ class GradientInversion(Attack):
                 f"{self.name} rebuilds at most attack.max_images={self.max_images} at once")
         attempts: list[Attempt] = []
         evaluations: list[int] = []
-        for k in range(self.restarts):
+        generators = [torch.Generator().manual_seed(seed * 1000 + k) for k in range(self.restarts)]
+        before = target.evaluations
+        together = self.batched_attempts(target, generators=generators) if self.restarts > 1 else None
+        if together is not None:  # every restart at once; each restart's evaluations are an equal share
+            attempts = together
+            evaluations = [(target.evaluations - before) // len(together)] * len(together)
+        for k in range(self.restarts if together is None else 0):
             self.restart = k
-            generator = torch.Generator().manual_seed(seed * 1000 + k)
             before = target.evaluations
-            attempt = self.attempt(target, generator=generator)
+            attempt = self.attempt(target, generator=generators[k])
             attempts.append(attempt)
             evaluations.append(target.evaluations - before)
             if attempt.status == "converged":
@@ -131,6 +136,11 @@ class GradientInversion(Attack):
     def label_source(self, target: AttackTarget) -> str:
         """How labels are obtained: ``optimised`` (jointly) or ``recovered`` (analytically)."""
         return "optimised"
+
+    def batched_attempts(self, target: AttackTarget, *, generators: list[torch.Generator]) -> list[Attempt] | None:
+        """All restarts as one batched optimisation, equal to running ``attempt`` with each generator in turn;
+        None where the attack has no batched form (then restarts run one by one)."""
+        return None
 
     @abstractmethod
     def attempt(self, target: AttackTarget, *, generator: torch.Generator) -> Attempt:

@@ -25,17 +25,20 @@ class InvertingGradients(GradientInversion):
         tv: weight of total variation.
         iterations: Adam steps per attempt.
         restarts: attempts; the lowest final objective wins.
+        batched: run all restarts as one ``torch.func.vmap`` optimisation (equal to one by one,
+            within float tolerance) where the target allows it: no unrolled training and no
+            batch-norm buffers in the model.
     """
 
     name = "ig"
 
     def __init__(self, *, iterations: int = 1000, restarts: int = 2, lr: float = 0.1, tv: float = 1e-3,
-                 unroll: bool = False, max_images: int = 64) -> None:
+                 unroll: bool = False, max_images: int = 64, batched: bool = True) -> None:
         super().__init__(iterations=iterations, restarts=restarts, converged=0.0, stall_at=1.0, stall_tol=math.inf,
                          unroll=unroll, max_images=max_images)
         if lr <= 0 or tv < 0:
             raise ValueError("attack.lr must be > 0 and attack.tv >= 0")
-        self.lr, self.tv = lr, tv
+        self.lr, self.tv, self.batched = lr, tv, batched
 
     def label_source(self, target: AttackTarget) -> str:
         return target.head_label_source
@@ -70,6 +73,75 @@ class InvertingGradients(GradientInversion):
                 if not math.isfinite(value) or not torch.isfinite(images).all():
                     return Attempt(images.detach(), self._labels(labels, logits), math.nan, "nan", it)
         return Attempt(images.detach(), self._labels(labels, logits), value, status, self.iterations)
+
+    def batched_attempts(self, target: AttackTarget, *, generators: list[torch.Generator]) -> list[Attempt] | None:
+        """Every restart in one vmapped optimisation: Adam and clamping act elementwise, so each restart
+        follows exactly the path it would alone; a restart that turns NaN keeps its state from then on."""
+        if not self.batched or target.unroll is not None or any(True for _ in target.model.buffers()):
+            return None
+        from torch.func import functional_call, grad_and_value, vmap
+
+        from privbench.attacks.matching import _loss
+
+        n, model, observed = target.num_images, target.model, target.gradient
+        head = target.head_gradient
+        labels = recover_labels(head, n) if head is not None else None
+        starts, logit_starts = [], []
+        for generator in generators:  # the same draws, in the same order, as `attempt`
+            x = torch.randn((n, *target.image_shape), generator=generator)
+            target.clamp_(x)
+            starts.append(x)
+            if labels is None:
+                logit_starts.append(torch.randn((n, target.num_classes), generator=generator))
+        images = torch.stack(starts).requires_grad_(True)
+        logits = torch.stack(logit_starts).requires_grad_(True) if labels is None else None
+        named = {k: v.detach() for k, v in model.named_parameters()}
+        watched = [k for k in named if k in observed]
+
+        def objective(x: torch.Tensor, soft: torch.Tensor | None) -> torch.Tensor:
+            def loss_of(p: dict[str, torch.Tensor]) -> torch.Tensor:
+                return _loss(functional_call(model, {**named, **p}, (x,)), labels, soft)
+
+            grads = torch.func.grad(loss_of)({k: named[k] for k in watched})
+            return cosine_distance(grads, observed) + self.tv * total_variation(x)
+
+        step = vmap(grad_and_value(objective, argnums=(0, 1) if logits is not None else 0),
+                    in_dims=(0, 0 if logits is not None else None))
+        leaves = [images] + ([logits] if logits is not None else [])
+        optimizer = torch.optim.Adam(leaves, lr=self.lr)
+        milestones = [int(self.iterations * f) for f in (3 / 8, 5 / 8, 7 / 8)]
+        scheduler = torch.optim.lr_scheduler.MultiStepLR(optimizer, milestones=milestones, gamma=0.1)
+        count = len(generators)
+        done: dict[int, Attempt] = {}
+        values = torch.full((count,), math.inf)
+        with self.progress(desc=f"{self.name} (restarts batched)") as bar:
+            for it in range(1, self.iterations + 1):
+                optimizer.zero_grad()
+                grads, values = step(images, logits)
+                target.evaluations += count
+                grads = grads if isinstance(grads, tuple) else (grads,)
+                for leaf, g in zip(leaves, grads):
+                    leaf.grad = g.detach().clone()
+                assert images.grad is not None
+                images.grad.sign_()
+                frozen = [k for k in done]
+                kept = [leaf.detach()[frozen].clone() for leaf in leaves] if frozen else []
+                optimizer.step()
+                scheduler.step()
+                target.clamp_(images)
+                with torch.no_grad():
+                    for leaf, old in zip(leaves, kept):
+                        leaf[frozen] = old
+                values = values.detach()
+                bar.update(1, objective=float(values.min()))
+                for k in range(count):
+                    if k not in done and (not math.isfinite(float(values[k])) or not torch.isfinite(images[k]).all()):
+                        done[k] = Attempt(images[k].detach().clone(), self._labels(labels, None if logits is None else
+                                                                                   logits[k]), math.nan, "nan", it)
+                if len(done) == count:
+                    break
+        return [done.get(k) or Attempt(images[k].detach(), self._labels(labels, None if logits is None else logits[k]),
+                                       float(values[k]), "budget", self.iterations) for k in range(count)]
 
     @staticmethod
     def _labels(labels: torch.Tensor | None, logits: torch.Tensor | None) -> torch.Tensor:

@@ -1,4 +1,4 @@
-"""Attack speed: objective evaluations per second and wall time of DLG, iDLG and IG.
+"""Attack speed: objective evaluations per second and wall time of DLG, iDLG and IG; batched IG restarts.
 
 Each attack runs one attempt of a fixed number of iterations on a one-step ``gradient``
 payload of ``lenet`` and ``convnet`` (embedded Fashion-MNIST, 28x28), at 1 and 8 images.
@@ -39,6 +39,7 @@ def target_for(model_name: str, num_images: int, data: FederatedData) -> AttackT
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--iterations", type=int, default=20, help="optimiser steps per attack")
+    parser.add_argument("--restarts", type=int, default=8, help="IG restarts batched against one restart")
     args = parser.parse_args()
     data = FederatedData.build(source="fashion_mnist_subset", num_clients=10, partition="iid")
     attacks = {
@@ -59,6 +60,19 @@ def main() -> None:
                 wall = time.perf_counter() - start
                 print(f"{model_name:>8} {n:>6} {name:>6} {target.evaluations:>6} {target.evaluations / wall:>8.1f} "
                       f"{wall:>7.2f}", flush=True)
+    print(f"\nIG restarts: {args.restarts} batched (one vmapped optimisation) against 1, {args.iterations} iterations")
+    print(f"{'model':>8} {'images':>6} {'1 s':>7} {f'{args.restarts} batched s':>12} {'ratio':>6} {'one by one s':>13}")
+    for model_name in MODELS:
+        times = {}
+        for label, restarts, batched in (("one", 1, True), ("batched", args.restarts, True),
+                                         ("sequential", args.restarts, False)):
+            target = target_for(model_name, 1, data)
+            attack = InvertingGradients(iterations=args.iterations, restarts=restarts, batched=batched)
+            start = time.perf_counter()
+            attack.run(target, seed=0)
+            times[label] = time.perf_counter() - start
+        print(f"{model_name:>8} {1:>6} {times['one']:>7.2f} {times['batched']:>12.2f} "
+              f"{times['batched'] / times['one']:>6.2f} {times['sequential']:>13.2f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ from privbench.errors import ConfigError
 from privbench.schema import check_schema
 
 #: Keys that must be true or false (YAML ``true``/``false``), not a string such as ``maybe``.
-BOOLEANS = ("resume", "metrics.lpips", "data.download", "attack.unroll", "fl.agnostic.fedavg_reference")
+BOOLEANS = ("resume", "metrics.lpips", "data.download", "attack.unroll", "attack.batched", "fl.agnostic.fedavg_reference")
 #: Seeds are integers in [0, 2**32): numpy, torch and Python's random all take them.
 SEED_LIMIT = 2**32
 #: Longest value echoed in an error.

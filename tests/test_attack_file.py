@@ -76,11 +76,16 @@ def test_a_message_from_an_audits_payload_store(tmp_path):
     (["store", "--id", "../../etc/passwd"], "is not allowed"),
     (["store"], "give --id"),
 ])
-def test_bad_input_is_one_line(tmp_path, args, message):
+def test_bad_input_is_one_line(tmp_path, monkeypatch, capsys, args, message):
+    from privbench.attack import main
+
     torch.save({"w": torch.zeros(2)}, tmp_path / "grads.pt")
     torch.save(torch.zeros(2), tmp_path / "one.pt")
     (tmp_path / "store").mkdir()
     (tmp_path / "store" / "index.json").write_text("[]")
-    out = attack(*args, "--out", "out", cwd=tmp_path)
-    lines = [line for line in out.stderr.splitlines() if line.strip()]
-    assert out.returncode == 2 and len(lines) == 1 and message in lines[0], out.stderr[-1500:]
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit_:
+        main([*args, "--out", "out"])
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert exit_.value.code == 2 and len(lines) == 1 and message in lines[0], lines
+    assert not (tmp_path / "out").exists()  # refused before anything is written

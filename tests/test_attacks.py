@@ -123,3 +123,28 @@ def test_lbfgs_stops_when_steps_stop_changing_anything_and_records_evaluations(f
     attempt = result.attempts[0]
     assert attempt["status"] == "stationary" and attempt["iterations"] < 2000
     assert attempt["evaluations"] == target.evaluations and attempt["evaluations"] < 20 * attempt["iterations"]
+
+
+@pytest.mark.parametrize("hide_head", [False, True])
+def test_batched_ig_restarts_equal_running_them_one_by_one(fmnist, hide_head):
+    from privbench.attacks.ig import InvertingGradients
+
+    torch.manual_seed(4)
+    model = LeNet(in_channels=1, image_size=28, num_classes=10)
+    base, gp, _, _ = _payloads(model, fmnist.train.normalised(slice(5, 7)), fmnist.train.labels[5:7])
+    if hide_head:  # labels unknown: label logits are optimised too
+        gp = Payload.from_tensors(kind="gradient", round=0, sender="client0", receiver="server", base=base.id,
+                                  tensors={n: t for n, t in gp.tensors.items() if not n.startswith("fc")})
+    results = {}
+    for batched in (False, True):
+        target = AttackTarget.from_payload(gp, base=base, model=model, num_images=2, image_shape=(1, 28, 28),
+                                           num_classes=10, mean=fmnist.train.mean, std=fmnist.train.std)
+        attack = InvertingGradients(iterations=40, restarts=3, batched=batched)
+        generators = [torch.Generator().manual_seed(1000 + k) for k in range(3)]
+        results[batched] = (attack.batched_attempts(target, generators=generators) if batched else
+                            [attack.attempt(target, generator=g) for g in generators], target.evaluations)
+    (one_by_one, evals_a), (together, evals_b) = results[False], results[True]
+    assert evals_a == evals_b == 3 * 40
+    for a, b in zip(one_by_one, together):
+        assert torch.allclose(a.images, b.images, atol=1e-4), float((a.images - b.images).abs().max())
+        assert torch.equal(a.labels, b.labels) and a.objective == pytest.approx(b.objective, abs=1e-5)

@@ -36,6 +36,7 @@ def test_help_lists_groups_and_options(tmp_path):
         assert line in out.stdout
 
 
+@pytest.mark.slow  # each case starts a process; tests/test_invalid_corpus.py checks the messages in-process
 @pytest.mark.parametrize("args, message", [
     (["attack=nope"], "attack=nope: unknown option; allowed: dlg, idlg, ig, none, projection"),
     (["bogus=1"], "bogus: unknown key; allowed keys:"),
