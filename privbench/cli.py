@@ -83,7 +83,7 @@ def app(cfg: DictConfig) -> float | None:
     hydra_cfg = HydraConfig.get()
     jobs = parallel_jobs(hydra_cfg)
     set_threads(jobs)
-    if jobs > 1 or os.getpid() != _MAIN_PID:
+    if jobs > 1:  # a joblib worker: stop when the sweep that started it is killed
         watch_parent()
     out = Path(hydra_cfg.runtime.output_dir)
     try:
@@ -97,8 +97,6 @@ def app(cfg: DictConfig) -> float | None:
         _after_skip(out, metrics, results=Path(str(cfg.results_dir)), sweep=hydra_cfg.mode == RunMode.MULTIRUN)
     return metrics["privacy"].get("psnr_mean")
 
-
-_MAIN_PID = os.getpid()
 
 
 def main() -> None:
