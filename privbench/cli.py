@@ -1,6 +1,7 @@
 """The ``python -m privbench`` Hydra app: compose the config, run one audit per job."""
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
@@ -69,8 +70,6 @@ def _after_skip(out: Path, metrics: dict[str, Any], *, results: Path, sweep: boo
     if sweep:
         done = finished(finished_runs(results), metrics.get("run", {}).get("config_key", ""))
         if done is not None:
-            import json
-
             out.mkdir(parents=True, exist_ok=True)
             atomic_write_text(out / RESUMED, json.dumps({"finished_in": str(done.resolve())}) + "\n")
 

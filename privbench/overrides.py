@@ -39,14 +39,11 @@ def _composed(overrides: tuple[str, ...]) -> DictConfig:
         GlobalHydra.instance().clear()
 
 
-def _compose(overrides: list[str]) -> DictConfig:
-    return compose_with_hydra(overrides)
-
 
 def _unknown_key(key: str, overrides: list[str]) -> ConfigError:
     parent, _, leaf = key.rpartition(".")
     groups = [o for o in overrides if o.split("=", 1)[0] in GROUPS or o.startswith("hydra.searchpath")]
-    cfg = _compose(groups)
+    cfg = compose_with_hydra(groups)
     node = OmegaConf.select(cfg, parent) if parent else cfg
     allowed = sorted(str(k) for k in node) if node is not None and OmegaConf.is_dict(node) else []
     where = f"{parent}." if parent else ""
@@ -105,7 +102,7 @@ def _check_composes(overrides: list[str]) -> None:
     from hydra.errors import HydraException
 
     try:
-        cfg = _compose(overrides)
+        cfg = compose_with_hydra(overrides)
     except HydraException as exc:
         cause = exc.__cause__ or exc
         text = str(cause)

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from safetensors.torch import save_file
+from safetensors.torch import load, save_file
 
 from privbench.errors import StoreError
 from privbench.io import atomic_write_text
@@ -110,8 +110,6 @@ class PayloadStore:
             raise StoreError(f"{path} cannot be read ({exc.strerror})") from None
         if "sha256" in record and _sha256(raw) != record["sha256"]:
             raise StoreError(f"{path} is damaged or was changed: its sha256 does not match the index")
-        from safetensors.torch import load
-
         tensors = load(raw)
         _check_record(record, tensors, path)
         payload = Payload.from_record(record, tensors={n: tensors[n] for n in record["names"]})
