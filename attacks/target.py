@@ -1,7 +1,6 @@
 """What the attacker holds: the observed gradient (by parameter name) and the model it is taken at."""
 from __future__ import annotations
 
-import copy
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -9,6 +8,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from privbench.attacks.im2col import with_im2col
 from privbench.errors import AttackNotApplicableError
 from privbench.models import classifier_head
 from privbench.payloads import LocalTraining, Payload
@@ -130,8 +130,11 @@ class AttackTarget:
     def from_payload(cls, payload: Payload, *, base: Payload | None, model: nn.Module, num_images: int,
                      image_shape: tuple[int, int, int], num_classes: int, mean: tuple[float, ...] | None = None,
                      std: tuple[float, ...] | None = None, unroll: bool = False) -> "AttackTarget":
-        """Build the attacker's view of ``payload`` given the server's copy of the base model."""
-        model = copy.deepcopy(model)
+        """Build the attacker's view of ``payload`` given the server's copy of the base model.
+
+        The attacker's model is a copy whose small convolutions compute by im2col (``with_im2col``).
+        """
+        model, _ = with_im2col(model, torch.zeros(num_images, *image_shape))
         param_names = [n for n, _ in model.named_parameters()]
         if base is not None and base.tensors is not None:
             unknown = [n for n in param_names if n not in base.tensors]

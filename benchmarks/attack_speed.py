@@ -1,8 +1,12 @@
-"""Attack speed: objective evaluations per second and wall time of DLG, iDLG and IG; batched IG restarts.
+"""Attack speed: cost per objective evaluation against a plain DLG loop, wall time, batched IG restarts.
 
 Each attack runs one attempt of a fixed number of iterations on a one-step ``gradient``
-payload of ``lenet`` and ``convnet`` (embedded Fashion-MNIST, 28x28), at 1 and 8 images.
-Figures depend on the machine; compare runs on the same one.
+payload of ``lenet`` and ``convnet`` (embedded Fashion-MNIST, 28x28), at 1 and 8 images, on
+each thread count asked for. Next to privbench's DLG and iDLG runs a plain reference loop
+written as the DLG paper's code does it (the model's own parameters, forward,
+``autograd.grad(create_graph=True)``, a sum of squared differences, ``backward``, L-BFGS),
+soft labels for DLG and the known labels for iDLG; ``ratio`` is privbench's milliseconds per
+evaluation over the plain loop's. Figures depend on the machine; compare runs on the same one.
 
 Example:
     python benchmarks/attack_speed.py --iterations 20
@@ -13,6 +17,8 @@ import argparse
 import time
 
 import torch
+import torch.nn.functional as F
+from torch import nn
 
 from privbench.attacks import DLG, IDLG, AttackTarget
 from privbench.attacks.ig import InvertingGradients
@@ -36,10 +42,66 @@ def target_for(model_name: str, num_images: int, data: FederatedData) -> AttackT
                                      num_classes=10, mean=data.train.mean, std=data.train.std)
 
 
+def plain_loop(model: nn.Module, observed: dict[str, torch.Tensor], num_images: int, *, iterations: int,
+               labels: torch.Tensor | None) -> int:
+    """The DLG paper's loop (soft labels; known ``labels`` as iDLG's code); returns objective evaluations."""
+    torch.manual_seed(0)
+    dummy = torch.randn(num_images, 1, 28, 28).requires_grad_(True)
+    logits = torch.randn(num_images, 10).requires_grad_(True)
+    optimizer = torch.optim.LBFGS([dummy] if labels is not None else [dummy, logits])
+    original = [observed[n] for n, _ in model.named_parameters()]
+    calls = [0]
+
+    def closure() -> torch.Tensor:
+        calls[0] += 1
+        optimizer.zero_grad()
+        pred = model(dummy)
+        if labels is not None:
+            loss = F.cross_entropy(pred, labels)
+        else:
+            loss = torch.mean(torch.sum(-F.softmax(logits, dim=-1) * F.log_softmax(pred, dim=-1), dim=-1))
+        dy_dx = torch.autograd.grad(loss, list(model.parameters()), create_graph=True)
+        diff = torch.zeros(())
+        for gx, gy in zip(dy_dx, original):
+            diff = diff + ((gx - gy) ** 2).sum()
+        diff.backward()
+        return diff
+
+    for _ in range(iterations):
+        optimizer.step(closure)
+    return calls[0]
+
+
+def per_evaluation(args: argparse.Namespace, data: FederatedData) -> None:
+    """Milliseconds per objective evaluation: privbench's DLG and iDLG against the plain loop."""
+    print(f"\nper evaluation, {args.iterations} L-BFGS iterations, at each thread count")
+    print(f"{'threads':>7} {'model':>8} {'images':>6} {'attack':>6} {'plain ms':>9} {'privbench ms':>12} {'ratio':>6}")
+    for threads in args.threads:
+        torch.set_num_threads(threads)
+        for model_name, n in (("lenet", 1), ("convnet", 8)):
+            for name, attack in (("dlg", DLG), ("idlg", IDLG)):
+                target = target_for(model_name, n, data)
+                plain_model = MODELS[model_name](in_channels=1, image_size=28, num_classes=10)
+                plain_model.load_state_dict(target.model.state_dict())
+                labels = data.train.labels[:n] if name == "idlg" else None
+                start = time.perf_counter()
+                calls = plain_loop(plain_model, target.gradient, n, iterations=args.iterations, labels=labels)
+                plain = (time.perf_counter() - start) / calls * 1e3
+                # stall checks off so the attack runs its full budget
+                runner = attack(iterations=args.iterations, restarts=1, converged=0.0, stall_at=1.0,
+                                stall_tol=float("inf"))
+                start = time.perf_counter()
+                runner.run(target, seed=0)
+                ours = (time.perf_counter() - start) / target.evaluations * 1e3
+                print(f"{threads:>7} {model_name:>8} {n:>6} {name:>6} {plain:>9.2f} {ours:>12.2f} "
+                      f"{ours / plain:>6.2f}", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--iterations", type=int, default=20, help="optimiser steps per attack")
     parser.add_argument("--restarts", type=int, default=8, help="IG restarts batched against one restart")
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2], help="torch thread counts to time")
     args = parser.parse_args()
     data = FederatedData.build(source="fashion_mnist_subset", num_clients=10, partition="iid")
     attacks = {
@@ -49,6 +111,8 @@ def main() -> None:
         "ig": InvertingGradients(iterations=args.iterations, restarts=1),
     }
     attacks["idlg"].run(target_for("lenet", 1, data), seed=0)  # warm-up, untimed
+    per_evaluation(args, data)
+    torch.set_num_threads(args.threads[-1])
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.iterations} iterations per attack")
     print(f"{'model':>8} {'images':>6} {'attack':>6} {'evals':>6} {'evals/s':>8} {'wall s':>7}")
     for model_name in MODELS:

@@ -82,6 +82,14 @@ class Gamma:
         return "must be a count of layers (an integer >= 1) or a fraction in (0, 1)"
 
 
+@dataclass(frozen=True)
+class Flag:
+    """``true`` or ``false``."""
+
+    def problem(self, value: Any) -> str | None:
+        return None if isinstance(value, bool) else "must be true or false"
+
+
 def _num(x: float) -> str:
     return str(int(x)) if x == int(x) else str(x)
 
@@ -101,7 +109,7 @@ RULES: dict[str, Any] = {
     "fl.rounds": POSITIVE_INT, "fl.participants": POSITIVE_INT, "fl.local_epochs": POSITIVE_INT,
     "fl.lr": POSITIVE, "fl.batch_size": POSITIVE_INT, "fl.momentum": Number(low=0, high=1, open_high=True),
     "fl.num_clusters": POSITIVE_INT, "fl.subspace_dim": POSITIVE_INT, "fl.lambda1": NON_NEGATIVE, "fl.lambda2": NON_NEGATIVE,
-    "fl.eps": NON_NEGATIVE,
+    "fl.eps": NON_NEGATIVE, "fl.vectorise": Flag(),
     "fl.gene.gamma": Gamma(),
     "fl.agnostic.epochs": COUNT, "fl.agnostic.lr": POSITIVE, "fl.agnostic.batch_size": POSITIVE_INT,
     "fl.agnostic.samples": COUNT,

@@ -75,10 +75,14 @@ def test_wire_refuses_a_kind_the_protocol_did_not_declare(tmp_path):
 class _Forgetful(FedAvg):
     """A protocol that trains its clients itself instead of through its trainer."""
 
-    def local_update(self, model, data, *, at: ClientRound, regulariser=None) -> LocalTraining:
-        steps = local_train(model, data, epochs=self.sgd.epochs, lr=self.sgd.lr, batch_size=self.sgd.batch_size,
-                            generator=self.client_seed(at))
-        return LocalTraining(lr=self.sgd.lr, steps=steps, batch_size=self.sgd.batch_size, num_samples=len(data))
+    def train_clients(self, jobs) -> list[LocalTraining]:
+        records = []
+        for job in jobs:
+            steps = local_train(job.model, job.data, epochs=self.sgd.epochs, lr=self.sgd.lr,
+                                batch_size=self.sgd.batch_size, generator=job.generator)
+            records.append(LocalTraining(lr=self.sgd.lr, steps=steps, batch_size=self.sgd.batch_size,
+                                         num_samples=len(job.data)))
+        return records
 
 
 @pytest.mark.parametrize("trainer", [None, DPSGD()])
@@ -88,7 +92,8 @@ def test_a_protocol_that_bypasses_its_trainer_fails(tmp_path, trainer):
     wire = Wire.for_protocol(protocol, PayloadStore(tmp_path), CapturePolicy.build(victim_round=0, victim_client=0))
     with pytest.raises(WireError, match="not trained by the configured trainer"):
         protocol.run(model=model, data=_tiny_data(), victim=Victim(), wire=wire, seed=0)
-    assert [r["kind"] for r in wire.store.records()] == ["global_model", "gradient"]  # no undefended update went out
+    # no undefended update went out
+    assert [r["kind"] for r in wire.store.records()] == ["global_model", "gradient", "global_model"]
 
 
 def test_a_forged_copy_of_a_record_is_refused(tmp_path):
@@ -96,7 +101,8 @@ def test_a_forged_copy_of_a_record_is_refused(tmp_path):
     wire = Wire.for_protocol(protocol, PayloadStore(tmp_path), CapturePolicy.build(victim_round=0, victim_client=0))
     model = LeNet(in_channels=1, image_size=28, num_classes=10)
     data = _tiny_data().client(0)
-    issued = protocol.local_update(model, data, at=ClientRound(0, 0, 0, Victim(), wire))
+    issued = protocol.trainer.train(model, data, client="client0", sgd=protocol.sgd,
+                                    generator=protocol.client_seed(ClientRound(0, 0, 0, Victim(), wire)))
     forged = dataclasses.replace(issued)  # equal fields, not issued by the trainer
     assert forged == issued and protocol.trainer.issued(issued) and not protocol.trainer.issued(forged)
 

@@ -22,7 +22,7 @@ def fedavg_reference(protocol: FederatedProtocol, *, model: nn.Module, data: Fed
     """
     sgd = protocol.sgd
     fedavg = FedAvg(rounds=protocol.rounds, participants=protocol.participants, local_epochs=sgd.epochs, lr=sgd.lr,
-                    batch_size=sgd.batch_size, momentum=sgd.momentum)
+                    batch_size=sgd.batch_size, momentum=sgd.momentum, vectorise=protocol.vectorise)
     side = Wire.for_protocol(fedavg, PayloadStore(root), CapturePolicy(kinds=frozenset(), rounds="all", clients="all"))
     fedavg.phase_name = "fedavg reference training"
     result = fedavg.run(model=model, data=data, victim=Victim(round=-1), wire=side, seed=seed)

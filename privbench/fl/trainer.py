@@ -1,8 +1,9 @@
 """Trainers: the only way a protocol reads a client's private data; each read is recorded with its protection."""
 from __future__ import annotations
 
+import logging
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -14,7 +15,12 @@ from privbench.fl.genefl.fisher import fisher_diagonal
 from privbench.fl.genefl.subspace import client_subspace, per_class_subspace
 from privbench.fl.reads import AUDIT_GRADIENT, FISHER, LOCAL_SGD, SUBSPACE, PlannedRead, Read
 from privbench.fl.sgd import batch_gradient, local_train
+from privbench.fl.vectorised import LocalJob, stacked_local_train, why_not_stacked
 from privbench.payloads.training import LocalTraining
+
+log = logging.getLogger("privbench")
+#: Reasons for one-by-one training already logged in this process (each is logged once).
+_STACKED_WARNED: set[str] = set()
 
 
 @dataclass(frozen=True)
@@ -35,7 +41,11 @@ class LocalSGD:
 
 
 class Regulariser(Protocol):
-    """A penalty added to the local loss (GENE-FL's ``lambda1``/``lambda2`` terms) that reads no data."""
+    """A penalty added to the local loss (GENE-FL's ``lambda1``/``lambda2`` terms) that reads no data.
+
+    ``penalty(params, tensors())`` is the same value as ``regulariser(model)``, written
+    functionally so that several clients' penalties can be vmapped together.
+    """
 
     @property
     def lambda1(self) -> float: ...
@@ -44,6 +54,9 @@ class Regulariser(Protocol):
     @property
     def eps(self) -> float: ...
 
+    def tensors(self) -> dict[str, dict[str, torch.Tensor]]: ...
+    def penalty(self, params: Mapping[str, torch.Tensor],
+                tensors: dict[str, dict[str, torch.Tensor]]) -> torch.Tensor: ...
     def __call__(self, model: nn.Module) -> torch.Tensor: ...
 
 
@@ -86,11 +99,37 @@ class Trainer(ABC):
             regulariser: a penalty added to the loss that reads no data.
         """
         steps = self._train(model, data, client=client, sgd=sgd, generator=generator, regulariser=regulariser)
+        return self._trained(data, steps=steps, sgd=sgd, regulariser=regulariser)
+
+    def train_all(self, jobs: Sequence[LocalJob], *, sgd: LocalSGD, vectorise: bool = True) -> list[LocalTraining]:
+        """Train each job's model in place; with ``vectorise``, all in one stacked model where this trainer can.
+
+        Stacked training equals one-by-one training within float tolerance
+        (``stacked_local_train``). It falls back to one by one, logging why, for a trainer
+        without it (DP-SGD) or models that cannot be stacked (batch norm, dropout).
+        """
+        if not jobs:
+            return []
+        steps = self._train_stacked(jobs, sgd=sgd) if vectorise and len(jobs) > 1 else None
+        if steps is None:
+            return [self.train(j.model, j.data, client=j.client, sgd=sgd, generator=j.generator,
+                               regulariser=j.regulariser) for j in jobs]
+        return [self._trained(j.data, steps=n, sgd=sgd, regulariser=j.regulariser) for j, n in zip(jobs, steps)]
+
+    def _trained(self, data: ImageDataset, *, steps: int, sgd: LocalSGD,
+                 regulariser: Regulariser | None) -> LocalTraining:
         self.declare_read(LOCAL_SGD, **self._protection(LOCAL_SGD))
         lambda1, lambda2, eps = (regulariser.lambda1, regulariser.lambda2, regulariser.eps) if regulariser else (0, 0, 0)
         return self._issue(LocalTraining(lr=sgd.lr, steps=steps, batch_size=sgd.batch_size, num_samples=len(data),
                                          epochs=sgd.epochs, momentum=sgd.momentum, lambda1=lambda1, lambda2=lambda2,
                                          eps=eps))
+
+    def _train_stacked(self, jobs: Sequence[LocalJob], *, sgd: LocalSGD) -> list[int] | None:
+        """Train all jobs as one stacked model and return their steps, or None where this trainer cannot."""
+        if self.name not in _STACKED_WARNED:
+            _STACKED_WARNED.add(self.name)
+            log.info("fl.vectorise: the %s trainer trains clients one by one", self.name)
+        return None
 
     def gradient(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, client: str, lr: float,
                  generator: torch.Generator) -> tuple[dict[str, torch.Tensor], LocalTraining]:
@@ -167,6 +206,15 @@ class SGDTrainer(Trainer):
     """
 
     name = "sgd"
+
+    def _train_stacked(self, jobs: Sequence[LocalJob], *, sgd: LocalSGD) -> list[int] | None:
+        why = why_not_stacked(jobs)
+        if why is not None:
+            if why not in _STACKED_WARNED:
+                _STACKED_WARNED.add(why)
+                log.info("fl.vectorise: clients train one by one: %s", why)
+            return None
+        return stacked_local_train(jobs, epochs=sgd.epochs, lr=sgd.lr, batch_size=sgd.batch_size, momentum=sgd.momentum)
 
     def _train(self, model: nn.Module, data: ImageDataset, *, client: str, sgd: LocalSGD, generator: torch.Generator,
                regulariser: Regulariser | None) -> int:

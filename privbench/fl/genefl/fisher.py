@@ -1,7 +1,9 @@
 """Diagonal empirical Fisher of log p(y|x) and GENE-FL's elastic regulariser."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 from torch import nn
@@ -45,6 +47,27 @@ def fisher_diagonal(model: nn.Module, data: ImageDataset, *, batch_size: int = 2
     return {k: v / len(data) for k, v in squared_gradients(model, data, batch_size=batch_size).items()}
 
 
+def elastic_weight(fisher: Mapping[str, torch.Tensor], eps: float) -> dict[str, torch.Tensor]:
+    """``1[F_j >= eps] F_j``: the per-parameter weight of GENE-FL's elastic term."""
+    return {n: torch.where(f >= eps, f, torch.zeros_like(f)) for n, f in fisher.items()}
+
+
+def gene_penalty(params: Mapping[str, torch.Tensor], anchor: Mapping[str, torch.Tensor],
+                 weight: Mapping[str, torch.Tensor], *, lambda1: float, lambda2: float) -> torch.Tensor:
+    """``lambda1 * ||theta - Theta||^2 + lambda2 * sum_j weight_j (theta_j - Theta_j)^2`` over ``params``.
+
+    Functional (parameters by name), so clients' penalties can be ``vmap``ped together.
+    """
+    total = torch.zeros(())
+    for name, p in params.items():
+        diff2 = (p - anchor[name]) ** 2
+        if lambda1:
+            total = total + lambda1 * diff2.sum()
+        if lambda2:
+            total = total + lambda2 * (weight[name] * diff2).sum()
+    return total
+
+
 def gene_regulariser(model: nn.Module, anchor: dict[str, torch.Tensor], fisher: dict[str, torch.Tensor], *,
                      lambda1: float, lambda2: float, eps: float) -> torch.Tensor:
     """``lambda1 * ||theta - Theta||^2 + lambda2 * sum_j 1[F_j >= eps] F_j (theta_j - Theta_j)^2``.
@@ -52,15 +75,8 @@ def gene_regulariser(model: nn.Module, anchor: dict[str, torch.Tensor], fisher: 
     The first term keeps the update smooth; the second pins high-Fisher parameters (the
     generalisable knowledge) while parameters with ``F_j < eps`` move freely.
     """
-    total = torch.zeros(())
-    for name, p in model.named_parameters():
-        diff2 = (p - anchor[name]) ** 2
-        if lambda1:
-            total = total + lambda1 * diff2.sum()
-        if lambda2:
-            f = fisher[name]
-            total = total + lambda2 * (torch.where(f >= eps, f, torch.zeros_like(f)) * diff2).sum()
-    return total
+    weight = elastic_weight(fisher, eps) if lambda2 else {}
+    return gene_penalty(dict(model.named_parameters()), anchor, weight, lambda1=lambda1, lambda2=lambda2)
 
 
 @dataclass(frozen=True)
@@ -78,6 +94,17 @@ class GeneRegulariser:
     lambda2: float
     eps: float
 
+    @cached_property
+    def _tensors(self) -> dict[str, dict[str, torch.Tensor]]:
+        return {"anchor": self.anchor, "weight": elastic_weight(self.fisher, self.eps) if self.lambda2 else {}}
+
+    def tensors(self) -> dict[str, dict[str, torch.Tensor]]:
+        """The client's own tensors of the penalty: the anchor and the elastic weights (computed once)."""
+        return self._tensors
+
+    def penalty(self, params: Mapping[str, torch.Tensor], tensors: dict[str, dict[str, torch.Tensor]]) -> torch.Tensor:
+        """The penalty at ``params`` given ``tensors()`` (functional, for vmapped training)."""
+        return gene_penalty(params, tensors["anchor"], tensors["weight"], lambda1=self.lambda1, lambda2=self.lambda2)
+
     def __call__(self, model: nn.Module) -> torch.Tensor:
-        return gene_regulariser(model, self.anchor, self.fisher, lambda1=self.lambda1, lambda2=self.lambda2,
-                                eps=self.eps)
+        return self.penalty(dict(model.named_parameters()), self.tensors())

@@ -16,6 +16,7 @@ from privbench.fl.genefl.learngene import state_names
 from privbench.fl.sgd import State, client_accuracy
 from privbench.fl.reads import AUDIT_GRADIENT, LOCAL_SGD, PlannedRead
 from privbench.fl.trainer import LocalSGD, Regulariser, SGDTrainer, Trainer
+from privbench.fl.vectorised import LocalJob
 from privbench.fl.wire import Totals, Wire
 from privbench.payloads import LocalTraining, Payload
 from privbench.victim import Victim
@@ -134,6 +135,27 @@ class VictimStep:
     truth: np.ndarray
 
 
+@dataclass(frozen=True)
+class PendingUpload:
+    """A client between its download and its upload: its local training job and what the upload needs.
+
+    Attributes:
+        at: the client and round.
+        job: its local training (model trained in place, data, generator, penalty).
+        truth: train-set indices of what it trains on.
+        base_id: id of the model message it trains from.
+        received: the state it started from.
+        step: its audit gradient, when it is the victim this round.
+    """
+
+    at: ClientRound
+    job: LocalJob
+    truth: np.ndarray
+    base_id: str
+    received: State
+    step: VictimStep | None = None
+
+
 class FederatedProtocol(ABC):
     """A federated protocol with rounds of sampled participants and local training by its trainer.
 
@@ -145,6 +167,8 @@ class FederatedProtocol(ABC):
         batch_size: local batch size.
         momentum: local SGD momentum.
         trainer: how clients train (plain SGD by default, DP-SGD with ``defense=dpsgd``).
+        vectorise: train a round's clients as one stacked model (``torch.func.vmap``), equal to
+            one by one within float tolerance; see ``Trainer.train_all`` for when it applies.
     """
 
     name: ClassVar[str] = "protocol"
@@ -152,7 +176,7 @@ class FederatedProtocol(ABC):
     sends: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, *, rounds: int, participants: int, local_epochs: int, lr: float, batch_size: int,
-                 momentum: float = 0.0, trainer: Trainer | None = None) -> None:
+                 momentum: float = 0.0, trainer: Trainer | None = None, vectorise: bool = False) -> None:
         for key, value, low in (("rounds", rounds, 1), ("participants", participants, 1),
                                 ("local_epochs", local_epochs, 1), ("batch_size", batch_size, 1)):
             if value < low:
@@ -164,12 +188,16 @@ class FederatedProtocol(ABC):
         self.rounds, self.participants = rounds, participants
         self.sgd = LocalSGD(epochs=local_epochs, lr=lr, batch_size=batch_size, momentum=momentum)
         self.trainer: Trainer = trainer if trainer is not None else SGDTrainer()
+        self.vectorise = bool(vectorise)
 
-    def local_update(self, model: nn.Module, data: ImageDataset, *, at: ClientRound,
-                     regulariser: Regulariser | None = None) -> LocalTraining:
-        """Client ``at.client``'s local training this round, by the protocol's trainer."""
-        return self.trainer.train(model, data, client=at.name, sgd=self.sgd, generator=self.client_seed(at),
-                                  regulariser=regulariser)
+    def local_job(self, model: nn.Module, data: ImageDataset, *, at: ClientRound,
+                  regulariser: Regulariser | None = None) -> LocalJob:
+        """Client ``at.client``'s local training this round, to be run by ``train_clients``."""
+        return LocalJob(model, data, at.name, self.client_seed(at), regulariser)
+
+    def train_clients(self, jobs: Sequence[LocalJob]) -> list[LocalTraining]:
+        """Run a round's local training jobs by the protocol's trainer (stacked with ``fl.vectorise``)."""
+        return self.trainer.train_all(jobs, sgd=self.sgd, vectorise=self.vectorise)
 
     def planned_reads(self, num_samples: int, *, victim: Victim | None) -> list[PlannedRead]:
         """The reads of a client with ``num_samples`` that joins every round (``victim`` if it is the victim).

@@ -18,11 +18,13 @@ from privbench.fl.genefl.learngene import layers, state_names
 from privbench.fl.genefl.settings import AgnosticSettings
 from privbench.fl.genefl.subspace import SUBSPACES, cluster, proximity
 from privbench.fl.reads import SUBSPACE, PlannedRead
-from privbench.fl.protocols.base import ClientRound, Clustering, FederatedProtocol, ProtocolResult, RoundRecord
+from privbench.fl.protocols.base import (ClientRound, Clustering, FederatedProtocol, PendingUpload, ProtocolResult,
+                                         RoundRecord)
 from privbench.fl.settings import settings
-from privbench.fl.sgd import State, parameters_of
+from privbench.fl.sgd import State, model_with, parameters_of
+from privbench.fl.trainer import Regulariser
 from privbench.fl.wire import Wire
-from privbench.payloads import Payload
+from privbench.payloads import LocalTraining, Payload
 from privbench.victim import Victim
 
 EVALS = ("cluster", "personal", "both")
@@ -132,12 +134,14 @@ class ClusteredProtocol(FederatedProtocol):
         scores: dict[str, tuple[float, dict[int, float]]] = {}
         headline, both = ("personal" if self.evaluation == "personal" else "cluster"), self.evaluation == "both"
         for r in self.progress(range(self.rounds)):
-            uploads: dict[int, list[Upload]] = defaultdict(list)
+            pending = []
             for c in self.sample(r, data.num_clients, seed=seed, victim=victim):
-                k = int(labels[c])
-                at = ClientRound(c, r, seed, victim, wire, cluster=k)
-                received = self.downlink(state, at)
-                uploads[k].append(self.client_round(model, received, data, state, at))
+                at = ClientRound(c, r, seed, victim, wire, cluster=int(labels[c]))
+                pending.append(self.begin_round(model, self.downlink(state, at), data, state, at))
+            trainings = self.train_clients([p.job for p in pending])
+            uploads: dict[int, list[Upload]] = defaultdict(list)
+            for p, training in zip(pending, trainings):
+                uploads[int(labels[p.at.client])].append(self.end_round(p, training, state))
             for k, ups in uploads.items():
                 state.models[k] = aggregate(state.models[k], [(u.num_samples, u.tensors) for u in ups])
                 self.after_aggregation(state, k, [u.layers for u in ups])
@@ -179,7 +183,23 @@ class ClusteredProtocol(FederatedProtocol):
     def after_aggregation(self, state: ClusterRun, k: int, uploaded_layers: list[list[str]]) -> None:
         """Hook after cluster ``k`` aggregated a round's uploads."""
 
+    def begin_round(self, model: nn.Module, received: State, data: FederatedData, state: ClusterRun,
+                    at: ClientRound) -> PendingUpload:
+        """Client ``at.client`` after its download: the victim sends its audit gradient; its training job."""
+        base_id = f"r{at.round:04d}-cluster_model-server-{at.name}"
+        local = model_with(model, received)
+        client_data, truth = data.client(at.client), data.clients[at.client]
+        step = None
+        if at.is_victim:
+            step = self.victim_gradient(local, client_data, truth, at=at, base_id=base_id)
+            client_data, truth = step.data, step.truth
+        return PendingUpload(at, self.local_job(local, client_data, at=at, regulariser=self.regulariser(local, client_data, at)),
+                             truth, base_id, received, step)
+
+    def regulariser(self, local: nn.Module, data: ImageDataset, at: ClientRound) -> Regulariser | None:
+        """The penalty of the client's local loss on ``data`` this round (none by default)."""
+        return None
+
     @abstractmethod
-    def client_round(self, model: nn.Module, received: State, data: FederatedData, state: ClusterRun,
-                     at: ClientRound) -> Upload:
-        """Local training of client ``at.client``; returns its upload."""
+    def end_round(self, pending: PendingUpload, training: LocalTraining, state: ClusterRun) -> Upload:
+        """After local training: the client's upload."""

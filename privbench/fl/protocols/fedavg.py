@@ -7,10 +7,10 @@ from torch import nn
 
 from privbench.data import FederatedData
 from privbench.fl.aggregate import aggregate
-from privbench.fl.protocols.base import ClientRound, FederatedProtocol, ProtocolResult, RoundRecord
+from privbench.fl.protocols.base import ClientRound, FederatedProtocol, PendingUpload, ProtocolResult, RoundRecord
 from privbench.fl.sgd import State, accuracy, model_with, parameters_of
 from privbench.fl.wire import Wire
-from privbench.payloads import Payload
+from privbench.payloads import LocalTraining, Payload
 from privbench.victim import Victim
 
 
@@ -37,9 +37,10 @@ class FedAvg(FederatedProtocol):
         per_client: dict[int, float] = {}
         for r in self.progress(range(self.rounds)):
             base = state
-            uploads = [self._client_round(model, base, data, ClientRound(c, r, seed, victim, wire))
+            pending = [self._download(model, base, data, ClientRound(c, r, seed, victim, wire))
                        for c in self.sample(r, data.num_clients, seed=seed, victim=victim)]
-            state = aggregate(base, uploads)
+            trainings = self.train_clients([p.job for p in pending])
+            state = aggregate(base, [self._upload(p, t) for p, t in zip(pending, trainings)])
             wire.store.flush()
             acc, per_client = self.known_accuracy(scratch, data, lambda c: state)
             scratch.load_state_dict(state)
@@ -47,17 +48,24 @@ class FedAvg(FederatedProtocol):
         return ProtocolResult(theta0=theta0, final=state, accuracy=history[-1].accuracy, client_accuracy=per_client,
                               history=tuple(history), global_accuracy=history[-1].global_accuracy)
 
-    def _client_round(self, model: nn.Module, base: State, data: FederatedData, at: ClientRound) -> tuple[int, State]:
+    def _download(self, model: nn.Module, base: State, data: FederatedData, at: ClientRound) -> PendingUpload:
+        """Send the global model; the victim sends its audit gradient; return the client's training job."""
         down = at.wire.send(Payload.from_tensors(kind="global_model", round=at.round, sender="server", receiver=at.name,
                                                  tensors=base))
         local = model_with(model, base)
         client_data, truth = data.client(at.client), data.clients[at.client]
+        step = None
         if at.is_victim:
             step = self.victim_gradient(local, client_data, truth, at=at, base_id=down.id)
             client_data, truth = step.data, step.truth
-        training = self.local_update(local, client_data, at=at)
+        return PendingUpload(at, self.local_job(local, client_data, at=at), truth, down.id, base, step)
+
+    @staticmethod
+    def _upload(pending: PendingUpload, training: LocalTraining) -> tuple[int, State]:
+        """Send the trained model (``update``); return its weight and tensors for aggregation."""
+        at = pending.at
         up = at.wire.send(Payload.from_tensors(kind="update", round=at.round, sender=at.name, receiver="server",
-                                               tensors=parameters_of(local), base=down.id, training=training,
-                                               truth=truth.tolist()))
+                                               tensors=parameters_of(pending.job.model), base=pending.base_id,
+                                               training=training, truth=pending.truth.tolist()))
         assert up.tensors is not None
-        return len(client_data), up.tensors
+        return len(pending.job.data), up.tensors

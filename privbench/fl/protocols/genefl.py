@@ -7,17 +7,17 @@ import numpy as np
 import torch
 from torch import nn
 
-from privbench.data import FederatedData
+from privbench.data import ImageDataset
 from privbench.errors import ConfigError
 from privbench.fl.genefl.fisher import GeneRegulariser
 from privbench.fl.genefl.learngene import cluster_gene, gene_size, layers, select_layers, state_names, xi_scores
 from privbench.fl.genefl.settings import GeneSettings
-from privbench.fl.protocols.base import ClientRound
+from privbench.fl.protocols.base import ClientRound, PendingUpload
 from privbench.fl.protocols.clustered import ClusteredProtocol, ClusterRun, Upload
 from privbench.fl.reads import FISHER, LOCAL_SGD, PlannedRead
 from privbench.fl.settings import settings
-from privbench.fl.sgd import State, model_with, parameters_of
-from privbench.payloads import Condensation, Payload
+from privbench.fl.sgd import State, parameters_of
+from privbench.payloads import Condensation, LocalTraining, Payload
 from privbench.victim import Victim
 
 DOWNLINKS = ("full", "gene")
@@ -91,23 +91,18 @@ class GeneFL(ClusteredProtocol):
     def after_aggregation(self, state: ClusterRun, k: int, uploaded_layers: list[list[str]]) -> None:
         state.genes[k] = cluster_gene(uploaded_layers, list(state.layers), state.gene_count)
 
-    def client_round(self, model: nn.Module, received: State, data: FederatedData, state: ClusterRun,
-                     at: ClientRound) -> Upload:
-        base_id = f"r{at.round:04d}-cluster_model-server-{at.name}"
-        local = model_with(model, received)
-        client_data, truth = data.client(at.client), data.clients[at.client]
-        step = None
-        if at.is_victim:
-            step = self.victim_gradient(local, client_data, truth, at=at, base_id=base_id)
-            client_data, truth = step.data, step.truth
+    def regulariser(self, local: nn.Module, data: ImageDataset, at: ClientRound) -> GeneRegulariser:
+        """The Fisher-elastic penalty around the received model, its Fisher computed on ``data``."""
         anchor = {n: p.detach().clone() for n, p in local.named_parameters()}
         fisher_noise = torch.Generator().manual_seed(self.client_seed(at).initial_seed() + 101)
-        fisher = self.trainer.fisher(local, client_data, client=at.name, generator=fisher_noise) if self.lambda2 else {}
-        regulariser = GeneRegulariser(anchor=anchor, fisher=fisher, lambda1=self.lambda1, lambda2=self.lambda2,
-                                      eps=self.eps)
-        training = self.local_update(local, client_data, at=at, regulariser=regulariser)
-        after = parameters_of(local)
-        params = {layer: [n for n in names if n in anchor] for layer, names in state.layers.items()}
+        fisher = self.trainer.fisher(local, data, client=at.name, generator=fisher_noise) if self.lambda2 else {}
+        return GeneRegulariser(anchor=anchor, fisher=fisher, lambda1=self.lambda1, lambda2=self.lambda2, eps=self.eps)
+
+    def end_round(self, pending: PendingUpload, training: LocalTraining, state: ClusterRun) -> Upload:
+        at, step, received = pending.at, pending.step, pending.received
+        after = parameters_of(pending.job.model)
+        trained = {n for n, _ in pending.job.model.named_parameters()}
+        params = {layer: [n for n in names if n in trained] for layer, names in state.layers.items()}
         scores = xi_scores(after, received, params, score=self.gene.score)
         rng = np.random.default_rng([at.seed, at.round, at.client, 17])
         chosen = select_layers(scores, state.gene_count, select=self.gene.select, rng=rng)
@@ -115,11 +110,12 @@ class GeneFL(ClusteredProtocol):
         if step is not None:
             at.wire.send(Payload.from_tensors(kind="gene_gradient", round=at.round, sender=at.name, receiver="server",
                                               tensors={n: step.gradient[n] for n in names if n in step.gradient},
-                                              base=base_id, training=step.record, truth=step.batch_truth.tolist()))
+                                              base=pending.base_id, training=step.record,
+                                              truth=step.batch_truth.tolist()))
         up = at.wire.send(Payload.from_tensors(
             kind="learngene", round=at.round, sender=at.name, receiver="server", tensors={n: after[n] for n in names},
-            base=base_id, cluster=at.cluster, truth=truth.tolist(), training=training,
+            base=pending.base_id, cluster=at.cluster, truth=pending.truth.tolist(), training=training,
             condensation=Condensation(tuple(chosen), scores)))
         state.personal[at.client] = after
         assert up.tensors is not None
-        return Upload(len(client_data), up.tensors, chosen)
+        return Upload(len(pending.job.data), up.tensors, chosen)

@@ -31,10 +31,11 @@ class LocalOnly(FederatedProtocol):
         history: list[RoundRecord] = []
         per_client: dict[int, float] = {}
         for r in self.progress(range(self.rounds)):
-            for c in self.sample(r, data.num_clients, seed=seed, victim=victim):
-                local = model_with(model, own[c])
-                self.local_update(local, data.client(c), at=ClientRound(c, r, seed, victim, wire))
-                own[c] = parameters_of(local)
+            jobs = [self.local_job(model_with(model, own[c]), data.client(c), at=ClientRound(c, r, seed, victim, wire))
+                    for c in self.sample(r, data.num_clients, seed=seed, victim=victim)]
+            self.train_clients(jobs)
+            for c, job in zip(self.sample(r, data.num_clients, seed=seed, victim=victim), jobs):
+                own[c] = parameters_of(job.model)
             acc, per_client = self.known_accuracy(scratch, data, lambda c: own[c])
             history.append(RoundRecord(r, acc, wire.totals()))
         return ProtocolResult(theta0=theta0, final=own[victim.client], accuracy=history[-1].accuracy,
