@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch.func import functional_call
 
+from privbench.attacks.lbfgs import LBFGS
 from privbench.attacks.objectives import squared_l2, squared_norm
 from privbench.attacks.target import AttackTarget, Part, Unroll
 
@@ -88,7 +89,8 @@ def lbfgs_match(
 ) -> tuple[float, str, int]:
     """Minimise the squared-L2 gradient distance over ``leaves`` with L-BFGS.
 
-    An outer step runs L-BFGS for up to 20 evaluations and stops early at torch's tolerances.
+    An outer step runs L-BFGS (``attacks.lbfgs``: torch's rules, a cheaper direction) for up to
+    20 evaluations and stops early at torch's tolerances.
     The loop ends as ``stationary`` when a step changes neither the objective (relative
     ``TOLERANCE``) nor any leaf (``TOLERANCE``): from then on every step would repeat itself,
     so a converged attempt does not spend the rest of its budget.
@@ -98,7 +100,7 @@ def lbfgs_match(
         ``budget``, ``stalled`` (still above ``stall_tol`` after ``stall_at`` of the budget) or ``nan``.
     """
     scale = max(squared_norm(target.gradient), 1e-30)
-    optimizer = torch.optim.LBFGS(leaves, lr=1.0, max_iter=20, history_size=100)
+    optimizer = LBFGS(leaves, lr=1.0, max_iter=20, history_size=100)
     last = [math.inf]
 
     def closure() -> torch.Tensor:
