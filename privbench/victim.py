@@ -1,6 +1,7 @@
 """The victim: which client, round and private images the audit targets."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,14 +22,26 @@ class Victim:
         update_data: what the victim trains on in the victim round: ``batch`` (only the
             victim batch, so an ``update`` payload is a function of those images) or
             ``all`` (its whole local data, the realistic and much harder case).
+        clients: more clients audited in the same round: ``None`` (only ``client``), a list of
+            client indices (each is sampled into the round), or ``"all"`` (every participant
+            of the round). Each sends its own audit gradient and is attacked on its own;
+            ``client`` stays the headline victim.
     """
 
     client: int = 0
     round: int = 0
     num_images: int = 1
     update_data: str = "batch"
+    clients: Sequence[int] | str | None = None
 
     def __post_init__(self) -> None:
+        if isinstance(self.clients, str) and self.clients != "all":
+            raise ConfigError(f"victim.clients={self.clients!r}: allowed null, all or a list of client indices")
+        if self.clients is not None and not isinstance(self.clients, str):
+            clients = list(self.clients)
+            if any(isinstance(c, bool) or not isinstance(c, int) for c in clients):
+                raise ConfigError(f"victim.clients={clients}: allowed null, all or a list of client indices")
+            object.__setattr__(self, "clients", tuple(sorted(set(clients))))
         if self.num_images < 1:
             raise ConfigError(f"victim.num_images must be >= 1, got {self.num_images}")
         if self.update_data not in UPDATE_DATA:
@@ -37,6 +50,20 @@ class Victim:
     @property
     def name(self) -> str:
         return f"client{self.client}"
+
+    @property
+    def listed(self) -> tuple[int, ...]:
+        """Every client named as a victim: ``client`` first, then ``clients`` when they are a list."""
+        extra = () if self.clients is None or isinstance(self.clients, str) else self.clients
+        return (self.client, *[c for c in extra if c != self.client])
+
+    def audits(self, client: int) -> bool:
+        """Whether ``client``'s messages are audited when it takes part in the victim round."""
+        return self.clients == "all" or client in self.listed
+
+    def alone(self, client: int) -> "Victim":
+        """The same victim settings for ``client`` alone (how each audited client's payload is selected)."""
+        return Victim(client=client, round=self.round, num_images=self.num_images, update_data=self.update_data)
 
     def batch_positions(self, num_samples: int, *, seed: int) -> np.ndarray:
         """Positions (within the victim's local data) of the victim batch, fixed by ``seed``."""

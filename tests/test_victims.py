@@ -109,3 +109,58 @@ def test_audit_with_update_data_all_reports_true_count_and_chance(compose_cfg, t
     assert privacy["num_true"] == 600 and privacy["num_reconstructed"] == 1
     assert privacy["psnr_gain"] == pytest.approx(privacy["psnr_mean"] - privacy["psnr_chance"])
     assert set(privacy["chance"]) == {"mean_image", "non_member"} and privacy["psnr_chance"] > 10
+
+
+def test_victim_clients_lists_audits_and_refuses_bad_values():
+    from privbench.errors import ConfigError
+
+    v = Victim(client=2, clients=[3, 0, 3])
+    assert v.listed == (2, 0, 3) and v.audits(3) and not v.audits(1)
+    assert Victim(clients="all").audits(7) and Victim().listed == (0,) and not Victim().audits(1)
+    assert v.alone(3) == Victim(client=3)
+    for bad in ("some", [1.5], [True]):
+        with pytest.raises(ConfigError, match="victim.clients"):
+            Victim(clients=bad)
+
+
+def test_listed_victims_are_swapped_into_their_round_and_checked():
+    from privbench.errors import ConfigError
+
+    protocol = FedAvg(rounds=2, participants=3, local_epochs=1, lr=0.1, batch_size=8)
+    victim = Victim(client=0, round=1, clients=[5, 9])
+    chosen = protocol.sample(1, 10, seed=4, victim=victim)
+    assert {0, 5, 9} <= set(chosen) and len(chosen) == 3
+    assert protocol.sample(0, 10, seed=4, victim=victim) == protocol.sample(0, 10, seed=4, victim=Victim(round=1))
+    data = FederatedData.build(source="fashion_mnist_subset", num_clients=4, partition="iid", agnostic_classes=[])
+    with pytest.raises(ConfigError, match="victim.clients: 7 is not one of 0..3"):
+        protocol.check(data=data, victim=Victim(clients=[7]))
+    with pytest.raises(ConfigError, match="names 4 clients .* fl.participants=3"):
+        protocol.check(data=data, victim=Victim(clients=[1, 2, 3]))
+
+
+def test_every_client_of_the_round_is_attacked_on_its_own(tmp_path):
+    import privbench
+
+    run = privbench.run(["fl=fedavg", "payload=gradient", "fl.rounds=1", "fl.participants=3", "data.num_clients=4",
+                         "data.partition=iid", "fl.local_epochs=1", "attack.iterations=40", "attack.restarts=1",
+                         "metrics.lpips=false", "victim.clients=all"], results_dir=tmp_path)
+    privacy = run.metrics["privacy"]
+    rows = privacy["victims"]
+    assert [r["client"] for r in rows][0] == 0 and len(rows) == 3  # every participant, the headline first
+    assert len({r["payload"] for r in rows}) == 3 and all(f"client{r['client']}" in r["payload"] for r in rows)
+    assert rows[0]["psnr_mean"] == privacy["psnr_mean"]
+    assert all(r["psnr_chance"] is not None and r["psnr_gain"] == r["psnr_mean"] - r["psnr_chance"] for r in rows)
+    spread = privacy["victims_summary"]
+    assert spread["above_chance"] == sum(r["psnr_gain"] > 0 for r in rows)
+    assert spread["count"] == 3 and spread["victims_per_second"] > 0
+    assert spread["psnr_min"] <= spread["psnr_mean"] <= spread["psnr_max"]
+    for r in rows[1:]:
+        assert (run.run_dir / "victims" / f"client{r['client']}" / "grid.png").exists()
+
+
+def test_victim_clients_with_an_aggregate_is_refused_before_training(tmp_path):
+    import privbench
+    from privbench.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="victim.clients: payload=cluster_model is one aggregate"):
+        privbench.api.preflight(["payload=cluster_model", "victim.clients=[1]"])

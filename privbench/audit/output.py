@@ -142,6 +142,12 @@ def summary(metrics: dict[str, Any]) -> str:
                           f"{formatted(privacy.get('label_accuracy'), '{:.2f}')}"))
     elif privacy.get("failed"):
         lines.append(("leakage", "attack failed: no reconstruction"))
+    spread = privacy.get("victims_summary")
+    if spread:
+        lines.append(("victims", f"{spread['count']} audited, PSNR mean {formatted(spread.get('psnr_mean'), '{:.2f}')} "
+                                 f"(min {formatted(spread.get('psnr_min'), '{:.2f}')}, max "
+                                 f"{formatted(spread.get('psnr_max'), '{:.2f}')}), {spread['above_chance']} above "
+                                 f"chance, {spread['victims_per_second']:.3g} victims/s"))
     useful = f"known-client accuracy {formatted(utility.get('accuracy'), '{:.3f}')}"
     if utility.get("personal_accuracy") is not None:
         useful += f" (own model {formatted(utility['personal_accuracy'], '{:.3f}')})"

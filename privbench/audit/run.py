@@ -2,12 +2,14 @@
 from __future__ import annotations
 
 import json
+import math
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
@@ -133,6 +135,9 @@ def plan(cfg: DictConfig) -> Plan:
         raise _not_a("payload", choice, PayloadChoice)
     assert isinstance(victim, Victim)
     p = Plan(cfg, protocol, attack, defense, choice, victim, int(cfg.seed))
+    if p.attacking and victim.clients is not None and choice.spec.aggregate:
+        raise ConfigError(f"victim.clients: payload={choice.kind} is one aggregate per cluster, not a message of "
+                          "each client; audit aggregates with one victim (victim.clients=null)")
     if p.attacking:
         if choice.kind not in protocol.sends:
             sends = ", ".join(protocol.sends) or "nothing (use attack=none)"
@@ -179,13 +184,54 @@ def preflight(cfg: DictConfig) -> Plan:
 
 def _attack(p: Plan, store: PayloadStore, model: nn.Module, data: FederatedData,
             out: Path) -> tuple[dict[str, Any], dict[str, Any], int]:
-    """Select the payload, attack it, score the reconstruction; returns (privacy, threat model, payload bytes)."""
-    payload, base = p.choice.select(store, p.victim)
+    """Attack the victim's payload (and with ``victim.clients`` every audited client's, each on its own).
+
+    Returns the headline victim's privacy (with ``victims``: one row per audited client, their
+    spread and victims per second), its threat model and its payload's bytes.
+    """
+    start = time.perf_counter()
+    privacy, threat, nbytes = _attack_one(p, p.victim, store, model, data, out)
+    if p.victim.clients is None:
+        return privacy, threat, nbytes
+    rows = [_victim_row(p.victim.client, threat, privacy)]
+    for c in _audited(p.victim, store)[1:]:
+        one, one_threat, _ = _attack_one(p, p.victim.alone(c), store, model, data, out / "victims" / f"client{c}")
+        rows.append(_victim_row(c, one_threat, one))
+    seconds = time.perf_counter() - start
+    psnrs = [r["psnr_mean"] for r in rows if r.get("psnr_mean") is not None and math.isfinite(r["psnr_mean"])]
+    privacy["victims"] = rows
+    privacy["victims_summary"] = {
+        "count": len(rows), "psnr_mean": float(np.mean(psnrs)) if psnrs else None,
+        "psnr_min": min(psnrs, default=None), "psnr_max": max(psnrs, default=None),
+        "above_chance": sum(1 for r in rows if (r.get("psnr_gain") or 0) > 0),
+        "seconds": seconds, "victims_per_second": len(rows) / seconds}
+    return privacy, threat, nbytes
+
+
+def _audited(victim: Victim, store: PayloadStore) -> list[int]:
+    """The audited clients of the victim round, the headline victim first: the senders of its audit gradients."""
+    senders = {int(r["sender"].removeprefix("client"))
+               for r in store.records(kind="gradient", round=victim.round, phase="training")}
+    senders |= set(victim.listed) if victim.clients != "all" else set()
+    return [victim.client, *sorted(c for c in senders if c != victim.client and victim.audits(c))]
+
+
+def _victim_row(client: int, threat: dict[str, Any], privacy: dict[str, Any]) -> dict[str, Any]:
+    keys = ("failed", "objective", "psnr_mean", "psnr_chance", "psnr_gain", "ssim_mean", "ssim_chance", "lpips_mean",
+            "lpips_chance", "label_accuracy", "num_reconstructed", "num_true")
+    return {"client": client, "payload": threat.get("payload"), **{k: privacy.get(k) for k in keys}}
+
+
+def _attack_one(p: Plan, victim: Victim, store: PayloadStore, model: nn.Module, data: FederatedData,
+                out: Path) -> tuple[dict[str, Any], dict[str, Any], int]:
+    """Select ``victim``'s payload, attack it, score the reconstruction; returns (privacy, threat model, payload bytes)."""
+    out.mkdir(parents=True, exist_ok=True)
+    payload, base = p.choice.select(store, victim)
     if isinstance(p.attack, SubspaceProjection):
         return _project(p, p.attack, payload, data, out)
     if not isinstance(p.attack, GradientInversion):
         raise AttackNotApplicableError(f"attack={p.attack.name} has no way to read payload={payload.kind}")
-    count = p.choice.images(payload, p.victim, unroll=p.attack.unroll)
+    count = p.choice.images(payload, victim, unroll=p.attack.unroll)
     target = AttackTarget.from_payload(payload, base=base, model=model, num_images=count,
                                        image_shape=data.train.shape, num_classes=data.train.num_classes,
                                        mean=data.train.mean, std=data.train.std, unroll=p.attack.unroll)
@@ -389,13 +435,14 @@ def _run(cfg: DictConfig, out: Path, stack: ExitStack) -> dict[str, Any]:
 
 
 def _phases(p: Plan) -> int:
-    """Phases an audit plans: data, training, the FedAvg reference and agnostic clients (GENE-FL), attack
-    restarts (at most), scoring."""
+    """Phases an audit plans: data, training, the FedAvg reference and agnostic clients (GENE-FL), and per
+    audited client attack restarts (at most) and scoring."""
     protocol = p.protocol
     clustered = isinstance(protocol, ClusteredProtocol)
     reference = isinstance(protocol, ClusteredProtocol) and protocol.agnostic.fedavg_reference
+    victims = len(p.victim.listed) if p.victim.clients != "all" else protocol.participants
     restarts = int(getattr(p.attack, "restarts", 1)) if p.attacking else 0
-    return 2 + int(reference) + int(clustered) + restarts + int(p.attacking)
+    return 2 + int(reference) + int(clustered) + victims * (restarts + int(p.attacking))
 
 
 def _finish(out: Path, metrics: dict[str, Any]) -> dict[str, Any]:

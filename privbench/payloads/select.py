@@ -35,11 +35,12 @@ class PayloadChoice:
 
     def capture(self, victim: Victim) -> CapturePolicy:
         """The messages the attack on this kind reads, kept whatever ``capture`` says (it only adds more)."""
+        clients = "all" if victim.clients == "all" else frozenset(victim.listed)
         if self.spec.once:
-            return CapturePolicy(kinds=frozenset({self.kind}), rounds=frozenset({0}), clients=frozenset({victim.client}))
+            return CapturePolicy(kinds=frozenset({self.kind}), rounds=frozenset({0}), clients=clients)
         if not (self.spec.aggregate and self.spec.readable):
-            # the payload and the base model it is relative to: the victim's messages in the victim round
-            return CapturePolicy(kinds="all", rounds="victim", clients="victim", victim_round=victim.round,
+            # the payload and the base model it is relative to: each audited client's messages in the victim round
+            return CapturePolicy(kinds="all", rounds="victim", clients=clients, victim_round=victim.round,
                                  victim_client=victim.client)
         return CapturePolicy(kinds=frozenset({self.kind}), rounds=frozenset({victim.round + 1}), clients="all")
 

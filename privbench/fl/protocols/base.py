@@ -113,7 +113,7 @@ class ClientRound:
 
     @property
     def is_victim(self) -> bool:
-        return (self.client, self.round) == (self.victim.client, self.victim.round)
+        return self.round == self.victim.round and self.victim.audits(self.client)
 
 
 @dataclass(frozen=True)
@@ -219,7 +219,7 @@ class FederatedProtocol(ABC):
         """Give the trainer every known client's planned reads (a DP trainer calibrates its noise to them)."""
         for c in range(data.num_clients):
             self.trainer.plan(f"client{c}", self.planned_reads(len(data.clients[c]),
-                                                               victim=victim if c == victim.client else None))
+                                                               victim=victim if victim.audits(c) else None))
 
     def check_model(self, model: nn.Module) -> None:
         """Fail before training if the settings cannot run on ``model`` (a protocol with per-layer settings)."""
@@ -230,16 +230,31 @@ class FederatedProtocol(ABC):
             raise ConfigError(f"fl.participants={self.participants} exceeds data.num_clients={data.num_clients}")
         if not 0 <= victim.client < data.num_clients:
             raise ConfigError(f"victim.client={victim.client} must be in 0..{data.num_clients - 1}")
+        outside = [c for c in victim.listed if not 0 <= c < data.num_clients]
+        if outside:
+            raise ConfigError(f"victim.clients: {outside[0]} is not one of 0..{data.num_clients - 1}")
+        if len(victim.listed) > self.participants:
+            raise ConfigError(f"victim.clients names {len(victim.listed)} clients (victim.client included) but only "
+                              f"fl.participants={self.participants} take part in a round")
+        for c in victim.listed[1:]:
+            victim.alone(c).batch_positions(len(data.clients[c]), seed=0)
         if not 0 <= victim.round < self.rounds:
             raise ConfigError(f"victim.round={victim.round} must be in 0..{self.rounds - 1} (fl.rounds={self.rounds})")
         victim.batch_positions(len(data.clients[victim.client]), seed=0)
 
     def sample(self, round_: int, num_clients: int, *, seed: int, victim: Victim) -> list[int]:
-        """Participants of ``round_``: a seeded draw; the victim is swapped in on its round."""
-        chosen = list(np.random.default_rng([seed, round_]).choice(num_clients, self.participants, replace=False))
-        if round_ == victim.round and victim.client not in chosen:
-            chosen[-1] = victim.client
-        return sorted(int(c) for c in chosen)
+        """Participants of ``round_``: a seeded draw; the listed victims are swapped in on their round.
+
+        A missing victim replaces the last drawn client that is not a victim.
+        """
+        chosen = [int(c) for c in np.random.default_rng([seed, round_]).choice(num_clients, self.participants,
+                                                                                replace=False)]
+        if round_ == victim.round:
+            for v in victim.listed:
+                if v not in chosen:
+                    spare = max(i for i, c in enumerate(chosen) if c not in victim.listed)
+                    chosen[spare] = v
+        return sorted(chosen)
 
     def victim_gradient(self, local: nn.Module, client_data: ImageDataset, truth: np.ndarray, *, at: ClientRound,
                         base_id: str) -> VictimStep:
