@@ -105,10 +105,7 @@ class GradientInversion(Attack):
 
     def run(self, target: AttackTarget, *, seed: int) -> AttackResult:
         """Run up to ``restarts`` attempts; keep the one with the lowest finite objective."""
-        if target.num_images > self.max_images:
-            raise AttackNotApplicableError(
-                f"{target.knowledge.get('payload', 'payload')} holds {target.num_images} private images; attack "
-                f"{self.name} rebuilds at most attack.max_images={self.max_images} at once")
+        self.check_size(target)
         attempts: list[Attempt] = []
         evaluations: list[int] = []
         generators = [torch.Generator().manual_seed(seed * 1000 + k) for k in range(self.restarts)]
@@ -125,6 +122,21 @@ class GradientInversion(Attack):
             evaluations.append(target.evaluations - before)
             if attempt.status == "converged":
                 break
+        return self.result(target, attempts, evaluations)
+
+    def run_many(self, targets: list[AttackTarget], *, seed: int) -> list[AttackResult]:
+        """``run`` on each target (several victims); an attack may batch them, with the same results."""
+        return [self.run(target, seed=seed) for target in targets]
+
+    def check_size(self, target: AttackTarget) -> None:
+        """Refuse a target with more images than ``max_images``."""
+        if target.num_images > self.max_images:
+            raise AttackNotApplicableError(
+                f"{target.knowledge.get('payload', 'payload')} holds {target.num_images} private images; attack "
+                f"{self.name} rebuilds at most attack.max_images={self.max_images} at once")
+
+    def result(self, target: AttackTarget, attempts: list[Attempt], evaluations: list[int]) -> AttackResult:
+        """The attempt with the lowest finite objective, and the log of every attempt."""
         finite = [a for a in attempts if math.isfinite(a.objective) and a.status != "nan"]
         log = [{"objective": a.objective, "status": a.status, "iterations": a.iterations, "evaluations": e}
                for a, e in zip(attempts, evaluations)]

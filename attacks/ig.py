@@ -5,7 +5,7 @@ import math
 
 import torch
 
-from privbench.attacks.base import Attempt, GradientInversion
+from privbench.attacks.base import AttackResult, Attempt, GradientInversion
 from privbench.attacks.labels import recover_labels
 from privbench.attacks.matching import candidate_gradient
 from privbench.attacks.objectives import cosine_distance, total_variation
@@ -77,48 +77,86 @@ class InvertingGradients(GradientInversion):
     def batched_attempts(self, target: AttackTarget, *, generators: list[torch.Generator]) -> list[Attempt] | None:
         """Every restart in one vmapped optimisation: Adam and clamping act elementwise, so each restart
         follows exactly the path it would alone; a restart that turns NaN keeps its state from then on."""
-        if not self.batched or target.unroll is not None or any(True for _ in target.model.buffers()):
+        together = self._batched([target], generators=generators)
+        return None if together is None else together[0]
+
+    def run_many(self, targets: list[AttackTarget], *, seed: int) -> list[AttackResult]:
+        """Every target's restarts in one vmapped optimisation, each result equal to ``run`` on that target alone."""
+        generators = [torch.Generator().manual_seed(seed * 1000 + k) for k in range(self.restarts)]
+        if len(targets) < 2:
+            return super().run_many(targets, seed=seed)
+        for target in targets:
+            self.check_size(target)
+        before = [t.evaluations for t in targets]
+        together = self._batched(targets, generators=generators)
+        if together is None:
+            return super().run_many(targets, seed=seed)
+        return [self.result(target, attempts, [(target.evaluations - b) // len(attempts)] * len(attempts))
+                for target, attempts, b in zip(targets, together, before)]
+
+    def _batched(self, targets: list[AttackTarget], *, generators: list[torch.Generator]) -> list[list[Attempt]] | None:
+        """Restarts of every target as one vmapped optimisation; None where a target rules it out (unrolled
+        training, batch-norm buffers, targets that differ in shape, visible names or label source)."""
+        first = targets[0]
+        if not self.batched or any(t.unroll is not None or any(True for _ in t.model.buffers()) for t in targets):
+            return None
+        if any((t.num_images, t.image_shape, list(t.gradient), t.head_gradient is None) !=
+               (first.num_images, first.image_shape, list(first.gradient), first.head_gradient is None)
+               for t in targets[1:]):
             return None
         from torch.func import functional_call, grad_and_value, vmap
 
         from privbench.attacks.matching import _loss
 
-        n, model, observed = target.num_images, target.model, target.gradient
-        head = target.head_gradient
-        labels = recover_labels(head, n) if head is not None else None
+        n, model, restarts = first.num_images, first.model, len(generators)
+        problems = [(t, k) for t in targets for k in range(restarts)]  # target-major, restarts in order
+        hard = None
+        if first.head_gradient is not None:
+            hard = torch.stack([recover_labels(t.head_gradient, n) for t, _ in problems])  # type: ignore[arg-type]
         starts, logit_starts = [], []
-        for generator in generators:  # the same draws, in the same order, as `attempt`
-            x = torch.randn((n, *target.image_shape), generator=generator)
-            target.clamp_(x)
-            starts.append(x)
-            if labels is None:
-                logit_starts.append(torch.randn((n, target.num_classes), generator=generator))
+        for target in targets:
+            for generator in [torch.Generator().manual_seed(g.initial_seed()) for g in generators]:
+                x = torch.randn((n, *target.image_shape), generator=generator)  # the draws of `attempt`, in order
+                target.clamp_(x)
+                starts.append(x)
+                if hard is None:
+                    logit_starts.append(torch.randn((n, target.num_classes), generator=generator))
         images = torch.stack(starts).requires_grad_(True)
-        logits = torch.stack(logit_starts).requires_grad_(True) if labels is None else None
-        named = {k: v.detach() for k, v in model.named_parameters()}
-        watched = [k for k in named if k in observed]
+        logits = torch.stack(logit_starts).requires_grad_(True) if hard is None else None
+        watched = list(first.gradient)
+        all_names = [k for k, _ in model.named_parameters()]
+        params = {k: torch.stack([dict(t.model.named_parameters())[k].detach() for t, _ in problems]) for k in all_names}
+        observed = {k: torch.stack([t.gradient[k] for t, _ in problems]) for k in watched}
 
-        def objective(x: torch.Tensor, soft: torch.Tensor | None) -> torch.Tensor:
+        def objective(x: torch.Tensor, soft: torch.Tensor | None, named: dict[str, torch.Tensor],
+                      seen: dict[str, torch.Tensor], labels: torch.Tensor | None) -> torch.Tensor:
             def loss_of(p: dict[str, torch.Tensor]) -> torch.Tensor:
                 return _loss(functional_call(model, {**named, **p}, (x,)), labels, soft)
 
             grads = torch.func.grad(loss_of)({k: named[k] for k in watched})
-            return cosine_distance(grads, observed) + self.tv * total_variation(x)
+            return cosine_distance(grads, seen) + self.tv * total_variation(x)
 
         step = vmap(grad_and_value(objective, argnums=(0, 1) if logits is not None else 0),
-                    in_dims=(0, 0 if logits is not None else None))
+                    in_dims=(0, 0 if logits is not None else None, 0, 0, 0 if hard is not None else None))
         leaves = [images] + ([logits] if logits is not None else [])
         optimizer = torch.optim.Adam(leaves, lr=self.lr)
         milestones = [int(self.iterations * f) for f in (3 / 8, 5 / 8, 7 / 8)]
         scheduler = torch.optim.lr_scheduler.MultiStepLR(optimizer, milestones=milestones, gamma=0.1)
-        count = len(generators)
+        count = len(problems)
         done: dict[int, Attempt] = {}
         values = torch.full((count,), math.inf)
-        with self.progress(desc=f"{self.name} (restarts batched)") as bar:
+
+        def labels_of(k: int) -> torch.Tensor:
+            return self._labels(None if hard is None else hard[k], None if logits is None else logits[k])
+
+        desc = f"{self.name} ({restarts} restarts" + (f" x {len(targets)} victims" if len(targets) > 1 else "") + \
+            " batched)"
+        with self.progress(desc=desc) as bar:
             for it in range(1, self.iterations + 1):
                 optimizer.zero_grad()
-                grads, values = step(images, logits)
-                target.evaluations += count
+                grads, values = step(images, logits, params, observed, hard)
+                for target in targets:
+                    target.evaluations += restarts
                 grads = grads if isinstance(grads, tuple) else (grads,)
                 for leaf, g in zip(leaves, grads):
                     leaf.grad = g.detach().clone()
@@ -128,7 +166,7 @@ class InvertingGradients(GradientInversion):
                 kept = [leaf.detach()[frozen].clone() for leaf in leaves] if frozen else []
                 optimizer.step()
                 scheduler.step()
-                target.clamp_(images)
+                first.clamp_(images)
                 with torch.no_grad():
                     for leaf, old in zip(leaves, kept):
                         leaf[frozen] = old
@@ -136,12 +174,12 @@ class InvertingGradients(GradientInversion):
                 bar.update(1, objective=float(values.min()))
                 for k in range(count):
                     if k not in done and (not math.isfinite(float(values[k])) or not torch.isfinite(images[k]).all()):
-                        done[k] = Attempt(images[k].detach().clone(), self._labels(labels, None if logits is None else
-                                                                                   logits[k]), math.nan, "nan", it)
+                        done[k] = Attempt(images[k].detach().clone(), labels_of(k), math.nan, "nan", it)
                 if len(done) == count:
                     break
-        return [done.get(k) or Attempt(images[k].detach(), self._labels(labels, None if logits is None else logits[k]),
-                                       float(values[k]), "budget", self.iterations) for k in range(count)]
+        attempts = [done.get(k) or Attempt(images[k].detach(), labels_of(k), float(values[k]), "budget",
+                                           self.iterations) for k in range(count)]
+        return [attempts[i * restarts:(i + 1) * restarts] for i in range(len(targets))]
 
     @staticmethod
     def _labels(labels: torch.Tensor | None, logits: torch.Tensor | None) -> torch.Tensor:

@@ -148,3 +148,32 @@ def test_batched_ig_restarts_equal_running_them_one_by_one(fmnist, hide_head):
     for a, b in zip(one_by_one, together):
         assert torch.allclose(a.images, b.images, atol=1e-4), float((a.images - b.images).abs().max())
         assert torch.equal(a.labels, b.labels) and a.objective == pytest.approx(b.objective, abs=1e-5)
+
+
+@pytest.mark.parametrize("hide_head", [False, True])
+def test_ig_on_several_victims_at_once_equals_each_alone(fmnist, hide_head):
+    from privbench.attacks.ig import InvertingGradients
+
+    def targets() -> list[AttackTarget]:
+        out = []
+        for seed, start in ((5, 10), (6, 20), (7, 30)):  # each victim has its own base model and images
+            torch.manual_seed(seed)
+            model = LeNet(in_channels=1, image_size=28, num_classes=10)
+            base, gp, _, _ = _payloads(model, fmnist.train.normalised(slice(start, start + 2)),
+                                       fmnist.train.labels[start:start + 2])
+            if hide_head:
+                gp = Payload.from_tensors(kind="gradient", round=0, sender="client0", receiver="server", base=base.id,
+                                          tensors={n: t for n, t in gp.tensors.items() if not n.startswith("fc")})
+            out.append(AttackTarget.from_payload(gp, base=base, model=model, num_images=2, image_shape=(1, 28, 28),
+                                                 num_classes=10, mean=fmnist.train.mean, std=fmnist.train.std))
+        return out
+
+    attack = InvertingGradients(iterations=30, restarts=2)
+    alone = [attack.run(t, seed=3) for t in targets()]
+    many_targets = targets()
+    together = attack.run_many(many_targets, seed=3)
+    assert [t.evaluations for t in many_targets] == [2 * 30] * 3
+    for a, b in zip(alone, together):
+        assert torch.allclose(a.images, b.images, atol=1e-4), float((a.images - b.images).abs().max())
+        assert torch.equal(a.labels, b.labels) and a.objective == pytest.approx(b.objective, abs=1e-5)
+        assert [x["objective"] for x in a.attempts] == pytest.approx([x["objective"] for x in b.attempts], abs=1e-5)

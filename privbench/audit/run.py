@@ -15,6 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from privbench.attacks import Attack, AttackTarget, GradientInversion, NoAttack, SubspaceProjection
+from privbench.attacks.base import AttackResult
 from privbench.audit.build import build
 from privbench.audit.output import summary, write_gallery, write_grid, write_metrics
 from privbench.audit.reference import fedavg_reference
@@ -186,18 +187,29 @@ def _attack(p: Plan, store: PayloadStore, model: nn.Module, data: FederatedData,
             out: Path) -> tuple[dict[str, Any], dict[str, Any], int]:
     """Attack the victim's payload (and with ``victim.clients`` every audited client's, each on its own).
 
+    Several victims go to the attack together (``run_many``: Inverting Gradients batches them).
     Returns the headline victim's privacy (with ``victims``: one row per audited client, their
     spread and victims per second), its threat model and its payload's bytes.
     """
     start = time.perf_counter()
-    privacy, threat, nbytes = _attack_one(p, p.victim, store, model, data, out)
+    clients = [p.victim.client] if p.victim.clients is None else _audited(p.victim, store)
+    dirs = [out] + [out / "victims" / f"client{c}" for c in clients[1:]]
+    selected = [p.choice.select(store, p.victim.alone(c)) for c in clients]
+    if isinstance(p.attack, SubspaceProjection):
+        scored = [_project(p, p.attack, payload, data, d) for (payload, _), d in zip(selected, dirs)]
+    elif isinstance(p.attack, GradientInversion):
+        targets = [_target(p, p.victim.alone(c), payload, base, model, data) for c, (payload, base) in
+                   zip(clients, selected)]
+        results = p.attack.run_many(targets, seed=p.seed)
+        scored = [(_scored(p, payload, result, data, d), dict(target.knowledge), payload.nbytes)
+                  for (payload, _), target, result, d in zip(selected, targets, results, dirs)]
+    else:
+        raise AttackNotApplicableError(f"attack={p.attack.name} has no way to read payload={selected[0][0].kind}")
+    privacy, threat, nbytes = scored[0]
     if p.victim.clients is None:
         return privacy, threat, nbytes
-    rows = [_victim_row(p.victim.client, threat, privacy)]
-    for c in _audited(p.victim, store)[1:]:
-        one, one_threat, _ = _attack_one(p, p.victim.alone(c), store, model, data, out / "victims" / f"client{c}")
-        rows.append(_victim_row(c, one_threat, one))
     seconds = time.perf_counter() - start
+    rows = [_victim_row(c, one_threat, one) for c, (one, one_threat, _) in zip(clients, scored)]
     psnrs = [r["psnr_mean"] for r in rows if r.get("psnr_mean") is not None and math.isfinite(r["psnr_mean"])]
     privacy["victims"] = rows
     privacy["victims_summary"] = {
@@ -222,26 +234,25 @@ def _victim_row(client: int, threat: dict[str, Any], privacy: dict[str, Any]) ->
     return {"client": client, "payload": threat.get("payload"), **{k: privacy.get(k) for k in keys}}
 
 
-def _attack_one(p: Plan, victim: Victim, store: PayloadStore, model: nn.Module, data: FederatedData,
-                out: Path) -> tuple[dict[str, Any], dict[str, Any], int]:
-    """Select ``victim``'s payload, attack it, score the reconstruction; returns (privacy, threat model, payload bytes)."""
-    out.mkdir(parents=True, exist_ok=True)
-    payload, base = p.choice.select(store, victim)
-    if isinstance(p.attack, SubspaceProjection):
-        return _project(p, p.attack, payload, data, out)
-    if not isinstance(p.attack, GradientInversion):
-        raise AttackNotApplicableError(f"attack={p.attack.name} has no way to read payload={payload.kind}")
+def _target(p: Plan, victim: Victim, payload: Payload, base: Payload | None, model: nn.Module,
+            data: FederatedData) -> AttackTarget:
+    """The attacker's view of ``victim``'s payload."""
+    assert isinstance(p.attack, GradientInversion)
     count = p.choice.images(payload, victim, unroll=p.attack.unroll)
-    target = AttackTarget.from_payload(payload, base=base, model=model, num_images=count,
-                                       image_shape=data.train.shape, num_classes=data.train.num_classes,
-                                       mean=data.train.mean, std=data.train.std, unroll=p.attack.unroll)
-    result = p.attack.run(target, seed=p.seed)
+    return AttackTarget.from_payload(payload, base=base, model=model, num_images=count, image_shape=data.train.shape,
+                                     num_classes=data.train.num_classes, mean=data.train.mean, std=data.train.std,
+                                     unroll=p.attack.unroll)
+
+
+def _scored(p: Plan, payload: Payload, result: AttackResult, data: FederatedData, out: Path) -> dict[str, Any]:
+    """The attack's record and, when it rebuilt images, their scores (grid and gallery written to ``out``)."""
     privacy: dict[str, Any] = {"failed": result.failed, "objective": result.objective,
                                "label_source": result.label_source, "attempts": result.attempts}
     if result.images is not None and result.labels is not None:
+        out.mkdir(parents=True, exist_ok=True)
         recon = denormalise(result.images, data.train.mean, data.train.std)
         privacy.update(_score(p, recon, result.labels, *_truth(payload, data), data, out))
-    return privacy, dict(target.knowledge), payload.nbytes
+    return privacy
 
 
 def _truth(payload: Payload, data: FederatedData) -> tuple[torch.Tensor, torch.Tensor]:
@@ -263,6 +274,7 @@ def _project(p: Plan, attack: SubspaceProjection, payload: Payload, data: Federa
              out: Path) -> tuple[dict[str, Any], dict[str, Any], int]:
     """The projection attack on a ``subspace`` payload: basis images scored like reconstructions."""
     assert payload.tensors is not None
+    out.mkdir(parents=True, exist_ok=True)
     basis = payload.tensors["U"]
     recon = attack.basis_images(basis, data.train.shape)
     truth, truth_labels = _truth(payload, data)
