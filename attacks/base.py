@@ -88,6 +88,8 @@ class GradientInversion(Attack):
         stall_at: fraction of ``iterations`` after which an attempt whose relative
             objective is still above ``stall_tol`` is abandoned as stalled.
         stall_tol: see ``stall_at``.
+        patience: L-BFGS attacks end an attempt whose objective fell by less than 1 % over
+            this many iterations (0: never).
         unroll: for model payloads, replay the client's local training on the candidates
             instead of matching the pseudo-gradient.
         max_images: most images an attack will try to rebuild at once (a ``cluster_model``
@@ -97,11 +99,15 @@ class GradientInversion(Attack):
     reads: ClassVar[frozenset[Carries]] = frozenset({"gradient", "model"})
 
     def __init__(self, *, iterations: int = 300, restarts: int = 4, converged: float = 1e-6,
-                 stall_at: float = 0.25, stall_tol: float = 0.05, unroll: bool = False, max_images: int = 64) -> None:
+                 stall_at: float = 0.25, stall_tol: float = 0.05, unroll: bool = False, max_images: int = 64,
+                 patience: int = 0) -> None:
         if iterations < 1 or restarts < 1 or max_images < 1:
             raise ValueError("attack.iterations, attack.restarts and attack.max_images must be >= 1")
         self.iterations, self.restarts, self.unroll, self.max_images = iterations, restarts, unroll, max_images
         self.converged, self.stall_at, self.stall_tol = converged, stall_at, stall_tol
+        if patience < 0:
+            raise ValueError("attack.patience must be >= 0")
+        self.patience = patience
 
     def run(self, target: AttackTarget, *, seed: int) -> AttackResult:
         """Run up to ``restarts`` attempts; keep the one with the lowest finite objective."""

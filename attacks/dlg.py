@@ -28,6 +28,6 @@ class DLG(GradientInversion):
             objective, status, iters = lbfgs_match(
                 [images, logits], lambda: candidate_gradient(target, images, label_logits=logits), target,
                 iterations=self.iterations, converged=self.converged, stall_at=self.stall_at,
-                stall_tol=self.stall_tol, on_step=lambda v: bar.update(1, objective=v),
+                stall_tol=self.stall_tol, patience=self.patience, on_step=lambda v: bar.update(1, objective=v),
             )
         return Attempt(images.detach(), logits.detach().argmax(1), objective, status, iters)

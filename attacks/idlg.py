@@ -34,6 +34,6 @@ class IDLG(DLG):
             objective, status, iters = lbfgs_match(
                 [images], lambda: candidate_gradient(target, images, labels=labels), target,
                 iterations=self.iterations, converged=self.converged, stall_at=self.stall_at,
-                stall_tol=self.stall_tol, on_step=lambda v: bar.update(1, objective=v),
+                stall_tol=self.stall_tol, patience=self.patience, on_step=lambda v: bar.update(1, objective=v),
             )
         return Attempt(images.detach(), labels, objective, status, iters)

@@ -15,6 +15,9 @@ from privbench.attacks.target import AttackTarget, Part, Unroll
 
 #: A step that moves no leaf and changes the objective by at most this (relative) ends the loop.
 TOLERANCE = 1e-9
+#: With ``patience``: an attempt whose objective fell by less than this fraction over the last
+#: ``patience`` iterations ends as ``plateau``.
+PLATEAU = 0.01
 
 
 def _loss(out: torch.Tensor, labels: torch.Tensor | None, label_logits: torch.Tensor | None) -> torch.Tensor:
@@ -85,6 +88,7 @@ def lbfgs_match(
     converged: float,
     stall_at: float,
     stall_tol: float,
+    patience: int = 0,
     on_step: Callable[[float], None] | None = None,
 ) -> tuple[float, str, int]:
     """Minimise the squared-L2 gradient distance over ``leaves`` with L-BFGS.
@@ -93,11 +97,14 @@ def lbfgs_match(
     20 evaluations and stops early at torch's tolerances.
     The loop ends as ``stationary`` when a step changes neither the objective (relative
     ``TOLERANCE``) nor any leaf (``TOLERANCE``): from then on every step would repeat itself,
-    so a converged attempt does not spend the rest of its budget.
+    so a converged attempt does not spend the rest of its budget. With ``patience`` > 0 it ends
+    as ``plateau`` when the objective fell by less than ``PLATEAU`` (1 %) over the last
+    ``patience`` iterations.
 
     Returns:
         ``(relative objective, status, iterations)``; status is ``converged``, ``stationary``,
-        ``budget``, ``stalled`` (still above ``stall_tol`` after ``stall_at`` of the budget) or ``nan``.
+        ``plateau``, ``budget``, ``stalled`` (still above ``stall_tol`` after ``stall_at`` of the
+        budget) or ``nan``.
     """
     scale = max(squared_norm(target.gradient), 1e-30)
     optimizer = LBFGS(leaves, lr=1.0, max_iter=20, history_size=100)
@@ -114,6 +121,7 @@ def lbfgs_match(
 
     check = max(1, int(stall_at * iterations))
     previous = math.inf
+    trace: list[float] = []
     for it in range(1, iterations + 1):
         before = [leaf.detach().clone() for leaf in leaves]
         optimizer.step(closure)
@@ -126,6 +134,9 @@ def lbfgs_match(
             return value, "converged", it
         if it == check and value > stall_tol:
             return value, "stalled", it
+        trace.append(value)
+        if patience and it > patience and value > (1 - PLATEAU) * trace[-patience - 1]:
+            return value, "plateau", it
         moved = max(float((leaf.detach() - b).abs().max()) for leaf, b in zip(leaves, before))
         if moved <= TOLERANCE and abs(previous - value) <= TOLERANCE * max(abs(value), 1e-30):
             return value, "stationary", it

@@ -114,7 +114,7 @@ RULES: dict[str, Any] = {
     "fl.agnostic.epochs": COUNT, "fl.agnostic.lr": POSITIVE, "fl.agnostic.batch_size": POSITIVE_INT,
     "fl.agnostic.samples": COUNT,
     "attack.iterations": POSITIVE_INT, "attack.restarts": POSITIVE_INT, "attack.converged": NON_NEGATIVE,
-    "attack.stall_at": FRACTION, "attack.stall_tol": NON_NEGATIVE, "attack.max_images": POSITIVE_INT,
+    "attack.stall_at": FRACTION, "attack.stall_tol": NON_NEGATIVE, "attack.max_images": POSITIVE_INT, "attack.patience": COUNT,
     "attack.lr": POSITIVE, "attack.tv": NON_NEGATIVE, "attack.components": POSITIVE_INT,
     "defense.noise_multiplier": NON_NEGATIVE, "defense.target_epsilon": Number(low=0, open_low=True, nullable=True),
     "defense.max_grad_norm": POSITIVE, "defense.delta": Number(low=0, high=1, open_low=True, open_high=True), "defense.sigma": NON_NEGATIVE, "defense.p": FRACTION,

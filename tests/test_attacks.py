@@ -177,3 +177,20 @@ def test_ig_on_several_victims_at_once_equals_each_alone(fmnist, hide_head):
         assert torch.allclose(a.images, b.images, atol=1e-4), float((a.images - b.images).abs().max())
         assert torch.equal(a.labels, b.labels) and a.objective == pytest.approx(b.objective, abs=1e-5)
         assert [x["objective"] for x in a.attempts] == pytest.approx([x["objective"] for x in b.attempts], abs=1e-5)
+
+
+def test_lbfgs_ends_an_attempt_that_stops_improving_as_plateau(fmnist):
+    # two images rebuilt as one can never match: the objective levels off well above zero
+    torch.manual_seed(2)
+    model = LeNet(in_channels=1, image_size=28, num_classes=10)
+    base, gp, _, _ = _payloads(model, fmnist.train.normalised(slice(0, 2)), fmnist.train.labels[0:2])
+    runs = {}
+    for patience, iterations in ((0, 40), (15, 150)):
+        target = AttackTarget.from_payload(gp, base=base, model=model, num_images=1, image_shape=(1, 28, 28),
+                                           num_classes=10)
+        runs[patience] = DLG(iterations=iterations, restarts=1, converged=0.0, stall_at=1.0, stall_tol=math.inf,
+                             patience=patience).run(
+            target, seed=0).attempts[0]
+    attempt = runs[15]
+    assert attempt["status"] == "plateau" and 15 < attempt["iterations"] < 150 and attempt["objective"] > 1e-3
+    assert runs[0]["status"] == "budget" and runs[0]["iterations"] == 40  # patience 0: never a plateau
