@@ -22,8 +22,8 @@ class DLG(GradientInversion):
 
     def attempt(self, target: AttackTarget, *, generator: torch.Generator) -> Attempt:
         n, shape = target.num_images, target.image_shape
-        images = torch.randn((n, *shape), generator=generator).requires_grad_(True)
-        logits = torch.randn((n, target.num_classes), generator=generator).requires_grad_(True)
+        images = target.randn(n, *shape, generator=generator).requires_grad_(True)
+        logits = target.randn(n, target.num_classes, generator=generator).requires_grad_(True)
         with self.progress(desc=self.name) as bar:
             objective, status, iters = lbfgs_match(
                 [images, logits], lambda: candidate_gradient(target, images, label_logits=logits), target,

@@ -29,7 +29,7 @@ class IDLG(DLG):
         if head is None:
             return super().attempt(target, generator=generator)
         labels = recover_labels(head, target.num_images)
-        images = torch.randn((target.num_images, *target.image_shape), generator=generator).requires_grad_(True)
+        images = target.randn(target.num_images, *target.image_shape, generator=generator).requires_grad_(True)
         with self.progress(desc=self.name) as bar:
             objective, status, iters = lbfgs_match(
                 [images], lambda: candidate_gradient(target, images, labels=labels), target,

@@ -45,12 +45,12 @@ class InvertingGradients(GradientInversion):
 
     def attempt(self, target: AttackTarget, *, generator: torch.Generator) -> Attempt:
         n = target.num_images
-        images = torch.randn((n, *target.image_shape), generator=generator)
+        images = target.randn(n, *target.image_shape, generator=generator)
         target.clamp_(images)
         images.requires_grad_(True)
         head = target.head_gradient
         labels = recover_labels(head, n) if head is not None else None
-        logits = None if labels is not None else torch.randn((n, target.num_classes), generator=generator).requires_grad_(True)
+        logits = None if labels is not None else target.randn(n, target.num_classes, generator=generator).requires_grad_(True)
         optimizer = torch.optim.Adam([images] + ([logits] if logits is not None else []), lr=self.lr)
         milestones = [int(self.iterations * f) for f in (3 / 8, 5 / 8, 7 / 8)]
         scheduler = torch.optim.lr_scheduler.MultiStepLR(optimizer, milestones=milestones, gamma=0.1)
@@ -116,11 +116,11 @@ class InvertingGradients(GradientInversion):
         starts, logit_starts = [], []
         for target in targets:
             for generator in [torch.Generator().manual_seed(g.initial_seed()) for g in generators]:
-                x = torch.randn((n, *target.image_shape), generator=generator)  # the draws of `attempt`, in order
+                x = target.randn(n, *target.image_shape, generator=generator)  # the draws of `attempt`, in order
                 target.clamp_(x)
                 starts.append(x)
                 if hard is None:
-                    logit_starts.append(torch.randn((n, target.num_classes), generator=generator))
+                    logit_starts.append(target.randn(n, target.num_classes, generator=generator))
         images = torch.stack(starts).requires_grad_(True)
         logits = torch.stack(logit_starts).requires_grad_(True) if hard is None else None
         watched = list(first.gradient)
@@ -144,7 +144,7 @@ class InvertingGradients(GradientInversion):
         scheduler = torch.optim.lr_scheduler.MultiStepLR(optimizer, milestones=milestones, gamma=0.1)
         count = len(problems)
         done: dict[int, Attempt] = {}
-        values = torch.full((count,), math.inf)
+        values = torch.full((count,), math.inf, device=images.device)
 
         def labels_of(k: int) -> torch.Tensor:
             return self._labels(None if hard is None else hard[k], None if logits is None else logits[k])

@@ -51,20 +51,21 @@ class LBFGS(torch.optim.Optimizer):
             raise ValueError("LBFGS takes one parameter group")
         self._params: list[torch.Tensor] = self.param_groups[0]["params"]
         size = sum(p.numel() for p in self._params)
+        device = self._params[0].device
         # the stored pairs live in a ring of ``history_size`` rows, never copied; ``_order`` lists them oldest first
-        self._s = torch.zeros(history_size, size, dtype=torch.float64)
-        self._y = torch.zeros(history_size, size, dtype=torch.float64)
-        self._sy = torch.zeros(history_size, history_size, dtype=torch.float64)  # s_i . y_j by ring row
-        self._yy = torch.zeros(history_size, history_size, dtype=torch.float64)  # y_i . y_j by ring row
+        self._s = torch.zeros(history_size, size, dtype=torch.float64, device=device)
+        self._y = torch.zeros(history_size, size, dtype=torch.float64, device=device)
+        self._sy = torch.zeros(history_size, history_size, dtype=torch.float64, device=device)  # s_i . y_j by ring row
+        self._yy = torch.zeros(history_size, history_size, dtype=torch.float64, device=device)  # y_i . y_j by ring row
         self._count = self._next = 0
         self._gamma = 1.0
         self._iterations = 0
-        self._d = torch.zeros(size)
+        self._d = torch.zeros(size, device=device)
         self._t = 0.0
-        self._previous_grad = torch.zeros(size)
+        self._previous_grad = torch.zeros(size, device=device)
 
     def _flat_grad(self) -> torch.Tensor:
-        return torch.cat([p.grad.reshape(-1) if p.grad is not None else torch.zeros(p.numel(), dtype=p.dtype)
+        return torch.cat([p.grad.reshape(-1) if p.grad is not None else torch.zeros(p.numel(), dtype=p.dtype, device=p.device)
                           for p in self._params])
 
     def _move(self, t: float, d: torch.Tensor) -> None:
@@ -78,7 +79,7 @@ class LBFGS(torch.optim.Optimizer):
     def _order(self) -> torch.Tensor:
         """Ring rows of the stored pairs, oldest first."""
         history = len(self._s)
-        return (self._next - self._count + torch.arange(self._count)) % history
+        return (self._next - self._count + torch.arange(self._count, device=self._s.device)) % history
 
     def _remember(self, s: torch.Tensor, y: torch.Tensor) -> None:
         """Store ``(s, y)`` over the oldest pair once the ring is full, with its products with the others."""
@@ -102,7 +103,7 @@ class LBFGS(torch.optim.Optimizer):
         u = torch.linalg.solve_triangular(r, a[:, None], upper=True)[:, 0]
         inner = torch.diagonal(sy) * u + gamma * (self._yy[order][:, order] @ u) - gamma * b
         v = torch.linalg.solve_triangular(r.T, inner[:, None], upper=False)[:, 0]
-        ring_v, ring_u = torch.zeros(len(self._s), dtype=torch.float64), torch.zeros(len(self._s), dtype=torch.float64)
+        ring_v, ring_u = torch.zeros_like(self._s[:, 0]), torch.zeros_like(self._s[:, 0])
         ring_v[order], ring_u[order] = v, u
         hg = gamma * g64 + self._s.T @ ring_v - gamma * (self._y.T @ ring_u)
         return (-hg).to(g.dtype)

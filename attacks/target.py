@@ -134,7 +134,8 @@ class AttackTarget:
 
         The attacker's model is a copy whose small convolutions compute by im2col (``with_im2col``).
         """
-        model, _ = with_im2col(model, torch.zeros(num_images, *image_shape))
+        device = next(model.parameters()).device
+        model, _ = with_im2col(model, torch.zeros(num_images, *image_shape, device=device))
         param_names = [n for n, _ in model.named_parameters()]
         if base is not None and base.tensors is not None:
             unknown = [n for n in param_names if n not in base.tensors]
@@ -143,7 +144,7 @@ class AttackTarget:
                     f"{payload.id}: its base {base.id} lacks {len(unknown)} parameters (e.g. {unknown[0]}); the server "
                     "does not know the model the client trained from (downlink=gene after the client's first round)")
             model.load_state_dict({**model.state_dict(), **base.tensors})
-        gradient = observed_gradient(payload, base, param_names)
+        gradient = {n: g.to(device) for n, g in observed_gradient(payload, base, param_names).items()}
         if not gradient:
             raise AttackNotApplicableError(f"{payload.id} carries none of the model's parameters")
         spec = None
@@ -152,7 +153,10 @@ class AttackTarget:
                 raise AttackNotApplicableError(f"attack.unroll=true needs a payload that carries a model, "
                                                f"not {payload.kind}: a one-step gradient has nothing to unroll")
             spec = Unroll.from_training(_training(payload), num_images)
-        bounds = pixel_bounds(mean, std) if mean is not None and std is not None else None
+        bounds = None
+        if mean is not None and std is not None:
+            low, high = pixel_bounds(mean, std)
+            bounds = (low.to(device), high.to(device))
         visible = sum(gradient[n].numel() for n in gradient)
         total = sum(p.numel() for p in model.parameters())
         head = f"{classifier_head(model)}.weight"
@@ -186,6 +190,15 @@ class AttackTarget:
     def head_label_source(self) -> str:
         """``recovered`` when labels can be read off the head's gradient, else ``UNKNOWN_LABELS``."""
         return "recovered" if self.head_gradient is not None else UNKNOWN_LABELS
+
+    @property
+    def device(self) -> torch.device:
+        """Where the attacker's model is (candidates are made there)."""
+        return next(self.model.parameters()).device
+
+    def randn(self, *shape: int, generator: torch.Generator) -> torch.Tensor:
+        """Standard normal draws from the CPU ``generator`` (the same on every device), moved to ``device``."""
+        return torch.randn(shape, generator=generator).to(self.device)
 
     def params(self) -> dict[str, torch.Tensor]:
         """The model's parameters whose gradients are observed, by name."""

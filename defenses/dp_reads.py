@@ -18,7 +18,7 @@ def dp_fisher_diagonal(model: nn.Module, data: ImageDataset, *, clip: float, sig
     """
     sums = squared_gradients(model, data, clip=clip)
     scale = sigma * clip**2
-    return {k: (v + scale * torch.randn(v.shape, generator=generator, dtype=v.dtype)).clamp(min=0) / len(data)
+    return {k: (v + scale * torch.randn(v.shape, generator=generator, dtype=v.dtype).to(v.device)).clamp(min=0) / len(data)
             for k, v in sums.items()}
 
 
@@ -38,7 +38,7 @@ def dp_subspace(images: torch.Tensor, d: int, *, sigma: float, generator: torch.
     rows = images.reshape(len(images), -1).double()
     rows = rows / rows.norm(dim=1, keepdim=True).clamp(min=1.0)
     dim = rows.shape[1]
-    upper = torch.randn(dim, dim, generator=generator, dtype=torch.float64).triu() * sigma
+    upper = torch.randn(dim, dim, generator=generator, dtype=torch.float64).to(rows.device).triu() * sigma
     noisy = rows.T @ rows + upper + upper.triu(1).T
     _, vectors = torch.linalg.eigh(noisy)
     return vectors[:, -d:].flip(1).float().contiguous()

@@ -134,7 +134,8 @@ class DPSGD(Trainer):
         loader = DataLoader(TensorDataset(data.normalised(), data.labels), batch_size=sgd.batch_size,
                             generator=generator)
         optimizer = torch.optim.SGD(model.parameters(), lr=sgd.lr, momentum=sgd.momentum)
-        noise = torch.Generator().manual_seed(int(torch.randint(0, 2**31 - 1, (1,), generator=generator)))
+        device = next(model.parameters()).device  # Opacus draws its noise on the model's device
+        noise = torch.Generator(device=device).manual_seed(int(torch.randint(0, 2**31 - 1, (1,), generator=generator)))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             module, dp_optimizer, dp_loader = self.engine(client).make_private(
@@ -167,7 +168,7 @@ class DPSGD(Trainer):
         sigma = self.sigma(client)
         out = {}
         for n, g in per_sample.items():
-            noise = torch.randn(g.shape[1:], generator=generator) * sigma * self.max_grad_norm
+            noise = torch.randn(g.shape[1:], generator=generator).to(g.device) * sigma * self.max_grad_norm
             out[n] = (g.sum(0) + noise) / len(x)
         self.engine(client).accountant.step(noise_multiplier=sigma, sample_rate=1.0)
         return out

@@ -179,6 +179,7 @@ def test_ig_on_several_victims_at_once_equals_each_alone(fmnist, hide_head):
         assert [x["objective"] for x in a.attempts] == pytest.approx([x["objective"] for x in b.attempts], abs=1e-5)
 
 
+@pytest.mark.slow
 def test_lbfgs_ends_an_attempt_that_stops_improving_as_plateau(fmnist):
     # two images rebuilt as one can never match: the objective levels off well above zero
     torch.manual_seed(2)

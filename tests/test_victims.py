@@ -138,6 +138,7 @@ def test_listed_victims_are_swapped_into_their_round_and_checked():
         protocol.check(data=data, victim=Victim(clients=[1, 2, 3]))
 
 
+@pytest.mark.slow
 def test_every_client_of_the_round_is_attacked_on_its_own(tmp_path):
     import privbench
 

@@ -90,22 +90,22 @@ def _scored(p: Plan, payload: Payload, result: AttackResult, data: FederatedData
                                "label_source": result.label_source, "attempts": result.attempts}
     if result.images is not None and result.labels is not None:
         out.mkdir(parents=True, exist_ok=True)
-        recon = denormalise(result.images, data.train.mean, data.train.std)
-        privacy.update(_score(p, recon, result.labels, *_truth(payload, data), data, out))
+        recon = denormalise(result.images.cpu(), data.train.mean, data.train.std)  # scored on the CPU
+        privacy.update(_score(p, recon, result.labels.cpu(), *_truth(payload, data), data, out))
     return privacy
 
 
 def _truth(payload: Payload, data: FederatedData) -> tuple[torch.Tensor, torch.Tensor]:
-    """The images ``payload`` was computed from (``[N, C, H, W]`` in [0, 1]) and their labels."""
+    """The images ``payload`` was computed from (``[N, C, H, W]`` in [0, 1], on the CPU) and their labels."""
     index = torch.tensor(payload.truth)
-    return data.train.images[index].float() / 255.0, data.train.labels[index]
+    return data.train.images[index.to(data.train.images.device)].cpu().float() / 255.0, data.train.labels[index].cpu()
 
 
 def _score(p: Plan, recon: torch.Tensor, labels: torch.Tensor, truth: torch.Tensor, truth_labels: torch.Tensor,
            data: FederatedData, out: Path) -> dict[str, Any]:
     """Match ``recon`` one-to-one against ``truth`` (the images the payload was computed from); score it and the chance
     baselines with the same matching; write the grid."""
-    test = data.test.images.float() / 255.0
+    test = data.test.images.cpu().float() / 255.0
     return score_reconstruction(recon, labels, truth, truth_labels, non_members=test, seed=p.seed,
                                 match_on=str(p.cfg.metrics.match_on), use_lpips=bool(p.cfg.metrics.lpips), out=out)
 

@@ -19,6 +19,8 @@ from privbench.audit.output import summary, write_metrics
 from privbench.audit.reference import fedavg_reference
 from privbench.audit.resume import config_key, finished, finished_runs, trained, training_key
 from privbench.data import FederatedData
+from privbench.device import make_deterministic
+from privbench.device import resolve as resolve_device
 from privbench.errors import AttackNotApplicableError, ConfigError, PrivbenchError
 from privbench.fl.genefl.agnostic import evaluate_agnostic
 from privbench.fl.protocols import FederatedProtocol, ProtocolResult
@@ -41,7 +43,8 @@ from privbench.values import check_values
 from privbench.victim import Victim
 
 GROUPS = ("data", "model", "fl", "payload", "attack", "defense")
-TOP_KEYS = set(GROUPS) | {"name", "seed", "victim", "capture", "metrics", "results_dir", "resume", "allow_targets"}
+TOP_KEYS = set(GROUPS) | {"name", "seed", "device", "victim", "capture", "metrics", "results_dir", "resume",
+                          "allow_targets"}
 METRIC_KEYS = {"lpips", "match_on"}
 
 
@@ -57,6 +60,7 @@ class Plan:
         choice: which recorded payload is attacked.
         victim: the audited client.
         seed: the run's seed.
+        device: where models, training and attacks run (payloads and states stay on the CPU).
     """
 
     cfg: DictConfig
@@ -66,6 +70,7 @@ class Plan:
     choice: PayloadChoice
     victim: Victim
     seed: int
+    device: torch.device = torch.device("cpu")
 
     @property
     def attacking(self) -> bool:
@@ -130,7 +135,8 @@ def plan(cfg: DictConfig) -> Plan:
     if not isinstance(choice, PayloadChoice):
         raise _not_a("payload", choice, PayloadChoice)
     assert isinstance(victim, Victim)
-    p = Plan(cfg, protocol, attack, defense, choice, victim, int(cfg.seed))
+    device = resolve_device(str(cfg.get("device", "auto")))
+    p = Plan(cfg, protocol, attack, defense, choice, victim, int(cfg.seed), device)
     if p.attacking and victim.clients is not None and choice.spec.aggregate:
         raise ConfigError(f"victim.clients: payload={choice.kind} is one aggregate per cluster, not a message of "
                           "each client; audit aggregates with one victim (victim.clients=null)")
@@ -163,6 +169,8 @@ def prepare(p: Plan) -> tuple[FederatedData, nn.Module, CapturePolicy]:
     model = build("model", cfg.model, in_channels=c, image_size=h, num_classes=data.train.num_classes)
     if not isinstance(model, nn.Module):
         raise _not_a("model", model, nn.Module)
+    make_deterministic(p.device)
+    model, data = model.to(p.device), data.to(p.device)
     p.protocol.trainer.check_model(model)
     p.protocol.check_model(model)
     policy = build("capture", OmegaConf.merge({"_target_": "privbench.payloads.CapturePolicy.build"}, cfg.capture),

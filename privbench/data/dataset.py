@@ -49,9 +49,15 @@ class ImageDataset:
         x = self.images if index is None else self.images[index]
         return normalise(x.float() / 255.0, self.mean, self.std)
 
+    def to(self, device: torch.device | str) -> "ImageDataset":
+        """The same samples with images and labels on ``device``."""
+        return ImageDataset(self.name, self.images.to(device), self.labels.to(device), self.num_classes, self.mean,
+                            self.std)
+
     def with_classes(self, classes: "list[int] | tuple[int, ...]") -> "ImageDataset":
         """The samples whose label is in ``classes``."""
-        return self.subset(torch.isin(self.labels, torch.tensor(list(classes), dtype=self.labels.dtype)).nonzero().flatten())
+        wanted = torch.tensor(list(classes), dtype=self.labels.dtype, device=self.labels.device)
+        return self.subset(torch.isin(self.labels, wanted).nonzero().flatten())
 
     def subset(self, index: torch.Tensor) -> "ImageDataset":
         """A dataset of the samples at ``index`` with the same normalisation."""

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -111,6 +112,11 @@ class FederatedData:
                 classes_per_client=min(classes_per_client, len(agnostic)), min_size=min_size, seed=seed + 1)]
         return cls(train, test.with_classes(known), [pool[p] for p in parts], known, agnostic, agnostic_parts,
                    test.with_classes(agnostic))
+
+    def to(self, device: torch.device | str) -> "FederatedData":
+        """The same splits with every image and label on ``device`` (client indices stay NumPy)."""
+        return dataclasses.replace(self, train=self.train.to(device), test=self.test.to(device),
+                                   test_agnostic=self.test_agnostic.to(device))
 
     def client_classes(self, i: int, *, agnostic: bool = False) -> list[int]:
         """Labels present in client ``i``'s data (known or agnostic client)."""

@@ -18,8 +18,9 @@ State = dict[str, torch.Tensor]
 
 
 def parameters_of(model: nn.Module) -> State:
-    """Detached copies of the model's named parameters and floating buffers (its state)."""
-    return {name: t.detach().clone() for name, t in model.state_dict().items()}
+    """Detached CPU copies of the model's named parameters and buffers (its state; states live on the CPU,
+    models on their device)."""
+    return {name: t.detach().to("cpu", copy=True) for name, t in model.state_dict().items()}
 
 
 def model_with(model: nn.Module, state: State) -> nn.Module:

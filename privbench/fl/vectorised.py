@@ -97,9 +97,11 @@ def stacked_local_train(jobs: Sequence[LocalJob], *, epochs: int, lr: float, bat
     base.train()
     params, _ = stack_module_state([job.model for job in jobs])
     params = {n: p.detach() for n, p in params.items()}
-    images = torch.cat([job.data.normalised() for job in jobs] + [torch.zeros(1, *jobs[0].data.shape)])
-    labels = torch.cat([job.data.labels for job in jobs] + [torch.zeros(1, dtype=torch.long)])
+    device = next(jobs[0].model.parameters()).device
+    images = torch.cat([job.data.normalised() for job in jobs] + [torch.zeros(1, *jobs[0].data.shape, device=device)])
+    labels = torch.cat([job.data.labels for job in jobs] + [torch.zeros(1, dtype=torch.long, device=device)])
     index, weight, steps = _schedule(jobs, epochs=epochs, batch_size=batch_size)
+    index, weight = index.to(device), weight.to(device)
     regulariser = jobs[0].regulariser
     extra = ({k: {n: torch.stack([job.regulariser.tensors()[k][n] for job in jobs]) for n in v}
               for k, v in regulariser.tensors().items()} if regulariser is not None else {})
@@ -111,7 +113,7 @@ def stacked_local_train(jobs: Sequence[LocalJob], *, epochs: int, lr: float, bat
 
     step_grad = vmap(grad(loss))
     velocity: dict[str, torch.Tensor] = {}
-    taken = torch.tensor(steps)
+    taken = torch.tensor(steps, device=device)
     for t in range(index.shape[0]):
         rows = index[t]
         grads = step_grad(params, images[rows], labels[rows], weight[t], extra)

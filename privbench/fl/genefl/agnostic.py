@@ -45,7 +45,7 @@ def evaluate_agnostic(result: ProtocolResult, *, protocol: ClusteredProtocol, ro
         u = protocol.client_basis(adata, client=name, seed=seed)
         wire.send(Payload.from_tensors(kind="subspace", round=round_, sender=name, receiver="server", tensors={"U": u},
                                        phase="agnostic", truth=data.agnostic_clients[a].tolist()))
-        k = nearest_cluster(u.double().numpy(), list(clustering.bases), labels, variant=protocol.subspace)
+        k = nearest_cluster(u.double().cpu().numpy(), list(clustering.bases), labels, variant=protocol.subspace)
         sent = wire.send(Payload.from_tensors(kind="cluster_gene", round=round_, sender="server", receiver=name,
                                               tensors={n: clustering.models[k][n] for n in clustering.gene_names(k)},
                                               cluster=k, phase="agnostic"))

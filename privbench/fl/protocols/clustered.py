@@ -116,7 +116,7 @@ class ClusteredProtocol(FederatedProtocol):
             u = self.client_basis(data.client(c), client=f"client{c}", seed=seed)
             wire.send(Payload.from_tensors(kind="subspace", round=0, sender=f"client{c}", receiver="server",
                                            tensors={"U": u}, truth=data.clients[c].tolist()))
-            bases.append(u.double().numpy())
+            bases.append(u.double().cpu().numpy())
         return cluster(proximity(bases, variant=self.subspace), self.num_clusters), bases
 
     def start(self, model: nn.Module, labels: np.ndarray, theta0: State) -> ClusterRun:
