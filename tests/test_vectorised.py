@@ -82,6 +82,7 @@ def _run(protocol, data, tmp_path):
     return result, wire, store
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cls,extra", [(FedAvg, {}), (GeneFL, {"num_clusters": 2, "subspace_dim": 2})])
 def test_a_vectorised_protocol_sends_the_same_messages(tmp_path, cls, extra):
     data = _data()
