@@ -82,9 +82,9 @@ class InvertingGradients(GradientInversion):
 
     def run_many(self, targets: list[AttackTarget], *, seed: int) -> list[AttackResult]:
         """Every target's restarts in one vmapped optimisation, each result equal to ``run`` on that target alone."""
-        generators = [torch.Generator().manual_seed(seed * 1000 + k) for k in range(self.restarts)]
         if len(targets) < 2:
             return super().run_many(targets, seed=seed)
+        generators = [torch.Generator().manual_seed(seed * 1000 + k) for k in range(self.restarts)]
         for target in targets:
             self.check_size(target)
         before = [t.evaluations for t in targets]

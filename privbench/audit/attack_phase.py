@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 
 def attack_victims(p: Plan, store: PayloadStore, model: nn.Module, data: FederatedData,
-            out: Path) -> tuple[dict[str, Any], dict[str, Any], int]:
+                   out: Path) -> tuple[dict[str, Any], dict[str, Any], int]:
     """Attack the victim's payload (and with ``victim.clients`` every audited client's, each on its own).
 
     Several victims go to the attack together (``run_many``: Inverting Gradients batches them).

@@ -23,6 +23,13 @@ log = logging.getLogger("privbench")
 _STACKED_WARNED: set[str] = set()
 
 
+def _one_by_one(why: str) -> None:
+    """Log once per process why ``fl.vectorise`` trains clients one by one."""
+    if why not in _STACKED_WARNED:
+        _STACKED_WARNED.add(why)
+        log.info("fl.vectorise: clients train one by one: %s", why)
+
+
 @dataclass(frozen=True)
 class LocalSGD:
     """A protocol's local optimiser settings.
@@ -126,9 +133,7 @@ class Trainer(ABC):
 
     def _train_stacked(self, jobs: Sequence[LocalJob], *, sgd: LocalSGD) -> list[int] | None:
         """Train all jobs as one stacked model and return their steps, or None where this trainer cannot."""
-        if self.name not in _STACKED_WARNED:
-            _STACKED_WARNED.add(self.name)
-            log.info("fl.vectorise: the %s trainer trains clients one by one", self.name)
+        _one_by_one(f"the {self.name} trainer has no stacked form")
         return None
 
     def gradient(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, client: str, lr: float,
@@ -210,9 +215,7 @@ class SGDTrainer(Trainer):
     def _train_stacked(self, jobs: Sequence[LocalJob], *, sgd: LocalSGD) -> list[int] | None:
         why = why_not_stacked(jobs)
         if why is not None:
-            if why not in _STACKED_WARNED:
-                _STACKED_WARNED.add(why)
-                log.info("fl.vectorise: clients train one by one: %s", why)
+            _one_by_one(why)
             return None
         return stacked_local_train(jobs, epochs=sgd.epochs, lr=sgd.lr, batch_size=sgd.batch_size, momentum=sgd.momentum)
 

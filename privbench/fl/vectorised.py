@@ -11,10 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call, grad, stack_module_state, vmap
 
-from privbench.attacks.im2col import with_im2col
 from privbench.data.dataset import ImageDataset
-
-MAX_COLUMNS_STACKED = 0
 
 
 @dataclass(frozen=True)
@@ -92,8 +89,7 @@ def stacked_local_train(jobs: Sequence[LocalJob], *, epochs: int, lr: float, bat
     0, SGD with momentum as ``torch.optim.SGD``; a client that has taken all its steps stops
     moving while the others go on. Call ``why_not_stacked`` first.
     """
-    base, _ = with_im2col(jobs[0].model, jobs[0].data.normalised(slice(0, 1)), max_columns=MAX_COLUMNS_STACKED)
-    base = base.to("meta")
+    base = copy.deepcopy(jobs[0].model).to("meta")
     base.train()
     params, _ = stack_module_state([job.model for job in jobs])
     params = {n: p.detach() for n, p in params.items()}
