@@ -93,7 +93,7 @@ def test_a_protocol_that_bypasses_its_trainer_fails(tmp_path, trainer):
     with pytest.raises(WireError, match="not trained by the configured trainer"):
         protocol.run(model=model, data=_tiny_data(), victim=Victim(), wire=wire, seed=0)
     # no undefended update went out
-    assert [r["kind"] for r in wire.store.records()] == ["global_model", "gradient", "global_model"]
+    assert [r["kind"] for r in wire.store.records()] == ["global_model", "global_model", "gradient"]
 
 
 def test_a_forged_copy_of_a_record_is_refused(tmp_path):

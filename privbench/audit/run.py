@@ -130,6 +130,9 @@ def plan(cfg: DictConfig) -> Plan:
     choice = build("payload", cfg.payload)
     if not isinstance(protocol, FederatedProtocol):
         raise _not_a("fl", protocol, FederatedProtocol)
+    problem = protocol.engine_problem()
+    if problem:
+        raise ConfigError(f"fl.engine={protocol.engine}: {problem}")
     if not isinstance(attack, Attack):
         raise _not_a("attack", attack, Attack)
     if not isinstance(choice, PayloadChoice):
@@ -274,21 +277,35 @@ def _recorded(p: Plan, tkey: str, runs: list[tuple[Path, dict[str, Any]]]) -> tu
     return source, store
 
 
-def run_audit(cfg: DictConfig, out: Path) -> dict[str, Any]:
+def train(p: Plan, *, model: nn.Module, data: FederatedData, wire: Wire, grid: Any = None) -> ProtocolResult:
+    """Train ``p.protocol`` on its engine; with ``fl.engine=flower``, on ``grid`` (a deployment's) or a simulation."""
+    if p.protocol.engine != "flower":
+        return p.protocol.run(model=model, data=data, victim=p.victim, wire=wire, seed=p.seed)
+    if grid is None:
+        from privbench.flower.simulation import train_on_flower
+
+        return train_on_flower(p, model=model, data=data, wire=wire)
+    from privbench.flower.server_app import train_on_grid
+
+    return train_on_grid(p, grid, model=model, data=data, wire=wire)
+
+
+def run_audit(cfg: DictConfig, out: Path, *, grid: Any = None) -> dict[str, Any]:
     """Run the audit that ``cfg`` describes and write its files (``run.log`` included) under ``out``.
 
     With ``resume`` (default), a config that already finished is skipped, and a run whose
     training already finished under ``results_dir`` (same config but for payload, attack and
     metrics) attacks that run's recorded payloads instead of training again (``run.trained_in``).
+    ``grid`` is a Flower deployment's grid when a ServerApp runs the audit (``fl.engine=flower``).
     """
     with ExitStack() as stack:
         try:
-            return _run(cfg, out, stack)
+            return _run(cfg, out, stack, grid)
         finally:
             OVERALL.close()
 
 
-def _run(cfg: DictConfig, out: Path, stack: ExitStack) -> dict[str, Any]:
+def _run(cfg: DictConfig, out: Path, stack: ExitStack, grid: Any) -> dict[str, Any]:
     start = time.perf_counter()
     p = plan(cfg)
     key, tkey = config_key(cfg), training_key(cfg)
@@ -321,7 +338,7 @@ def _run(cfg: DictConfig, out: Path, stack: ExitStack) -> dict[str, Any]:
     extra = p.choice.capture(p.victim) if p.attacking else None
     wire = Wire.for_protocol(p.protocol, PayloadStore(out / "payloads"), AnyOf((policy, extra)) if extra else policy,
                              transform=p.transform)
-    fl = p.protocol.run(model=model, data=data, victim=p.victim, wire=wire, seed=p.seed)
+    fl = train(p, model=model, data=data, wire=wire, grid=grid)
     agnostic, reference_totals = _agnostic_phase(p, fl, model, data, wire, out)
     trained_at = time.perf_counter()
     privacy, threat, nbytes = attack_victims(p, wire.store, model, data, out) if p.attacking else ({}, {}, None)

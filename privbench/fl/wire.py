@@ -77,16 +77,61 @@ class Wire:
 
     def send(self, payload: Payload) -> Payload:
         """Check, defend (if uplink), record and count ``payload``; return what was sent."""
+        return self.record(self.prepare(payload))
+
+    def prepare(self, payload: Payload) -> Payload:
+        """Check ``payload`` and apply the transform to an uplink; return it as it will be sent."""
         self._check(payload)
         if payload.direction == "down" and payload.tensors is not None:
             self._received[payload.receiver] = {**self._received.get(payload.receiver, {}), **payload.tensors}
         if self.transform is not None and payload.direction == "up":
             payload = self.transform.protect(payload, self._received.get(payload.sender))
+        return payload
+
+    def record(self, payload: Payload) -> Payload:
+        """Keep ``payload`` in the store (its tensors if the policy says so) and count its bytes."""
         self.store.add(payload, keep=self.policy.keeps(payload))
         if not payload.spec.audit_only:
             self.bytes[payload.direction] += payload.nbytes
         return payload
 
+    def capture(self, payload: Payload) -> Payload:
+        """Record a message another process sent (checked and defended by its sender's ``Outbox``)."""
+        if payload.kind not in self.sends:
+            raise WireError(f"{payload.id}: this protocol declared it sends {', '.join(sorted(self.sends)) or 'nothing'}, "
+                            f"not {payload.kind}")
+        return self.record(payload)
+
     def totals(self) -> Totals:
         """Protocol bytes so far (uplink, downlink; audit-only gradients excluded)."""
         return Totals(self.bytes.get("up", 0), self.bytes.get("down", 0))
+
+
+class Outbox(Wire):
+    """A wire that keeps what is sent for a Flower message instead of recording it.
+
+    A ClientApp sends its uploads through one (checked and defended where they are made);
+    the server puts its downloads in one. The messages are recorded when they pass the
+    server's grid (``privbench.flower.capture``).
+    """
+
+    def __init__(self, *, sends: Collection[str], trainer: Trainer, transform: MessageTransform | None = None) -> None:
+        # no store and no policy: nothing is recorded here
+        self.sends, self.trainer, self.transform = frozenset(sends), trainer, transform
+        self.bytes = defaultdict(int)
+        self._received = {}
+        self.sent: list[Payload] = []
+
+    def received(self, client: str, tensors: dict[str, torch.Tensor]) -> None:
+        """Note what ``client`` received (a model upload's transform is relative to it)."""
+        self._received[client] = {**self._received.get(client, {}), **tensors}
+
+    def record(self, payload: Payload) -> Payload:
+        self.sent.append(payload)
+        return payload
+
+    def take(self, receiver: str) -> list[Payload]:
+        """Remove and return what was sent to ``receiver``."""
+        out = [p for p in self.sent if p.receiver == receiver]
+        self.sent = [p for p in self.sent if p.receiver != receiver]
+        return out

@@ -43,9 +43,10 @@ def evaluate_agnostic(result: ProtocolResult, *, protocol: ClusteredProtocol, ro
         adata = data.client(a, agnostic=True)
         protocol.trainer.plan(name, [PlannedRead(SUBSPACE, len(adata))])
         u = protocol.client_basis(adata, client=name, seed=seed)
-        wire.send(Payload.from_tensors(kind="subspace", round=round_, sender=name, receiver="server", tensors={"U": u},
-                                       phase="agnostic", truth=data.agnostic_clients[a].tolist()))
-        k = nearest_cluster(u.double().cpu().numpy(), list(clustering.bases), labels, variant=protocol.subspace)
+        up = wire.send(Payload.from_tensors(kind="subspace", round=round_, sender=name, receiver="server",
+                                            tensors={"U": u}, phase="agnostic", truth=data.agnostic_clients[a].tolist()))
+        assert up.tensors is not None
+        k = nearest_cluster(up.tensors["U"].double().numpy(), list(clustering.bases), labels, variant=protocol.subspace)
         sent = wire.send(Payload.from_tensors(kind="cluster_gene", round=round_, sender="server", receiver=name,
                                               tensors={n: clustering.models[k][n] for n in clustering.gene_names(k)},
                                               cluster=k, phase="agnostic"))

@@ -4,7 +4,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import numpy as np
 import torch
@@ -12,14 +12,18 @@ from torch import nn
 
 from privbench.data import FederatedData, ImageDataset
 from privbench.errors import ConfigError
+from privbench.fl.engine.base import ENGINES
 from privbench.fl.genefl.learngene import state_names
-from privbench.fl.sgd import State, client_accuracy
+from privbench.fl.sgd import State, client_accuracy, model_with
 from privbench.fl.reads import AUDIT_GRADIENT, LOCAL_SGD, PlannedRead
 from privbench.fl.trainer import LocalSGD, Regulariser, SGDTrainer, Trainer
 from privbench.fl.vectorised import LocalJob
 from privbench.fl.wire import Totals, Wire
 from privbench.payloads import LocalTraining, Payload
 from privbench.victim import Victim
+
+if TYPE_CHECKING:
+    from privbench.fl.engine.base import Engine
 
 T = TypeVar("T")
 
@@ -136,6 +140,24 @@ class VictimStep:
 
 
 @dataclass(frozen=True)
+class ClientStart:
+    """What the server sent a client this round: who, the state it starts from, that message's id."""
+
+    at: ClientRound
+    received: State
+    base_id: str
+
+
+@dataclass(frozen=True)
+class Upload:
+    """What a client's round returns to the server loop: its weight, the uploaded tensors, their layers."""
+
+    num_samples: int
+    tensors: State
+    layers: list[str]
+
+
+@dataclass(frozen=True)
 class PendingUpload:
     """A client between its download and its upload: its local training job and what the upload needs.
 
@@ -169,6 +191,8 @@ class FederatedProtocol(ABC):
         trainer: how clients train (plain SGD by default, DP-SGD with ``defense=dpsgd``).
         vectorise: train a round's clients as one stacked model (``torch.func.vmap``), equal to
             one by one within float tolerance; see ``Trainer.train_all`` for when it applies.
+        engine: where the clients' side runs: ``inprocess`` (privbench's loop) or ``flower``
+            (Flower ClientApps, every message recorded where it passes the server's grid).
     """
 
     name: ClassVar[str] = "protocol"
@@ -176,7 +200,8 @@ class FederatedProtocol(ABC):
     sends: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, *, rounds: int, participants: int, local_epochs: int, lr: float, batch_size: int,
-                 momentum: float = 0.0, trainer: Trainer | None = None, vectorise: bool = False) -> None:
+                 momentum: float = 0.0, trainer: Trainer | None = None, vectorise: bool = False,
+                 engine: str = "inprocess") -> None:
         for key, value, low in (("rounds", rounds, 1), ("participants", participants, 1),
                                 ("local_epochs", local_epochs, 1), ("batch_size", batch_size, 1)):
             if value < low:
@@ -189,6 +214,9 @@ class FederatedProtocol(ABC):
         self.sgd = LocalSGD(epochs=local_epochs, lr=lr, batch_size=batch_size, momentum=momentum)
         self.trainer: Trainer = trainer if trainer is not None else SGDTrainer()
         self.vectorise = bool(vectorise)
+        if engine not in ENGINES:
+            raise ConfigError(f"fl.engine={engine!r} is not one of {', '.join(ENGINES)}")
+        self.engine = engine
 
     def local_job(self, model: nn.Module, data: ImageDataset, *, at: ClientRound,
                   regulariser: Regulariser | None = None) -> LocalJob:
@@ -198,6 +226,26 @@ class FederatedProtocol(ABC):
     def train_clients(self, jobs: Sequence[LocalJob]) -> list[LocalTraining]:
         """Run a round's local training jobs by the protocol's trainer (stacked with ``fl.vectorise``)."""
         return self.trainer.train_all(jobs, sgd=self.sgd, vectorise=self.vectorise)
+
+    def begin_round(self, model: nn.Module, start: ClientStart, data: FederatedData, state: Any) -> PendingUpload:
+        """Client ``start.at.client`` after its download: the victim sends its audit gradient; its training job."""
+        at = start.at
+        local = model_with(model, start.received)
+        client_data, truth = data.client(at.client), data.clients[at.client]
+        step = None
+        if at.is_victim:
+            step = self.victim_gradient(local, client_data, truth, at=at, base_id=start.base_id)
+            client_data, truth = step.data, step.truth
+        job = self.local_job(local, client_data, at=at, regulariser=self.regulariser(local, client_data, at))
+        return PendingUpload(at, job, truth, start.base_id, start.received, step)
+
+    def regulariser(self, local: nn.Module, data: ImageDataset, at: ClientRound) -> Regulariser | None:
+        """The penalty of the client's local loss on ``data`` this round (none by default)."""
+        return None
+
+    def end_round(self, pending: PendingUpload, training: LocalTraining, state: Any) -> Upload:
+        """After local training: the client sends its upload; returns what the server aggregates."""
+        raise NotImplementedError(f"{self.name} sends no upload")
 
     def planned_reads(self, num_samples: int, *, victim: Victim | None) -> list[PlannedRead]:
         """The reads of a client with ``num_samples`` that joins every round (``victim`` if it is the victim).
@@ -220,6 +268,21 @@ class FederatedProtocol(ABC):
         for c in range(data.num_clients):
             self.trainer.plan(f"client{c}", self.planned_reads(len(data.clients[c]),
                                                                victim=victim if victim.audits(c) else None))
+
+    def engine_problem(self) -> str | None:
+        """Why these settings cannot run on ``fl.engine`` (None: they can)."""
+        if self.engine != "flower":
+            return None
+        import importlib.util
+
+        if importlib.util.find_spec("flwr") is None:
+            return "Flower is not installed: pip install 'privbench[flower]'"
+        if self.vectorise:
+            return "fl.vectorise=true stacks a round's clients in one process; on Flower each ClientApp trains its own"
+        if type(self.trainer) is not SGDTrainer:
+            return (f"the {self.trainer.name} trainer keeps its privacy accounting inside each client, which the "
+                    "ClientApps do not report back; use fl.engine=inprocess (message transforms do run on Flower)")
+        return None
 
     def check_model(self, model: nn.Module) -> None:
         """Fail before training if the settings cannot run on ``model`` (a protocol with per-layer settings)."""
@@ -308,5 +371,9 @@ class FederatedProtocol(ABC):
                 bar.update(1)
 
     @abstractmethod
-    def run(self, *, model: nn.Module, data: FederatedData, victim: Victim, wire: Wire, seed: int) -> ProtocolResult:
-        """Train from ``model``'s parameters, sending every message through ``wire``; ``model`` is not changed."""
+    def run(self, *, model: nn.Module, data: FederatedData, victim: Victim, wire: Wire, seed: int,
+            engine: "Engine | None" = None) -> ProtocolResult:
+        """Train from ``model``'s parameters, sending every message through ``wire``; ``model`` is not changed.
+
+        ``engine`` runs the clients' side of each round (None: in this process).
+        """

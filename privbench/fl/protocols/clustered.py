@@ -18,11 +18,11 @@ from privbench.fl.genefl.learngene import layers, state_names
 from privbench.fl.genefl.settings import AgnosticSettings
 from privbench.fl.genefl.subspace import SUBSPACES, cluster, proximity
 from privbench.fl.reads import SUBSPACE, PlannedRead
-from privbench.fl.protocols.base import (ClientRound, Clustering, FederatedProtocol, PendingUpload, ProtocolResult,
-                                         RoundRecord)
+from privbench.fl.engine import Engine, InProcess
+from privbench.fl.protocols.base import (ClientRound, ClientStart, Clustering, FederatedProtocol, PendingUpload,
+                                         ProtocolResult, RoundRecord, Upload)
 from privbench.fl.settings import settings
-from privbench.fl.sgd import State, model_with, parameters_of
-from privbench.fl.trainer import Regulariser
+from privbench.fl.sgd import State, parameters_of
 from privbench.fl.wire import Wire
 from privbench.payloads import LocalTraining, Payload
 from privbench.victim import Victim
@@ -53,15 +53,6 @@ class ClusterRun:
     def gene_names(self, k: int) -> list[str]:
         """State names of cluster ``k``'s learnGene so far."""
         return state_names(self.layers, self.genes.get(k, []))
-
-
-@dataclass(frozen=True)
-class Upload:
-    """What a client's round returns to the server loop."""
-
-    num_samples: int
-    tensors: State
-    layers: list[str]
 
 
 class ClusteredProtocol(FederatedProtocol):
@@ -99,6 +90,12 @@ class ClusteredProtocol(FederatedProtocol):
         if not 1 <= self.subspace_dim <= smallest:
             raise ConfigError(f"fl.subspace_dim={self.subspace_dim} must be in 1..{smallest} (the smallest client's samples)")
 
+    def engine_problem(self) -> str | None:
+        if self.engine == "flower" and self.evaluation != "cluster":
+            return (f"fl.eval={self.evaluation} scores each client's own trained model, which stays on its ClientApp; "
+                    "use fl.eval=cluster")
+        return super().engine_problem()
+
     def planned_reads(self, num_samples: int, *, victim: Victim | None) -> list[PlannedRead]:
         return [PlannedRead(SUBSPACE, num_samples), *super().planned_reads(num_samples, victim=victim)]
 
@@ -109,14 +106,18 @@ class ClusteredProtocol(FederatedProtocol):
         return self.trainer.subspace(data.normalised(), min(self.subspace_dim, len(data)), client=client,
                                      generator=generator, labels=data.labels if self.subspace == "pacfl" else None)
 
-    def cluster_clients(self, data: FederatedData, wire: Wire, *, seed: int) -> tuple[np.ndarray, list[np.ndarray]]:
+    def send_subspace(self, data: FederatedData, c: int, wire: Wire, *, seed: int) -> np.ndarray:
+        """Known client ``c`` sends its subspace ``U_c`` (``subspace``); returns it as the server read it."""
+        u = self.client_basis(data.client(c), client=f"client{c}", seed=seed)
+        sent = wire.send(Payload.from_tensors(kind="subspace", round=0, sender=f"client{c}", receiver="server",
+                                              tensors={"U": u}, truth=data.clients[c].tolist()))
+        assert sent.tensors is not None
+        return sent.tensors["U"].double().numpy()
+
+    def cluster_clients(self, data: FederatedData, wire: Wire, *, seed: int,
+                        engine: Engine | None = None) -> tuple[np.ndarray, list[np.ndarray]]:
         """Every known client sends ``U_i`` (``subspace``); the server clusters the subspaces."""
-        bases = []
-        for c in range(data.num_clients):
-            u = self.client_basis(data.client(c), client=f"client{c}", seed=seed)
-            wire.send(Payload.from_tensors(kind="subspace", round=0, sender=f"client{c}", receiver="server",
-                                           tensors={"U": u}, truth=data.clients[c].tolist()))
-            bases.append(u.double().cpu().numpy())
+        bases = (engine or InProcess()).subspaces(self, data, wire, seed=seed)
         return cluster(proximity(bases, variant=self.subspace), self.num_clusters), bases
 
     def start(self, model: nn.Module, labels: np.ndarray, theta0: State) -> ClusterRun:
@@ -124,24 +125,26 @@ class ClusteredProtocol(FederatedProtocol):
         models = {int(k): {n: t.clone() for n, t in theta0.items()} for k in set(labels.tolist())}
         return ClusterRun(layers=layers(model), labels=labels, models=models)
 
-    def run(self, *, model: nn.Module, data: FederatedData, victim: Victim, wire: Wire, seed: int) -> ProtocolResult:
+    def run(self, *, model: nn.Module, data: FederatedData, victim: Victim, wire: Wire, seed: int,
+            engine: Engine | None = None) -> ProtocolResult:
+        engine = engine or InProcess()
         self.plan_reads(data, victim)
         scratch = copy.deepcopy(model)
         theta0 = parameters_of(model)
-        labels, bases = self.cluster_clients(data, wire, seed=seed)
+        labels, bases = self.cluster_clients(data, wire, seed=seed, engine=engine)
         state = self.start(model, labels, theta0)
         history: list[RoundRecord] = []
         scores: dict[str, tuple[float, dict[int, float]]] = {}
         headline, both = ("personal" if self.evaluation == "personal" else "cluster"), self.evaluation == "both"
         for r in self.progress(range(self.rounds)):
-            pending = []
+            starts, down = [], engine.downlink_wire(wire)
             for c in self.sample(r, data.num_clients, seed=seed, victim=victim):
-                at = ClientRound(c, r, seed, victim, wire, cluster=int(labels[c]))
-                pending.append(self.begin_round(model, self.downlink(state, at), data, state, at))
-            trainings = self.train_clients([p.job for p in pending])
+                at = ClientRound(c, r, seed, victim, down, cluster=int(labels[c]))
+                starts.append(ClientStart(at, self.downlink(state, at), f"r{r:04d}-cluster_model-server-{at.name}"))
             uploads: dict[int, list[Upload]] = defaultdict(list)
-            for p, training in zip(pending, trainings):
-                uploads[int(labels[p.at.client])].append(self.end_round(p, training, state))
+            for start, upload in zip(starts, engine.train_round(self, model=model, data=data, state=state,
+                                                                 starts=starts)):
+                uploads[int(labels[start.at.client])].append(upload)
             for k, ups in uploads.items():
                 state.models[k] = aggregate(state.models[k], [(u.num_samples, u.tensors) for u in ups])
                 self.after_aggregation(state, k, [u.layers for u in ups])
@@ -183,23 +186,6 @@ class ClusteredProtocol(FederatedProtocol):
     def after_aggregation(self, state: ClusterRun, k: int, uploaded_layers: list[list[str]]) -> None:
         """Hook after cluster ``k`` aggregated a round's uploads."""
 
-    def begin_round(self, model: nn.Module, received: State, data: FederatedData, state: ClusterRun,
-                    at: ClientRound) -> PendingUpload:
-        """Client ``at.client`` after its download: the victim sends its audit gradient; its training job."""
-        base_id = f"r{at.round:04d}-cluster_model-server-{at.name}"
-        local = model_with(model, received)
-        client_data, truth = data.client(at.client), data.clients[at.client]
-        step = None
-        if at.is_victim:
-            step = self.victim_gradient(local, client_data, truth, at=at, base_id=base_id)
-            client_data, truth = step.data, step.truth
-        return PendingUpload(at, self.local_job(local, client_data, at=at, regulariser=self.regulariser(local, client_data, at)),
-                             truth, base_id, received, step)
-
-    def regulariser(self, local: nn.Module, data: ImageDataset, at: ClientRound) -> Regulariser | None:
-        """The penalty of the client's local loss on ``data`` this round (none by default)."""
-        return None
-
     @abstractmethod
     def end_round(self, pending: PendingUpload, training: LocalTraining, state: ClusterRun) -> Upload:
-        """After local training: the client's upload."""
+        """After local training: the client's upload (``learngene`` or ``update``)."""

@@ -12,8 +12,8 @@ from privbench.errors import ConfigError
 from privbench.fl.genefl.fisher import GeneRegulariser
 from privbench.fl.genefl.learngene import cluster_gene, gene_size, layers, select_layers, state_names, xi_scores
 from privbench.fl.genefl.settings import GeneSettings
-from privbench.fl.protocols.base import ClientRound, PendingUpload
-from privbench.fl.protocols.clustered import ClusteredProtocol, ClusterRun, Upload
+from privbench.fl.protocols.base import ClientRound, PendingUpload, Upload
+from privbench.fl.protocols.clustered import ClusteredProtocol, ClusterRun
 from privbench.fl.reads import FISHER, LOCAL_SGD, PlannedRead
 from privbench.fl.settings import settings
 from privbench.fl.sgd import State, parameters_of
@@ -60,6 +60,12 @@ class GeneFL(ClusteredProtocol):
     def check_model(self, model: nn.Module) -> None:
         """``fl.gene.gamma`` must fit the model's layers."""
         gene_size(self.gene.gamma, len(layers(model)))
+
+    def engine_problem(self) -> str | None:
+        if self.engine == "flower" and self.downlink_mode == "gene":
+            return ("fl.downlink=gene rebuilds each client's model from the state it kept, which the server cannot "
+                    "send; use fl.downlink=full (the paper)")
+        return super().engine_problem()
 
     def start(self, model: nn.Module, labels: np.ndarray, theta0: State) -> ClusterRun:
         state = super().start(model, labels, theta0)

@@ -6,6 +6,7 @@ import copy
 from torch import nn
 
 from privbench.data import FederatedData
+from privbench.fl.engine import Engine
 from privbench.fl.protocols.base import ClientRound, FederatedProtocol, ProtocolResult, RoundRecord
 from privbench.fl.reads import PlannedRead
 from privbench.fl.sgd import State, model_with, parameters_of
@@ -19,11 +20,18 @@ class LocalOnly(FederatedProtocol):
     name = "local"
     sends = ()
 
+    def engine_problem(self) -> str | None:
+        if self.engine == "flower":
+            return "fl=local sends nothing, so there is no traffic for Flower to carry; use fl.engine=inprocess"
+        return None
+
     def planned_reads(self, num_samples: int, *, victim: Victim | None) -> list[PlannedRead]:
         """Every client, the victim too, trains on all its data each round; nothing else is read."""
         return super().planned_reads(num_samples, victim=None)
 
-    def run(self, *, model: nn.Module, data: FederatedData, victim: Victim, wire: Wire, seed: int) -> ProtocolResult:
+    def run(self, *, model: nn.Module, data: FederatedData, victim: Victim, wire: Wire, seed: int,
+            engine: Engine | None = None) -> ProtocolResult:
+        """Every sampled client trains in this process (nothing is sent, so ``engine`` has nothing to carry)."""
         self.plan_reads(data, victim)
         scratch = copy.deepcopy(model)
         theta0 = parameters_of(model)

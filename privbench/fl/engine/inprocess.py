@@ -1,0 +1,32 @@
+"""privbench's own engine: every client runs in this process, a round's clients trained together."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from torch import nn
+
+from privbench.data import FederatedData
+from privbench.fl.engine.base import Engine
+from privbench.fl.wire import Wire
+
+if TYPE_CHECKING:
+    from privbench.fl.protocols.base import ClientStart, FederatedProtocol, Upload
+    from privbench.fl.protocols.clustered import ClusteredProtocol
+
+
+class InProcess(Engine):
+    """Clients run here: messages go straight onto the run's wire; ``fl.vectorise`` can stack a round."""
+
+    name = "inprocess"
+
+    def subspaces(self, protocol: "ClusteredProtocol", data: FederatedData, wire: Wire, *,
+                  seed: int) -> list[np.ndarray]:
+        return [protocol.send_subspace(data, c, wire, seed=seed) for c in range(data.num_clients)]
+
+    def train_round(self, protocol: "FederatedProtocol", *, model: nn.Module, data: FederatedData, state: Any,
+                    starts: Sequence["ClientStart"]) -> list["Upload"]:
+        pending = [protocol.begin_round(model, s, data, state) for s in starts]
+        trainings = protocol.train_clients([p.job for p in pending])
+        return [protocol.end_round(p, t, state) for p, t in zip(pending, trainings)]

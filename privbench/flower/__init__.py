@@ -1,0 +1,6 @@
+"""privbench on Flower: a ServerApp and ClientApps that run the same protocols, every message captured."""
+import os
+
+# Flower and Ray report usage to their makers unless told not to; privbench never needs the network.
+os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")

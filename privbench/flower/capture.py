@@ -1,0 +1,58 @@
+"""Capture at the server's grid: every message to or from a ClientApp is recorded where it passes."""
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from flwr.app import Message
+from flwr.serverapp import Grid
+
+from privbench.errors import PrivbenchError
+from privbench.flower.codec import payloads_in
+from privbench.fl.wire import Wire
+
+
+class FlowerClientError(PrivbenchError):
+    """A ClientApp failed, or did not answer in time."""
+
+
+class CapturingGrid:
+    """Wraps a Flower ``Grid``: records the payloads of every message sent and every reply received.
+
+    The server-side protocol never records a message itself on Flower; what the attacks read
+    is what crossed Flower's transport, decoded from the messages.
+
+    Args:
+        grid: the ServerApp's grid (simulation or deployment).
+        wire: the run's wire (its store, capture policy and byte tallies).
+        timeout: seconds to wait for a batch of replies (None: no limit).
+    """
+
+    def __init__(self, grid: Grid, wire: Wire, *, timeout: float | None = None) -> None:
+        self.grid, self.wire, self.timeout = grid, wire, timeout
+        self.messages = 0
+
+    def node_ids(self) -> list[int]:
+        """The SuperNodes connected now."""
+        return sorted(int(n) for n in self.grid.get_node_ids())
+
+    def send_and_receive(self, messages: Iterable[Message]) -> list[Message]:
+        """Send ``messages`` and return one reply per message (in their order), recording both sides' payloads."""
+        messages = list(messages)
+        for message in messages:
+            for payload in payloads_in(message.content):
+                self.wire.capture(payload)
+        replies = list(self.grid.send_and_receive(messages, timeout=self.timeout))
+        # replies arrive as clients finish; record them in the order of the messages, so a run's store is the same
+        order = {int(m.metadata.dst_node_id): i for i, m in enumerate(messages)}
+        replies.sort(key=lambda r: order.get(int(r.metadata.src_node_id), len(order)))
+        if len(replies) != len(messages):
+            raise FlowerClientError(f"{len(messages) - len(replies)} of {len(messages)} ClientApps did not reply "
+                                    f"within {self.timeout} s")
+        for reply in replies:
+            if reply.has_error():
+                raise FlowerClientError(f"a ClientApp (node {reply.metadata.src_node_id}) failed: "
+                                        f"{reply.error.reason}")
+            for payload in payloads_in(reply.content):
+                self.wire.capture(payload)
+        self.messages += len(messages) + len(replies)
+        return replies

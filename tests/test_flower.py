@@ -1,0 +1,219 @@
+"""fl.engine=flower: payloads in Flower messages, capture at the grid, the same run as in process."""
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("flwr")
+
+from flwr.app import ArrayRecord, ConfigRecord, Context, Error, Message, MessageType, RecordDict  # noqa: E402
+from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
+
+from privbench import api  # noqa: E402
+from privbench.audit.run import plan, run_audit  # noqa: E402
+from privbench.errors import ConfigError  # noqa: E402
+from privbench.fl.trainer import SGDTrainer  # noqa: E402
+from privbench.fl.wire import Wire  # noqa: E402
+from privbench.flower.capture import CapturingGrid, FlowerClientError  # noqa: E402
+from privbench.flower.client_app import app as client_app  # noqa: E402
+from privbench.flower.codec import payloads_in, put_payloads  # noqa: E402
+from privbench.payloads import CapturePolicy, Condensation, LocalTraining, Payload, PayloadStore  # noqa: E402
+
+SMALL = ["data.num_clients=5", "fl.rounds=2", "fl.participants=3", "fl.local_epochs=1", "victim.round=1"]
+CLUSTERED = ["fl.num_clusters=2", "fl.agnostic.fedavg_reference=false", "fl.agnostic.epochs=0"]
+
+
+@pytest.fixture
+def task_identity(monkeypatch):
+    """Flower stamps messages with the running task's identity; a ServerApp sets it, here the test does."""
+    for attr in ("_run_id", "_task_id", "_node_id"):
+        monkeypatch.setattr(TaskIdentity, attr, 1)
+
+
+class LoopbackGrid:
+    """A Grid whose SuperNodes are ``client_app`` called in this process, node ``100 + i`` holding client ``i``."""
+
+    def __init__(self, num_clients: int, *, fail: str | None = None, drop: bool = False) -> None:
+        self.contexts = {100 + i: Context(run_id=1, node_id=100 + i, node_config={"partition-id": i,
+                                                                                   "num-partitions": num_clients},
+                                          state=RecordDict(), run_config={}) for i in range(num_clients)}
+        self.fail, self.drop, self.sent = fail, drop, 0
+
+    def get_node_ids(self) -> list[int]:
+        return list(self.contexts)
+
+    def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> list[Message]:
+        replies = []
+        for m in messages:
+            self.sent += 1
+            if self.fail and m.metadata.message_type == MessageType.TRAIN:
+                replies.append(Message(Error(code=1, reason=self.fail), reply_to=m))
+            elif not (self.drop and m.metadata.message_type == MessageType.TRAIN):
+                replies.append(client_app(m, self.contexts[m.metadata.dst_node_id]))
+        return replies
+
+
+def _payload() -> Payload:
+    training = LocalTraining(epochs=1, lr=0.1, batch_size=2, steps=3, num_samples=5)
+    return Payload.from_tensors(kind="learngene", round=3, sender="client2", receiver="server",
+                                tensors={"fc.weight": torch.randn(4, 3), "fc.bias": torch.arange(4.0)},
+                                base="r0003-cluster_model-server-client2", cluster=1, truth=[7, 9], training=training,
+                                condensation=Condensation(("fc",), {"fc": 0.5, "conv": 0.1}))
+
+
+def test_a_payload_survives_a_flower_message_exactly(task_identity):
+    sent = _payload()
+    content = RecordDict()
+    put_payloads(content, [sent, sent])
+    got = payloads_in(content)
+    assert len(got) == 2
+    assert got[0].record() == sent.record()  # id, kind, round, sender, bytes, training, condensation, truth
+    assert got[0].nbytes == 4 * 3 * 4 + 4 * 4
+    assert list(got[0].tensors) == ["fc.weight", "fc.bias"]
+    for name, t in sent.tensors.items():
+        assert torch.equal(got[0].tensors[name], t)
+
+
+def test_a_message_whose_tensors_do_not_match_its_bytes_is_refused(task_identity):
+    content = RecordDict()
+    put_payloads(content, [_payload()])
+    content["payload.0"] = ArrayRecord(torch_state_dict={"fc.weight": torch.zeros(2)})
+    with pytest.raises(ValueError, match="not the 64 bytes it declares"):
+        payloads_in(content)
+
+
+def _wire(tmp_path: Path) -> Wire:
+    return Wire(PayloadStore(tmp_path / "payloads"), CapturePolicy(kinds="all", rounds="all", clients="all"),
+                sends=("learngene", "cluster_model"), trainer=SGDTrainer())
+
+
+class EchoGrid(LoopbackGrid):
+    """Replies to every message with the same payload, sent by the node."""
+
+    def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> list[Message]:
+        out = []
+        for m in messages:
+            content = RecordDict({"privbench": ConfigRecord({})})
+            put_payloads(content, [_payload()])
+            out.append(Message(content, reply_to=m))
+        return out
+
+
+def test_the_capturing_grid_records_both_directions_and_counts_bytes(tmp_path, task_identity):
+    wire = _wire(tmp_path)
+    down = Payload.from_tensors(kind="cluster_model", round=3, sender="server", receiver="client2",
+                                tensors={"fc.weight": torch.ones(4, 3)})
+    content = RecordDict()
+    put_payloads(content, [down])
+    grid = CapturingGrid(EchoGrid(1), wire)  # type: ignore[arg-type]
+    grid.send_and_receive([Message(content, 100, MessageType.TRAIN)])
+    ids = [r["id"] for r in wire.store.records()]
+    assert ids == ["r0003-cluster_model-server-client2", "r0003-learngene-client2-server"]
+    assert wire.totals().downlink_bytes == 48 and wire.totals().uplink_bytes == 64
+    assert grid.messages == 2
+
+
+def test_a_kind_the_protocol_did_not_declare_is_refused_at_capture(tmp_path, task_identity):
+    wire = Wire(PayloadStore(tmp_path / "p"), CapturePolicy(kinds="all", rounds="all", clients="all"),
+                sends=("cluster_model",), trainer=SGDTrainer())
+    with pytest.raises(Exception, match="declared it sends cluster_model, not learngene"):
+        CapturingGrid(EchoGrid(1), wire).send_and_receive(  # type: ignore[arg-type]
+            [Message(RecordDict(), 100, MessageType.TRAIN)])
+
+
+@pytest.mark.parametrize("grid, message", [
+    (LoopbackGrid(5, fail="out of memory"), r"node 10[0-9]\) failed: out of memory"),
+    (LoopbackGrid(5, drop=True), "did not reply within"),
+    (LoopbackGrid(4), "no SuperNode holds client 4"),
+])
+def test_client_failures_and_missing_nodes_are_one_clear_error(tmp_path, task_identity, monkeypatch, grid, message):
+    monkeypatch.setattr("privbench.flower.engine.NODE_WAIT_S", 0.2)
+    cfg = api.compose([*SMALL, *CLUSTERED, "fl.engine=flower", "attack=none", f"results_dir={tmp_path}"])
+    with pytest.raises(FlowerClientError, match=message):
+        run_audit(cfg, tmp_path / "run", grid=grid)
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["fl=local"], "fl=local sends nothing"),
+    (["defense=dpsgd"], "the dpsgd trainer keeps its privacy accounting inside each client"),
+    (["fl.downlink=gene"], "fl.downlink=gene rebuilds each client's model"),
+    (["fl.eval=both"], "fl.eval=both scores each client's own trained model"),
+    (["fl.vectorise=true"], "fl.vectorise=true stacks a round's clients"),
+])
+def test_settings_flower_cannot_run_fail_before_compute(overrides, message):
+    with pytest.raises(ConfigError, match=f"fl.engine=flower: {message}"):
+        plan(api.compose([*overrides, "fl.engine=flower"]))
+
+
+def test_an_unknown_engine_is_refused():
+    with pytest.raises(ConfigError, match="fl.engine='grpc' is not one of inprocess, flower"):
+        plan(api.compose(["fl.engine=grpc"]))
+
+
+def _records(run: Path) -> list[dict]:
+    keep = ("id", "kind", "round", "sender", "receiver", "names", "shapes", "nbytes", "base", "cluster", "phase",
+            "truth")
+    return [{k: r[k] for k in keep} for r in json.loads((run / "payloads" / "index.json").read_text())]
+
+
+def _same_run(a: Path, b: Path, *, atol: float) -> None:
+    """Both runs sent the same messages, the same bytes, tensors within ``atol``; the same accuracy."""
+    assert _records(a) == _records(b)
+    ma, mb = (json.loads((r / "metrics.json").read_text()) for r in (a, b))
+    for key in ("uplink_bytes", "downlink_bytes", "total_bytes"):
+        assert ma["bytes"][key] == mb["bytes"][key]
+    assert json.loads((a / "comm.json").read_text())["by_kind"] == json.loads((b / "comm.json").read_text())["by_kind"]
+    assert ma["utility"].get("clusters") == mb["utility"].get("clusters")
+    assert ma["utility"]["accuracy"] == pytest.approx(mb["utility"]["accuracy"], abs=0.01)
+    sa, sb = PayloadStore.open(a / "payloads"), PayloadStore.open(b / "payloads")
+    stored = [r["id"] for r in sa.records() if r["stored"]]
+    assert stored and stored == [r["id"] for r in sb.records() if r["stored"]]
+    for pid in stored:
+        ta, tb = sa.load(pid).tensors, sb.load(pid).tensors
+        assert ta is not None and tb is not None
+        for name in ta:
+            torch.testing.assert_close(ta[name], tb[name], atol=atol, rtol=0)
+
+
+@pytest.mark.parametrize("fl", ["genefl", pytest.param("fedavg", marks=pytest.mark.slow),
+                                pytest.param("cluster_fedavg", marks=pytest.mark.slow)])
+def test_the_flower_engine_sends_what_the_inprocess_engine_sends(tmp_path, task_identity, fl):
+    overrides = [f"fl={fl}", *SMALL, *(CLUSTERED if fl != "fedavg" else []), "attack=none", "capture.rounds=all",
+                 "capture.clients=all", f"results_dir={tmp_path}"]
+    run_audit(api.compose(overrides), tmp_path / "inprocess")
+    grid = LoopbackGrid(5)
+    run_audit(api.compose([*overrides, "fl.engine=flower"]), tmp_path / "flower", grid=grid)
+    _same_run(tmp_path / "inprocess", tmp_path / "flower", atol=1e-6)
+    kinds = {r["kind"] for r in _records(tmp_path / "flower")}
+    assert kinds >= {"genefl": {"subspace", "cluster_model", "learngene", "gene_gradient", "gradient"},
+                     "cluster_fedavg": {"subspace", "cluster_model", "update", "gradient"},
+                     "fedavg": {"global_model", "update", "gradient"}}[fl]
+    assert grid.sent == 5 + (5 if fl != "fedavg" else 0) + 2 * 3  # hello, subspaces, 2 rounds of 3
+
+
+@pytest.mark.slow
+def test_a_message_transform_runs_on_the_client_and_matches_inprocess(tmp_path, task_identity):
+    overrides = [*SMALL, *CLUSTERED, "attack=none", "defense=prune", f"results_dir={tmp_path}"]
+    run_audit(api.compose(overrides), tmp_path / "inprocess")
+    run_audit(api.compose([*overrides, "fl.engine=flower"]), tmp_path / "flower", grid=LoopbackGrid(5))
+    _same_run(tmp_path / "inprocess", tmp_path / "flower", atol=1e-6)
+    index = json.loads((tmp_path / "flower" / "payloads" / "index.json").read_text())
+    assert {r["kind"] for r in index if r["protection"]} >= {"learngene", "subspace"}
+
+
+@pytest.mark.slow
+def test_flower_simulation_trains_the_same_run_and_its_learngene_is_attacked(tmp_path):
+    """Ray-backed Flower simulation (ClientApps in other processes) vs in process, then iDLG on the capture."""
+    overrides = ["fl=genefl", *SMALL, *CLUSTERED, "attack=idlg", "payload=learngene", "metrics.lpips=false",
+                 f"results_dir={tmp_path}"]
+    inproc = api.run(overrides, run_dir=tmp_path / "inprocess")
+    flower = api.run([*overrides, "fl.engine=flower"], run_dir=tmp_path / "flower")
+    _same_run(inproc.run_dir, flower.run_dir, atol=1e-4)
+    assert flower.metrics["threat_model"]["payload"] == "r0001-learngene-client0-server"
+    attacked = flower.metrics["privacy"]
+    assert attacked["psnr_gain"] > 10  # dB over what an attacker who learned nothing scores
+    assert attacked["psnr_mean"] == pytest.approx(inproc.metrics["privacy"]["psnr_mean"], abs=1.0)
