@@ -1,7 +1,14 @@
 """fl.engine=flower: payloads in Flower messages, capture at the grid, the same run as in process."""
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -217,3 +224,69 @@ def test_flower_simulation_trains_the_same_run_and_its_learngene_is_attacked(tmp
     attacked = flower.metrics["privacy"]
     assert attacked["psnr_gain"] > 10  # dB over what an attacker who learned nothing scores
     assert attacked["psnr_mean"] == pytest.approx(inproc.metrics["privacy"]["psnr_mean"], abs=1.0)
+
+
+DEPLOY = Path(__file__).resolve().parents[1] / "deploy" / "flower"
+LOOPBACK = ("data.num_clients=2 data.partition=iid fl.participants=2 fl.num_clusters=2 fl.rounds=2 fl.local_epochs=1 "
+            "fl.agnostic.fedavg_reference=false metrics.lpips=false attack=idlg payload=learngene")
+
+
+def _free_ports(n: int) -> list[int]:
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+def _wait_for(port: int, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.3)
+    raise TimeoutError(f"nothing listens on 127.0.0.1:{port} after {seconds} s")
+
+
+@pytest.mark.slow
+def test_a_loopback_deployment_is_captured_and_attacked(tmp_path):
+    """The README's deployment: a SuperLink and two SuperNodes as processes, `flwr run`, capture at the server."""
+    home, run = tmp_path / "flwr", tmp_path / "deployed"
+    home.mkdir()
+    env = {**os.environ, "FLWR_HOME": str(home), "FLWR_TELEMETRY_ENABLED": "0",
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    link, *nodes = _free_ports(3)
+    (home / "config.toml").write_text(f'[superlink]\ndefault = "loopback"\n\n[superlink.loopback]\n'
+                                      f'address = "127.0.0.1:{link}"\ninsecure = true\n')
+    log = (tmp_path / "processes.log").open("w")
+    procs = []
+    try:
+        procs.append(subprocess.Popen(["flower-superlink", "--insecure", "--port", str(link),
+                                       "--disable-runtime-dependency-installation"],
+                                      env=env, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+        _wait_for(link, 60)
+        for i, port in enumerate(nodes):
+            procs.append(subprocess.Popen(["flower-supernode", "--insecure", "--superlink", f"127.0.0.1:{link}",
+                                           "--port", str(port), "--node-config", f"partition-id={i} num-partitions=2"],
+                                          env=env, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT,
+                                          start_new_session=True))
+        done = subprocess.run(["flwr", "run", str(DEPLOY), "loopback", "--stream", "--run-config",
+                               f"overrides='{LOOPBACK}' run-dir='{run}'"],
+                              env=env, cwd=tmp_path, capture_output=True, text=True, timeout=420)
+        assert (run / "metrics.json").is_file(), done.stdout[-4000:] + done.stderr[-2000:]
+    finally:
+        for p in procs:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p.pid, signal.SIGTERM)
+        for p in procs:
+            p.wait(timeout=30)
+        log.close()
+    inproc = api.run([*LOOPBACK.split(), f"results_dir={tmp_path}"],
+                     run_dir=tmp_path / "inprocess")
+    _same_run(inproc.run_dir, run, atol=1e-4)
+    deployed = json.loads((run / "metrics.json").read_text())
+    assert deployed["threat_model"]["payload"] == "r0000-learngene-client0-server"
+    assert deployed["privacy"]["psnr_gain"] > 10

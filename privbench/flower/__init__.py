@@ -4,3 +4,4 @@ import os
 # Flower and Ray report usage to their makers unless told not to; privbench never needs the network.
 os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")  # silences a FutureWarning; no GPU is given to clients
