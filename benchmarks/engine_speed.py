@@ -1,10 +1,11 @@
 """Federated training on privbench's in-process engine against Flower's simulation engine (same run, same messages).
 
 Builds the default audit's protocol (GENE-FL, 10 known clients, 10 rounds of 5) and times
-its training (``privbench.audit.run.train``: subspaces, rounds, every message recorded) once
-per ``fl.engine``. For Flower it also gives the start-up (Ray, the simulated SuperNodes,
-one query per node) and the time per round after it, and the messages that crossed the
-grid. The FedAvg reference and the agnostic clients are not part of it. Figures depend on
+its training (``protocol.run`` on ``privbench.audit.run.on_engine``: subspaces, rounds, every
+message recorded) once per ``fl.engine``. For Flower it also gives the start-up (Ray, the simulated SuperNodes of
+the 10 known and 2 agnostic clients, one query per node) and the time per round after it,
+and the messages that crossed the grid. The FedAvg reference and the agnostic clients'
+fine-tuning are not part of it. Figures depend on
 the machine; run it alone.
 
 Example:
@@ -20,7 +21,7 @@ from pathlib import Path
 import torch
 
 import privbench
-from privbench.audit.run import plan, prepare, train
+from privbench.audit.run import on_engine, plan, prepare
 from privbench.fl.wire import Wire
 from privbench.payloads import PayloadStore
 
@@ -31,7 +32,7 @@ def main() -> None:
     parser.add_argument("overrides", nargs="*", help="more privbench overrides")
     args = parser.parse_args()
 
-    import privbench.flower.simulation as simulation
+    import privbench.flower.engine as flower_engine
     from privbench.flower.engine import FlowerEngine
 
     ready: dict[str, object] = {}
@@ -43,7 +44,7 @@ def main() -> None:
             super().__init__(*a, **k)
             ready["at"], ready["engine"] = time.perf_counter(), self
 
-    simulation.FlowerEngine = TimedEngine  # type: ignore[misc]
+    flower_engine.FlowerEngine = TimedEngine  # type: ignore[misc]
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads here, Flower ClientApps on 1 thread each; "
           f"GENE-FL training, {args.rounds} rounds, {' '.join(args.overrides) or 'default config'}")
     print(f"{'engine':>10} {'train s':>8} {'start-up s':>11} {'per round s':>12} {'messages':>9} "
@@ -55,7 +56,8 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             wire = Wire.for_protocol(p.protocol, PayloadStore(Path(tmp)), policy)
             start = time.perf_counter()
-            result = train(p, model=model, data=data, wire=wire)
+            result = on_engine(p, data=data, wire=wire, grid=None, session=lambda engine: p.protocol.run(
+                model=model, data=data, victim=p.victim, wire=wire, seed=p.seed, engine=engine))
             seconds = time.perf_counter() - start
         totals = wire.totals()
         if engine == "flower":

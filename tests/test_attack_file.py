@@ -50,6 +50,7 @@ def test_idlg_rebuilds_an_image_from_a_gradient_saved_by_plain_pytorch(tmp_path)
         assert (tmp_path / "out" / name).exists(), name
 
 
+@pytest.mark.slow
 def test_a_message_from_an_audits_payload_store(tmp_path):
     run = privbench.run(["fl=fedavg", "payload=gradient", "fl.rounds=1", "fl.participants=2", "data.num_clients=4",
                          "data.partition=iid", "fl.local_epochs=1", "attack=none", "metrics.lpips=false"],

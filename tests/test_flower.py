@@ -133,9 +133,11 @@ def test_a_kind_the_protocol_did_not_declare_is_refused_at_capture(tmp_path, tas
 
 
 @pytest.mark.parametrize("grid, message", [
-    (LoopbackGrid(5, fail="out of memory"), r"node 10[0-9]\) failed: out of memory"),
-    (LoopbackGrid(5, drop=True), "did not reply within"),
-    (LoopbackGrid(4), "no SuperNode holds client 4"),
+    (LoopbackGrid(7, fail="out of memory"), r"node 10[0-9]\) failed: out of memory"),
+    (LoopbackGrid(7, drop=True), "did not reply within"),
+    (LoopbackGrid(4), r"no SuperNode holds partition 4 \(client 4\)"),
+    (LoopbackGrid(6), r"no SuperNode holds partition 6 \(agnostic client 1\): this run needs one node per client, "
+                      "5 known then 2 agnostic"),
 ])
 def test_client_failures_and_missing_nodes_are_one_clear_error(tmp_path, task_identity, monkeypatch, grid, message):
     monkeypatch.setattr("privbench.flower.engine.NODE_WAIT_S", 0.2)
@@ -192,21 +194,26 @@ def test_the_flower_engine_sends_what_the_inprocess_engine_sends(tmp_path, task_
     overrides = [f"fl={fl}", *SMALL, *(CLUSTERED if fl != "fedavg" else []), "attack=none", "capture.rounds=all",
                  "capture.clients=all", f"results_dir={tmp_path}"]
     run_audit(api.compose(overrides), tmp_path / "inprocess")
-    grid = LoopbackGrid(5)
+    grid = LoopbackGrid(5 if fl == "fedavg" else 7)  # known clients, then the agnostic ones
     run_audit(api.compose([*overrides, "fl.engine=flower"]), tmp_path / "flower", grid=grid)
     _same_run(tmp_path / "inprocess", tmp_path / "flower", atol=1e-6)
     kinds = {r["kind"] for r in _records(tmp_path / "flower")}
     assert kinds >= {"genefl": {"subspace", "cluster_model", "learngene", "gene_gradient", "gradient"},
                      "cluster_fedavg": {"subspace", "cluster_model", "update", "gradient"},
                      "fedavg": {"global_model", "update", "gradient"}}[fl]
-    assert grid.sent == 5 + (5 if fl != "fedavg" else 0) + 2 * 3  # hello, subspaces, 2 rounds of 3
+    # hello to every node, 5 subspaces, 2 rounds of 3, and per agnostic client its subspace and its learnGene
+    assert grid.sent == (5 + 2 * 3 if fl == "fedavg" else 7 + 5 + 2 * 3 + 2 * 2)
+    if fl != "fedavg":
+        ma, mb = (json.loads((tmp_path / r / "metrics.json").read_text()) for r in ("inprocess", "flower"))
+        for key in ("agnostic_accuracy_learngene", "agnostic_accuracy_random", "agnostic_accuracy_cluster_model"):
+            assert ma["utility"][key] == pytest.approx(mb["utility"][key], abs=1e-6)
 
 
 @pytest.mark.slow
 def test_a_message_transform_runs_on_the_client_and_matches_inprocess(tmp_path, task_identity):
     overrides = [*SMALL, *CLUSTERED, "attack=none", "defense=prune", f"results_dir={tmp_path}"]
     run_audit(api.compose(overrides), tmp_path / "inprocess")
-    run_audit(api.compose([*overrides, "fl.engine=flower"]), tmp_path / "flower", grid=LoopbackGrid(5))
+    run_audit(api.compose([*overrides, "fl.engine=flower"]), tmp_path / "flower", grid=LoopbackGrid(7))
     _same_run(tmp_path / "inprocess", tmp_path / "flower", atol=1e-6)
     index = json.loads((tmp_path / "flower" / "payloads" / "index.json").read_text())
     assert {r["kind"] for r in index if r["protection"]} >= {"learngene", "subspace"}
@@ -227,7 +234,7 @@ def test_flower_simulation_trains_the_same_run_and_its_learngene_is_attacked(tmp
 
 
 DEPLOY = Path(__file__).resolve().parents[1] / "deploy" / "flower"
-LOOPBACK = ("data.num_clients=2 data.partition=iid fl.participants=2 fl.num_clusters=2 fl.rounds=2 fl.local_epochs=1 "
+LOOPBACK = ("data.num_clients=2 data.num_agnostic_clients=1 data.partition=iid fl.participants=2 fl.num_clusters=2 fl.rounds=2 fl.local_epochs=1 "
             "fl.agnostic.fedavg_reference=false metrics.lpips=false attack=idlg payload=learngene")
 
 
@@ -258,7 +265,7 @@ def test_a_loopback_deployment_is_captured_and_attacked(tmp_path):
     home.mkdir()
     env = {**os.environ, "FLWR_HOME": str(home), "FLWR_TELEMETRY_ENABLED": "0",
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
-    link, *nodes = _free_ports(3)
+    link, *nodes = _free_ports(4)  # the SuperLink; two known clients and one agnostic client
     (home / "config.toml").write_text(f'[superlink]\ndefault = "loopback"\n\n[superlink.loopback]\n'
                                       f'address = "127.0.0.1:{link}"\ninsecure = true\n')
     log = (tmp_path / "processes.log").open("w")
@@ -270,7 +277,7 @@ def test_a_loopback_deployment_is_captured_and_attacked(tmp_path):
         _wait_for(link, 60)
         for i, port in enumerate(nodes):
             procs.append(subprocess.Popen(["flower-supernode", "--insecure", "--superlink", f"127.0.0.1:{link}",
-                                           "--port", str(port), "--node-config", f"partition-id={i} num-partitions=2"],
+                                           "--port", str(port), "--node-config", f"partition-id={i} num-partitions=3"],
                                           env=env, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT,
                                           start_new_session=True))
         done = subprocess.run(["flwr", "run", str(DEPLOY), "loopback", "--stream", "--run-config",

@@ -242,6 +242,7 @@ def test_genefl_is_deterministic(tmp_path):
     assert agnostic_a == agnostic_b and "accuracy_fedavg" in agnostic_a
 
 
+@pytest.mark.slow
 def test_eval_reports_cluster_personal_or_both(tmp_path):
     _, both, _, _ = _tiny(tmp_path / "both", eval="both")
     _, personal, _, _ = _tiny(tmp_path / "personal", eval="personal")

@@ -4,9 +4,10 @@ from __future__ import annotations
 import json
 import time
 from contextlib import ExitStack
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from omegaconf import DictConfig, OmegaConf
@@ -22,6 +23,7 @@ from privbench.data import FederatedData
 from privbench.device import make_deterministic
 from privbench.device import resolve as resolve_device
 from privbench.errors import AttackNotApplicableError, ConfigError, PrivbenchError
+from privbench.fl.engine import Engine
 from privbench.fl.genefl.agnostic import evaluate_agnostic
 from privbench.fl.protocols import FederatedProtocol, ProtocolResult
 from privbench.fl.protocols.clustered import ClusteredProtocol
@@ -42,6 +44,7 @@ from privbench.provenance import versions
 from privbench.values import check_values
 from privbench.victim import Victim
 
+T = TypeVar("T")
 GROUPS = ("data", "model", "fl", "payload", "attack", "defense")
 TOP_KEYS = set(GROUPS) | {"name", "seed", "device", "victim", "capture", "metrics", "results_dir", "resume",
                           "allow_targets"}
@@ -243,7 +246,7 @@ def _bytes_section(comm: dict[str, Any], payload_bytes: int | None) -> dict[str,
 
 
 def _agnostic_phase(p: Plan, fl: ProtocolResult, model: nn.Module, data: FederatedData, wire: Wire,
-                    out: Path) -> tuple[dict[str, Any], Totals | None]:
+                    out: Path, engine: Engine | None) -> tuple[dict[str, Any], Totals | None]:
     """Agnostic clients join a clustered protocol's result; the FedAvg reference runs first if asked for.
 
     Returns the agnostic evaluation (empty without agnostic clients) and the reference's bytes.
@@ -257,7 +260,7 @@ def _agnostic_phase(p: Plan, fl: ProtocolResult, model: nn.Module, data: Federat
                                              seed=p.seed)
     with phase("agnostic fine-tuning", total=len(data.agnostic_clients), unit="client"):
         agnostic = evaluate_agnostic(fl, protocol=protocol, round_=protocol.rounds, model=model, data=data, wire=wire,
-                                     seed=p.seed, reference=reference)
+                                     seed=p.seed, reference=reference, engine=engine)
     wire.store.flush()
     return agnostic, totals
 
@@ -277,17 +280,18 @@ def _recorded(p: Plan, tkey: str, runs: list[tuple[Path, dict[str, Any]]]) -> tu
     return source, store
 
 
-def train(p: Plan, *, model: nn.Module, data: FederatedData, wire: Wire, grid: Any = None) -> ProtocolResult:
-    """Train ``p.protocol`` on its engine; with ``fl.engine=flower``, on ``grid`` (a deployment's) or a simulation."""
+def on_engine(p: Plan, *, data: FederatedData, wire: Wire, grid: Any, session: Callable[[Engine | None], T]) -> T:
+    """Run ``session`` with ``p``'s engine: in this process, on ``grid`` (a Flower deployment's), or on a
+    Flower simulation (``fl.engine=flower`` without a grid)."""
     if p.protocol.engine != "flower":
-        return p.protocol.run(model=model, data=data, victim=p.victim, wire=wire, seed=p.seed)
+        return session(None)
     if grid is None:
-        from privbench.flower.simulation import train_on_flower
+        from privbench.flower.simulation import on_simulation
 
-        return train_on_flower(p, model=model, data=data, wire=wire)
-    from privbench.flower.server_app import train_on_grid
+        return on_simulation(p, data=data, wire=wire, session=session)
+    from privbench.flower.server_app import on_grid
 
-    return train_on_grid(p, grid, model=model, data=data, wire=wire)
+    return on_grid(p, grid, data=data, wire=wire, session=session)
 
 
 def run_audit(cfg: DictConfig, out: Path, *, grid: Any = None) -> dict[str, Any]:
@@ -338,8 +342,12 @@ def _run(cfg: DictConfig, out: Path, stack: ExitStack, grid: Any) -> dict[str, A
     extra = p.choice.capture(p.victim) if p.attacking else None
     wire = Wire.for_protocol(p.protocol, PayloadStore(out / "payloads"), AnyOf((policy, extra)) if extra else policy,
                              transform=p.transform)
-    fl = train(p, model=model, data=data, wire=wire, grid=grid)
-    agnostic, reference_totals = _agnostic_phase(p, fl, model, data, wire, out)
+
+    def session(engine: Engine | None) -> tuple[ProtocolResult, dict[str, Any], Totals | None]:
+        fl = p.protocol.run(model=model, data=data, victim=p.victim, wire=wire, seed=p.seed, engine=engine)
+        return (fl, *_agnostic_phase(p, fl, model, data, wire, out, engine))
+
+    fl, agnostic, reference_totals = on_engine(p, data=data, wire=wire, grid=grid, session=session)
     trained_at = time.perf_counter()
     privacy, threat, nbytes = attack_victims(p, wire.store, model, data, out) if p.attacking else ({}, {}, None)
     attacked = time.perf_counter()

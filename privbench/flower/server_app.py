@@ -2,37 +2,36 @@
 
 Run config keys (``flwr run ... --run-config``): ``overrides``, privbench's Hydra overrides
 separated by spaces (``fl.engine=flower`` is added); ``run-dir``, the run's folder (default
-``results_dir/<name>/<timestamp>``, relative to where the SuperLink runs the ServerApp).
+``results_dir/<name>/<timestamp>``, relative to where the SuperLink runs the ServerApp). The
+federation needs one SuperNode per client: ``partition-id`` 0..N-1 the known clients, N.. the
+agnostic ones (GENE-FL and cluster-FedAvg with ``data.num_agnostic_clients`` > 0).
 """
 from __future__ import annotations
 
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
 
 from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
-from omegaconf import OmegaConf
 
 from privbench.data import FederatedData
-from privbench.fl.protocols import ProtocolResult
 from privbench.fl.wire import Wire
 from privbench.flower.capture import CapturingGrid
-from privbench.flower.engine import FlowerEngine
+from privbench.flower.engine import FlowerEngine, engine_for
 
 if TYPE_CHECKING:
-    from torch import nn
-
     from privbench.audit.run import Plan
+
+T = TypeVar("T")
 
 app = ServerApp()
 
 
-def train_on_grid(p: "Plan", grid: Grid, *, model: "nn.Module", data: FederatedData, wire: Wire) -> ProtocolResult:
-    """Run ``p.protocol`` with the clients on ``grid``'s SuperNodes, recording every message on ``wire``."""
-    engine = FlowerEngine(CapturingGrid(grid, wire), config=OmegaConf.to_yaml(p.cfg, resolve=True),
-                          num_clients=data.num_clients)
-    return p.protocol.run(model=model, data=data, victim=p.victim, wire=wire, seed=p.seed, engine=engine)
+def on_grid(p: "Plan", grid: Grid, *, data: FederatedData, wire: Wire, session: Callable[[FlowerEngine], T]) -> T:
+    """Run ``session`` (the run's training and agnostic clients) with the clients on ``grid``'s SuperNodes."""
+    return session(engine_for(p, CapturingGrid(grid, wire), data))
 
 
 @app.main()

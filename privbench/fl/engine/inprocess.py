@@ -13,6 +13,8 @@ from privbench.fl.wire import Wire
 
 if TYPE_CHECKING:
     from privbench.fl.protocols.base import ClientStart, FederatedProtocol, Upload
+    from privbench.fl.sgd import State
+    from privbench.payloads import Payload
     from privbench.fl.protocols.clustered import ClusteredProtocol
 
 
@@ -24,6 +26,20 @@ class InProcess(Engine):
     def subspaces(self, protocol: "ClusteredProtocol", data: FederatedData, wire: Wire, *,
                   seed: int) -> list[np.ndarray]:
         return [protocol.send_subspace(data, c, wire, seed=seed) for c in range(data.num_clients)]
+
+    def agnostic_subspace(self, protocol: "ClusteredProtocol", data: FederatedData, a: int, wire: Wire, *,
+                          round_: int, seed: int) -> np.ndarray:
+        from privbench.fl.genefl.agnostic import send_agnostic_subspace
+
+        return send_agnostic_subspace(protocol, data, a, wire, round_=round_, seed=seed)
+
+    def agnostic_finetune(self, protocol: "ClusteredProtocol", *, model: nn.Module, data: FederatedData, a: int,
+                          gene: "Payload", theta0: "State", wire: Wire, seed: int) -> float:
+        from privbench.fl.genefl.agnostic import finetuned_accuracy
+
+        sent = wire.send(gene)
+        assert sent.tensors is not None
+        return finetuned_accuracy(model, {**theta0, **sent.tensors}, data, a, protocol.agnostic, seed=seed)
 
     def train_round(self, protocol: "FederatedProtocol", *, model: nn.Module, data: FederatedData, state: Any,
                     starts: Sequence["ClientStart"]) -> list["Upload"]:
