@@ -30,7 +30,7 @@ NODE_WAIT_S = 60.0
 
 
 class FlowerEngine(Engine):
-    """Runs the clients' side on Flower SuperNodes, one known client per node (its ``partition-id``).
+    """Runs the clients' side on Flower SuperNodes, one client per node (its ``partition-id``).
 
     Each message carries the run's resolved config, so a ClientApp rebuilds the same data,
     model and protocol and needs nothing else. Downloads are prepared in an ``Outbox`` and
@@ -54,23 +54,23 @@ class FlowerEngine(Engine):
         self.nodes = self._find_nodes(num_clients + num_agnostic, NODE_WAIT_S if wait is None else wait)
         self._post: Outbox | None = None
 
-    def _find_nodes(self, num_clients: int, wait: float) -> dict[int, int]:
+    def _find_nodes(self, num_nodes: int, wait: float) -> dict[int, int]:
         """Map each partition (known clients, then agnostic ones) to the node holding it (one query each)."""
         deadline = time.monotonic() + wait
         nodes = self.grid.node_ids()
-        while len(nodes) < num_clients and time.monotonic() < deadline:
+        while len(nodes) < num_nodes and time.monotonic() < deadline:
             time.sleep(0.5)
             nodes = self.grid.node_ids()
         hello = [Message(RecordDict({TASK: ConfigRecord({"task": "hello"})}), n, MessageType.QUERY) for n in nodes]
         held = {int(task(r.content)["partition"]): int(r.metadata.src_node_id)
                 for r in self.grid.send_and_receive(hello)}
-        missing = [c for c in range(num_clients) if c not in held]
+        missing = [c for c in range(num_nodes) if c not in held]
         if missing:
             who = (f"client {missing[0]}" if missing[0] < self.num_clients
                    else f"agnostic client {missing[0] - self.num_clients}")
             raise FlowerClientError(f"no SuperNode holds partition {missing[0]} ({who}): this run needs one node per "
-                                    f"client, {self.num_clients} known then {num_clients - self.num_clients} agnostic, "
-                                    f"started with --node-config 'partition-id=<i> num-partitions={num_clients}' "
+                                    f"client, {self.num_clients} known then {num_nodes - self.num_clients} agnostic, "
+                                    f"started with --node-config 'partition-id=<i> num-partitions={num_nodes}' "
                                     f"(connected: partitions {sorted(held)})")
         return held
 
