@@ -15,7 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from privbench.data import FederatedData
-from privbench.fl.genefl.agnostic import finetuned_accuracy, send_agnostic_subspace
+from privbench.fl.genefl.agnostic import finetuned_accuracy
 from privbench.fl.protocols.base import ClientRound, ClientStart, Upload
 from privbench.fl.protocols.clustered import ClusteredProtocol
 from privbench.fl.sgd import parameters_of
@@ -98,7 +98,7 @@ def train(message: Message, context: Context) -> Message:
         reply = {"num_samples": upload.num_samples, "layers": json.dumps(upload.layers),
                  "upload": len(outbox.sent) - 1}
     elif what == "agnostic_subspace":
-        send_agnostic_subspace(protocol, s.data, client, outbox, round_=int(fields["round"]), seed=seed)
+        protocol.send_subspace(s.data, client, outbox, seed=seed, agnostic=True, round_=int(fields["round"]))
     elif what == "agnostic_tune":
         gene = received[0].tensors
         assert gene is not None

@@ -124,10 +124,14 @@ class FlowerEngine(Engine):
         return uploads
 
 
-def engine_for(p: "Plan", grid: CapturingGrid, data: FederatedData) -> FlowerEngine:
-    """The engine of run ``p``: a node per known client, and per agnostic client when the run has them."""
+def agnostic_count(p: "Plan", data: FederatedData) -> int:
+    """Agnostic clients that join run ``p`` after training (those of a clustered protocol)."""
     from privbench.fl.protocols.clustered import ClusteredProtocol
 
-    agnostic = len(data.agnostic_clients) if isinstance(p.protocol, ClusteredProtocol) else 0
+    return len(data.agnostic_clients) if isinstance(p.protocol, ClusteredProtocol) else 0
+
+
+def engine_for(p: "Plan", grid: CapturingGrid, data: FederatedData) -> FlowerEngine:
+    """The engine of run ``p``: a node per known client, and per agnostic client when the run has them."""
     return FlowerEngine(grid, config=OmegaConf.to_yaml(p.cfg, resolve=True), num_clients=data.num_clients,
-                        num_agnostic=agnostic)
+                        num_agnostic=agnostic_count(p, data))

@@ -14,8 +14,7 @@ from privbench.data import FederatedData
 from privbench.fl.wire import Wire
 from privbench.flower.capture import CapturingGrid
 from privbench.flower.client_app import app as client_app
-from privbench.fl.protocols.clustered import ClusteredProtocol
-from privbench.flower.engine import FlowerEngine, engine_for
+from privbench.flower.engine import FlowerEngine, agnostic_count, engine_for
 
 if TYPE_CHECKING:
     from privbench.audit.run import Plan
@@ -60,7 +59,7 @@ def on_simulation(p: "Plan", *, data: FederatedData, wire: Wire, session: Callab
         except BaseException as exc:  # re-raised in the caller's thread
             outcome["error"] = exc
 
-    nodes = data.num_clients + (len(data.agnostic_clients) if isinstance(p.protocol, ClusteredProtocol) else 0)
+    nodes = data.num_clients + agnostic_count(p, data)
     backend: dict[str, dict[str, ConfigRecordValues]] = {
         "client_resources": {"num_cpus": 1, "num_gpus": 0.0},
         "init_args": {"num_cpus": client_slots(), "include_dashboard": False, "log_to_driver": False}}

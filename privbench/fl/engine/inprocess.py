@@ -29,9 +29,7 @@ class InProcess(Engine):
 
     def agnostic_subspace(self, protocol: "ClusteredProtocol", data: FederatedData, a: int, wire: Wire, *,
                           round_: int, seed: int) -> np.ndarray:
-        from privbench.fl.genefl.agnostic import send_agnostic_subspace
-
-        return send_agnostic_subspace(protocol, data, a, wire, round_=round_, seed=seed)
+        return protocol.send_subspace(data, a, wire, seed=seed, agnostic=True, round_=round_)
 
     def agnostic_finetune(self, protocol: "ClusteredProtocol", *, model: nn.Module, data: FederatedData, a: int,
                           gene: "Payload", theta0: "State", wire: Wire, seed: int) -> float:

@@ -21,21 +21,6 @@ if TYPE_CHECKING:
     from privbench.fl.engine.base import Engine
 
 
-def agnostic_name(a: int) -> str:
-    """The sender name of agnostic client ``a``."""
-    return f"agnostic{a}"
-
-
-def send_agnostic_subspace(protocol: ClusteredProtocol, data: FederatedData, a: int, wire: Wire, *, round_: int,
-                           seed: int) -> np.ndarray:
-    """Agnostic client ``a`` sends its subspace (``subspace``, phase ``agnostic``); returns it as sent."""
-    u = protocol.client_basis(data.client(a, agnostic=True), client=agnostic_name(a), seed=seed)
-    up = wire.send(Payload.from_tensors(kind="subspace", round=round_, sender=agnostic_name(a), receiver="server",
-                                        tensors={"U": u}, phase="agnostic", truth=data.agnostic_clients[a].tolist()))
-    assert up.tensors is not None
-    return up.tensors["U"].double().numpy()
-
-
 def tune_set(data: FederatedData, a: int, settings: AgnosticSettings, *, seed: int) -> ImageDataset:
     """What agnostic client ``a`` fine-tunes on: all its images, or ``settings.samples`` of them."""
     adata = data.client(a, agnostic=True)
@@ -81,7 +66,7 @@ def evaluate_agnostic(result: ProtocolResult, *, protocol: ClusteredProtocol, ro
     labels = np.array(clustering.labels)
     rows = []
     for a in range(len(data.agnostic_clients)):
-        name = agnostic_name(a)
+        name = f"agnostic{a}"
         protocol.trainer.plan(name, [PlannedRead(SUBSPACE, len(data.agnostic_clients[a]))])
         u = engine.agnostic_subspace(protocol, data, a, wire, round_=round_, seed=seed)
         k = nearest_cluster(u, list(clustering.bases), labels, variant=protocol.subspace)

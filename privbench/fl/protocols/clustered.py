@@ -106,11 +106,16 @@ class ClusteredProtocol(FederatedProtocol):
         return self.trainer.subspace(data.normalised(), min(self.subspace_dim, len(data)), client=client,
                                      generator=generator, labels=data.labels if self.subspace == "pacfl" else None)
 
-    def send_subspace(self, data: FederatedData, c: int, wire: Wire, *, seed: int) -> np.ndarray:
-        """Known client ``c`` sends its subspace ``U_c`` (``subspace``); returns it as the server read it."""
-        u = self.client_basis(data.client(c), client=f"client{c}", seed=seed)
-        sent = wire.send(Payload.from_tensors(kind="subspace", round=0, sender=f"client{c}", receiver="server",
-                                              tensors={"U": u}, truth=data.clients[c].tolist()))
+    def send_subspace(self, data: FederatedData, c: int, wire: Wire, *, seed: int, agnostic: bool = False,
+                      round_: int = 0) -> np.ndarray:
+        """Client ``c`` (agnostic client ``c`` when ``agnostic``, in phase ``agnostic`` as round ``round_``) sends
+        its subspace ``U_c`` (``subspace``); returns it as the server read it."""
+        name = f"agnostic{c}" if agnostic else f"client{c}"
+        u = self.client_basis(data.client(c, agnostic=agnostic), client=name, seed=seed)
+        truth = (data.agnostic_clients if agnostic else data.clients)[c].tolist()
+        sent = wire.send(Payload.from_tensors(kind="subspace", round=round_, sender=name, receiver="server",
+                                              tensors={"U": u}, phase="agnostic" if agnostic else "training",
+                                              truth=truth))
         assert sent.tensors is not None
         return sent.tensors["U"].double().numpy()
 
