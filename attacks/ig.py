@@ -2,14 +2,24 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
+import torch.nn.functional as F
 
 from privbench.attacks.base import AttackResult, Attempt, GradientInversion
 from privbench.attacks.labels import recover_labels
 from privbench.attacks.matching import candidate_gradient
 from privbench.attacks.objectives import cosine_distance, total_variation
+from privbench.attacks.stacked import StackedModel, unstackable
 from privbench.attacks.target import AttackTarget
+
+#: Batched restarts run on a stacked model where the model allows it (else ``torch.func.vmap``).
+STACKED = True
+
+
+#: One batched Adam step's objective: ``(images, label_logits) -> (leaf gradients, objective per problem)``.
+Step = Callable[[torch.Tensor, "torch.Tensor | None"], tuple[tuple[torch.Tensor, ...], torch.Tensor]]
 
 
 class InvertingGradients(GradientInversion):
@@ -25,7 +35,7 @@ class InvertingGradients(GradientInversion):
         tv: weight of total variation.
         iterations: Adam steps per attempt.
         restarts: attempts; the lowest final objective wins.
-        batched: run all restarts as one ``torch.func.vmap`` optimisation (equal to one by one,
+        batched: run all restarts as one optimisation (equal to one by one,
             within float tolerance) where the target allows it: no unrolled training and no
             batch-norm buffers in the model.
     """
@@ -75,13 +85,13 @@ class InvertingGradients(GradientInversion):
         return Attempt(images.detach(), self._labels(labels, logits), value, status, self.iterations)
 
     def batched_attempts(self, target: AttackTarget, *, generators: list[torch.Generator]) -> list[Attempt] | None:
-        """Every restart in one vmapped optimisation: Adam and clamping act elementwise, so each restart
+        """Every restart in one batched optimisation (``attacks/stacked.py``, else vmap): Adam and clamping act elementwise, so each restart
         follows exactly the path it would alone; a restart that turns NaN keeps its state from then on."""
         together = self._batched([target], generators=generators)
         return None if together is None else together[0]
 
     def run_many(self, targets: list[AttackTarget], *, seed: int) -> list[AttackResult]:
-        """Every target's restarts in one vmapped optimisation, each result equal to ``run`` on that target alone."""
+        """Every target's restarts in one batched optimisation, each result equal to ``run`` on that target alone."""
         if len(targets) < 2:
             return super().run_many(targets, seed=seed)
         generators = [torch.Generator().manual_seed(seed * 1000 + k) for k in range(self.restarts)]
@@ -95,8 +105,9 @@ class InvertingGradients(GradientInversion):
                 for target, attempts, b in zip(targets, together, before)]
 
     def _batched(self, targets: list[AttackTarget], *, generators: list[torch.Generator]) -> list[list[Attempt]] | None:
-        """Restarts of every target as one vmapped optimisation; None where a target rules it out (unrolled
-        training, batch-norm buffers, targets that differ in shape, visible names or label source)."""
+        """Restarts of every target as one optimisation (a stacked model, else vmap); None where a target rules
+        it out (unrolled training, batch-norm buffers, targets that differ in shape, visible names or label
+        source)."""
         first = targets[0]
         if not self.batched or any(t.unroll is not None or any(True for _ in t.model.buffers()) for t in targets):
             return None
@@ -104,10 +115,6 @@ class InvertingGradients(GradientInversion):
                (first.num_images, first.image_shape, list(first.gradient), first.head_gradient is None)
                for t in targets[1:]):
             return None
-        from torch.func import functional_call, grad_and_value, vmap
-
-        from privbench.attacks.matching import _loss
-
         n, model, restarts = first.num_images, first.model, len(generators)
         problems = [(t, k) for t in targets for k in range(restarts)]  # target-major, restarts in order
         hard = None
@@ -124,20 +131,12 @@ class InvertingGradients(GradientInversion):
         images = torch.stack(starts).requires_grad_(True)
         logits = torch.stack(logit_starts).requires_grad_(True) if hard is None else None
         watched = list(first.gradient)
-        all_names = [k for k, _ in model.named_parameters()]
-        params = {k: torch.stack([dict(t.model.named_parameters())[k].detach() for t, _ in problems]) for k in all_names}
         observed = {k: torch.stack([t.gradient[k] for t, _ in problems]) for k in watched}
-
-        def objective(x: torch.Tensor, soft: torch.Tensor | None, named: dict[str, torch.Tensor],
-                      seen: dict[str, torch.Tensor], labels: torch.Tensor | None) -> torch.Tensor:
-            def loss_of(p: dict[str, torch.Tensor]) -> torch.Tensor:
-                return _loss(functional_call(model, {**named, **p}, (x,)), labels, soft)
-
-            grads = torch.func.grad(loss_of)({k: named[k] for k in watched})
-            return cosine_distance(grads, seen) + self.tv * total_variation(x)
-
-        step = vmap(grad_and_value(objective, argnums=(0, 1) if logits is not None else 0),
-                    in_dims=(0, 0 if logits is not None else None, 0, 0, 0 if hard is not None else None))
+        named: list[dict[str, torch.Tensor]] = [dict(t.model.named_parameters()) for t, _ in problems]
+        if STACKED and unstackable(model) is None:
+            step = self._stacked_step(StackedModel(model, named), observed, hard)
+        else:
+            step = self._vmapped_step(model, named, observed, hard)
         leaves = [images] + ([logits] if logits is not None else [])
         optimizer = torch.optim.Adam(leaves, lr=self.lr)
         milestones = [int(self.iterations * f) for f in (3 / 8, 5 / 8, 7 / 8)]
@@ -154,10 +153,9 @@ class InvertingGradients(GradientInversion):
         with self.progress(desc=desc) as bar:
             for it in range(1, self.iterations + 1):
                 optimizer.zero_grad()
-                grads, values = step(images, logits, params, observed, hard)
+                grads, values = step(images, logits)
                 for target in targets:
                     target.evaluations += restarts
-                grads = grads if isinstance(grads, tuple) else (grads,)
                 for leaf, g in zip(leaves, grads):
                     leaf.grad = g.detach().clone()
                 assert images.grad is not None
@@ -180,6 +178,56 @@ class InvertingGradients(GradientInversion):
         attempts = [done.get(k) or Attempt(images[k].detach(), labels_of(k), float(values[k]), "budget",
                                            self.iterations) for k in range(count)]
         return [attempts[i * restarts:(i + 1) * restarts] for i in range(len(targets))]
+
+    def _stacked_step(self, stack: StackedModel, observed: dict[str, torch.Tensor],
+                      hard: torch.Tensor | None) -> Step:
+        """The objective and its leaf gradients for every problem at once, by plain autograd on ``stack``."""
+        names = list(observed)
+        weights = stack.watch(names)
+        observed_norm = torch.stack([(g ** 2).flatten(1).sum(1) for g in observed.values()]).sum(0).sqrt()
+
+        def step(images: torch.Tensor, logits: torch.Tensor | None) -> tuple[tuple[torch.Tensor, ...], torch.Tensor]:
+            out = stack(images)
+            if hard is not None:
+                loss = F.cross_entropy(out.flatten(0, 1), hard.flatten(), reduction="none").view(hard.shape).mean(1)
+            else:
+                assert logits is not None
+                loss = torch.sum(-F.softmax(logits, dim=-1) * F.log_softmax(out, dim=-1), dim=-1).mean(1)
+            grads = torch.autograd.grad(loss.sum(), weights, create_graph=True)
+            dot = torch.stack([(g * observed[k]).flatten(1).sum(1) for g, k in zip(grads, names)]).sum(0)
+            cand = torch.stack([(g ** 2).flatten(1).sum(1) for g in grads]).sum(0)
+            value = 1 - dot / (cand.sqrt() * observed_norm + 1e-12) + self.tv * total_variation(images, each=True)
+            leaves = [images] + ([logits] if logits is not None else [])
+            return torch.autograd.grad(value.sum(), leaves), value.detach()
+
+        return step
+
+    def _vmapped_step(self, model: torch.nn.Module, named: list[dict[str, torch.Tensor]],
+                      observed: dict[str, torch.Tensor], hard: torch.Tensor | None) -> Step:
+        """The same step by ``torch.func.vmap`` over a functional model (any model without buffers)."""
+        from torch.func import functional_call, grad_and_value, vmap
+
+        from privbench.attacks.matching import _loss
+
+        watched = list(observed)
+        params = {k: torch.stack([p[k].detach() for p in named]) for k, _ in model.named_parameters()}
+
+        def objective(x: torch.Tensor, soft: torch.Tensor | None, named: dict[str, torch.Tensor],
+                      seen: dict[str, torch.Tensor], labels: torch.Tensor | None) -> torch.Tensor:
+            def loss_of(p: dict[str, torch.Tensor]) -> torch.Tensor:
+                return _loss(functional_call(model, {**named, **p}, (x,)), labels, soft)
+
+            grads = torch.func.grad(loss_of)({k: named[k] for k in watched})
+            return cosine_distance(grads, seen) + self.tv * total_variation(x)
+
+        def step(images: torch.Tensor, logits: torch.Tensor | None) -> tuple[tuple[torch.Tensor, ...], torch.Tensor]:
+            argnums = (0, 1) if logits is not None else 0
+            batched = vmap(grad_and_value(objective, argnums=argnums),
+                           in_dims=(0, 0 if logits is not None else None, 0, 0, 0 if hard is not None else None))
+            grads, values = batched(images, logits, params, observed, hard)
+            return (grads if isinstance(grads, tuple) else (grads,)), values
+
+        return step
 
     @staticmethod
     def _labels(labels: torch.Tensor | None, logits: torch.Tensor | None) -> torch.Tensor:

@@ -34,8 +34,17 @@ def cosine_distance(candidate: dict[str, torch.Tensor], observed: dict[str, torc
     return 1 - dot / (cand.sqrt() * obs.sqrt() + 1e-12)
 
 
-def total_variation(images: torch.Tensor) -> torch.Tensor:
-    """Mean absolute difference of neighbouring pixels (anisotropic TV), ``[N, C, H, W]``."""
-    dx = (images[..., :, 1:] - images[..., :, :-1]).abs().mean()
-    dy = (images[..., 1:, :] - images[..., :-1, :]).abs().mean()
-    return dx + dy
+def total_variation(images: torch.Tensor, *, each: bool = False) -> torch.Tensor:
+    """Mean absolute difference of neighbouring pixels (anisotropic TV), ``[N, C, H, W]``.
+
+    With ``each``, ``images`` is ``[P, N, C, H, W]`` and the result holds each problem's TV, ``[P]``.
+
+    Example:
+        >>> total_variation(torch.tensor([[[[0.0, 1.0], [0.0, 1.0]]]]))
+        tensor(1.)
+    """
+    dx = (images[..., :, 1:] - images[..., :, :-1]).abs()
+    dy = (images[..., 1:, :] - images[..., :-1, :]).abs()
+    if each:
+        return dx.flatten(1).mean(1) + dy.flatten(1).mean(1)
+    return dx.mean() + dy.mean()

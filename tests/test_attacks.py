@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from privbench.attacks import DLG, IDLG, AttackTarget, SubspaceProjection, observed_gradient, recover_labels
 from privbench.errors import AttackNotApplicableError
 from privbench.fl.sgd import batch_gradient
-from privbench.models import LeNet
+from privbench.models import ConvNet, LeNet
 from privbench.payloads import LocalTraining, Payload
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -125,12 +125,16 @@ def test_lbfgs_stops_when_steps_stop_changing_anything_and_records_evaluations(f
     assert attempt["evaluations"] == target.evaluations and attempt["evaluations"] < 20 * attempt["iterations"]
 
 
+@pytest.mark.parametrize(("model_cls", "stacked"), [(LeNet, True), (LeNet, False), (ConvNet, True)],
+                         ids=["lenet-stacked", "lenet-vmap", "convnet-stacked"])
 @pytest.mark.parametrize("hide_head", [False, True])
-def test_batched_ig_restarts_equal_running_them_one_by_one(fmnist, hide_head):
+def test_batched_ig_restarts_equal_running_them_one_by_one(fmnist, hide_head, model_cls, stacked, monkeypatch):
+    from privbench.attacks import ig
     from privbench.attacks.ig import InvertingGradients
 
+    monkeypatch.setattr(ig, "STACKED", stacked)
     torch.manual_seed(4)
-    model = LeNet(in_channels=1, image_size=28, num_classes=10)
+    model = model_cls(in_channels=1, image_size=28, num_classes=10)
     base, gp, _, _ = _payloads(model, fmnist.train.normalised(slice(5, 7)), fmnist.train.labels[5:7])
     if hide_head:  # labels unknown: label logits are optimised too
         gp = Payload.from_tensors(kind="gradient", round=0, sender="client0", receiver="server", base=base.id,
@@ -150,10 +154,13 @@ def test_batched_ig_restarts_equal_running_them_one_by_one(fmnist, hide_head):
         assert torch.equal(a.labels, b.labels) and a.objective == pytest.approx(b.objective, abs=1e-5)
 
 
+@pytest.mark.parametrize("stacked", [True, False], ids=["stacked", "vmap"])
 @pytest.mark.parametrize("hide_head", [False, True])
-def test_ig_on_several_victims_at_once_equals_each_alone(fmnist, hide_head):
+def test_ig_on_several_victims_at_once_equals_each_alone(fmnist, hide_head, stacked, monkeypatch):
+    from privbench.attacks import ig
     from privbench.attacks.ig import InvertingGradients
 
+    monkeypatch.setattr(ig, "STACKED", stacked)
     def targets() -> list[AttackTarget]:
         out = []
         for seed, start in ((5, 10), (6, 20), (7, 30)):  # each victim has its own base model and images
