@@ -9,11 +9,17 @@ import torch
 def squared_l2(candidate: dict[str, torch.Tensor], observed: dict[str, torch.Tensor]) -> torch.Tensor:
     """``sum_name ||g_candidate - g_observed||^2`` (DLG, iDLG).
 
+    The tensors are concatenated first: one subtraction, square and sum instead of three per
+    name (and as few backward nodes), which at batch 1 is a measurable share of an evaluation.
+    Its gradient is the same, entry by entry, as summing name by name.
+
     Example:
-        >>> squared_l2({"w": torch.ones(2)}, {"w": torch.zeros(2)})
-        tensor(2.)
+        >>> squared_l2({"w": torch.ones(2), "b": torch.ones(1)}, {"w": torch.zeros(2), "b": torch.zeros(1)})
+        tensor(3.)
     """
-    return cast(torch.Tensor, sum(((candidate[n] - observed[n]) ** 2).sum() for n in observed))
+    names = list(observed)
+    diff = torch.cat([candidate[n].flatten() for n in names]) - torch.cat([observed[n].flatten() for n in names])
+    return (diff * diff).sum()
 
 
 def squared_norm(observed: dict[str, torch.Tensor]) -> float:

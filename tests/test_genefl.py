@@ -1,6 +1,8 @@
 """GENE-FL mechanisms against hand computations, and the protocol end to end on tiny settings."""
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 import torch
@@ -67,6 +69,33 @@ def test_elastic_gradient_is_zero_below_eps():
         expected = torch.where(f >= 1e-6, 2 * 2.0 * f * (p.detach() - anchor[name]), torch.zeros_like(f))
         assert torch.allclose(p.grad, expected, atol=1e-6)
         assert (p.grad[f < 1e-6] == 0).all() and (p.grad[f >= 1e-6] != 0).all()
+
+
+@pytest.mark.parametrize(("lambda1", "lambda2"), [(0.01, 1.0), (0.5, 0.0), (0.0, 2.0)])
+def test_the_penalty_gradient_added_directly_gives_the_same_bits_as_backpropagating_it(fmnist, lambda1, lambda2):
+    from privbench.fl.genefl.fisher import GeneRegulariser
+    from privbench.fl.sgd import local_train
+
+    torch.manual_seed(0)
+    start = LeNet(in_channels=1, image_size=28, num_classes=10)
+    data = fmnist.client(0)
+    anchor = {n: p.detach() + 0.01 * torch.randn_like(p) for n, p in start.named_parameters()}
+    reg = GeneRegulariser(anchor=anchor, fisher=fisher_diagonal(start, data), lambda1=lambda1, lambda2=lambda2, eps=1e-6)
+    direct = copy.deepcopy(start)
+    steps = local_train(direct, data, epochs=1, lr=0.1, batch_size=32, generator=torch.Generator().manual_seed(3),
+                        regulariser=reg)
+    backprop = copy.deepcopy(start)  # the textbook loop: the penalty is part of the loss
+    optimizer = torch.optim.SGD(backprop.parameters(), lr=0.1)
+    order, x, y = torch.randperm(len(data), generator=torch.Generator().manual_seed(3)), data.normalised(), data.labels
+    for begin in range(0, len(data), 32):
+        idx = order[begin:begin + 32]
+        optimizer.zero_grad(set_to_none=True)
+        (F.cross_entropy(backprop(x[idx]), y[idx]) + reg(backprop)).backward()
+        optimizer.step()
+    assert steps == -(-len(data) // 32) > 10
+    for (name, a), b in zip(direct.named_parameters(), backprop.parameters()):
+        assert torch.equal(a, b), name
+    assert not torch.equal(direct.fc.weight, start.fc.weight)
 
 
 def test_smooth_term_is_squared_distance():

@@ -3,8 +3,7 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Callable
-from typing import cast
+from typing import Protocol, cast
 
 import torch
 import torch.nn.functional as F
@@ -60,6 +59,13 @@ def per_sample_gradients(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *,
     return {n: g * factor.view(-1, *[1] * (g.dim() - 1)) for n, g in grads.items()}
 
 
+class Penalty(Protocol):
+    """A penalty that reads no data and adds its own gradient (GENE-FL's ``GeneRegulariser``)."""
+
+    def add_gradient_(self, model: nn.Module) -> None:
+        """Add the penalty's gradient at ``model`` to each parameter's ``.grad``."""
+
+
 def local_steps(num_samples: int, *, epochs: int, batch_size: int) -> int:
     """Number of SGD steps ``local_train`` takes."""
     return epochs * math.ceil(num_samples / batch_size)
@@ -74,9 +80,9 @@ def local_train(
     batch_size: int,
     momentum: float = 0.0,
     generator: torch.Generator,
-    regulariser: Callable[[nn.Module], torch.Tensor] | None = None,
+    regulariser: Penalty | None = None,
 ) -> int:
-    """Train ``model`` in place with SGD on cross-entropy (+ ``regulariser(model)``).
+    """Train ``model`` in place with SGD on cross-entropy plus ``regulariser`` (its gradient added each step).
 
     Batches are reshuffled each epoch with ``generator``; the last batch may be smaller.
     Returns the number of SGD steps.
@@ -90,10 +96,9 @@ def local_train(
         for start in range(0, len(data), batch_size):
             idx = order[start : start + batch_size]
             optimizer.zero_grad(set_to_none=True)
-            loss = F.cross_entropy(model(x_all[idx]), y_all[idx])
+            F.cross_entropy(model(x_all[idx]), y_all[idx]).backward()
             if regulariser is not None:
-                loss = loss + regulariser(model)
-            loss.backward()
+                regulariser.add_gradient_(model)
             optimizer.step()
             steps += 1
     return steps
