@@ -64,12 +64,29 @@ def floor() -> None:
             best = step_ms(layout)
             name = "channels_last" if layout is torch.channels_last else "default"
             print(f"{threads:>7} {name:>14} {best:>8.2f} {counts['steps'] * best / 1e3:>18.1f}", flush=True)
+    print(f"largest weight difference after 30 steps, channels_last against default: {layout_difference():.1e}")
     command = [sys.executable, __file__, "--step-ms"]
     environment = {**os.environ, "OMP_NUM_THREADS": "1"}
     pair = [subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=environment) for _ in range(2)]
     side_by_side = [float(p.communicate()[0]) for p in pair]
     print(f"two 1-thread processes side by side (default layout): {side_by_side[0]:.2f} and {side_by_side[1]:.2f} "
           f"ms/step each")
+
+
+def layout_difference(steps: int = 30) -> float:
+    """Largest absolute difference of LeNet's weights after ``steps`` SGD steps, channels-last against default."""
+    weights = []
+    for layout in (torch.contiguous_format, torch.channels_last):
+        torch.manual_seed(0)
+        model = LeNet(in_channels=1, image_size=28, num_classes=10).to(memory_format=layout)
+        optimizer, generator = torch.optim.SGD(model.parameters(), lr=0.1), torch.Generator().manual_seed(1)
+        for _ in range(steps):
+            x, y = torch.randn(32, 1, 28, 28, generator=generator), torch.randint(0, 10, (32,), generator=generator)
+            optimizer.zero_grad(set_to_none=True)
+            F.cross_entropy(model(x), y).backward()
+            optimizer.step()
+        weights.append(torch.cat([p.detach().flatten() for p in model.parameters()]))
+    return float((weights[0] - weights[1]).abs().max())
 
 
 def step_ms(layout: torch.memory_format = torch.contiguous_format) -> float:
