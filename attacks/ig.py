@@ -85,8 +85,9 @@ class InvertingGradients(GradientInversion):
         return Attempt(images.detach(), self._labels(labels, logits), value, status, self.iterations)
 
     def batched_attempts(self, target: AttackTarget, *, generators: list[torch.Generator]) -> list[Attempt] | None:
-        """Every restart in one batched optimisation (``attacks/stacked.py``, else vmap): Adam and clamping act elementwise, so each restart
-        follows exactly the path it would alone; a restart that turns NaN keeps its state from then on."""
+        """Every restart in one batched optimisation (``attacks/stacked.py``, else vmap): Adam and clamping
+        act elementwise, so each restart follows exactly the path it would alone; a restart that turns NaN
+        keeps its state from then on."""
         together = self._batched([target], generators=generators)
         return None if together is None else together[0]
 

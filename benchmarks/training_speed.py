@@ -49,7 +49,8 @@ def floor() -> None:
         counts["fisher_s"] += time.perf_counter() - start
         return out
 
-    trainer_module.local_train, fisher_module.squared_gradients = counted_train, counted_fisher  # type: ignore[assignment]
+    trainer_module.local_train = counted_train  # type: ignore[assignment]
+    fisher_module.squared_gradients = counted_fisher  # type: ignore[assignment]
     try:
         with tempfile.TemporaryDirectory() as tmp:
             result = privbench.run(["attack=none"], results_dir=tmp)
