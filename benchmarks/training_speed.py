@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -37,20 +38,20 @@ def floor() -> None:
     counts = {"steps": 0, "fisher": 0, "fisher_s": 0.0}
     local_train, squared_gradients = trainer_module.local_train, fisher_module.squared_gradients
 
-    def counted_train(*args: object, **kwargs: object) -> int:
-        steps = local_train(*args, **kwargs)  # type: ignore[arg-type]
+    def counted_train(*args: Any, **kwargs: Any) -> int:
+        steps = local_train(*args, **kwargs)
         counts["steps"] += steps
         return steps
 
-    def counted_fisher(*args: object, **kwargs: object) -> dict[str, torch.Tensor]:
+    def counted_fisher(*args: Any, **kwargs: Any) -> dict[str, torch.Tensor]:
         start = time.perf_counter()
-        out = squared_gradients(*args, **kwargs)  # type: ignore[arg-type]
+        out = squared_gradients(*args, **kwargs)
         counts["fisher"] += 1
         counts["fisher_s"] += time.perf_counter() - start
         return out
 
-    trainer_module.local_train = counted_train  # type: ignore[assignment]
-    fisher_module.squared_gradients = counted_fisher  # type: ignore[assignment]
+    trainer_module.local_train = counted_train
+    fisher_module.squared_gradients = counted_fisher
     try:
         with tempfile.TemporaryDirectory() as tmp:
             result = privbench.run(["attack=none"], results_dir=tmp)
