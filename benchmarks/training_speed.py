@@ -59,13 +59,17 @@ def floor() -> None:
         trainer_module.local_train, fisher_module.squared_gradients = local_train, squared_gradients
     print(f"default training: {result.metrics['timing']['train_s']:.1f} s; {counts['steps']} SGD steps by the "
           f"trainers; {counts['fisher']} Fisher passes, {counts['fisher_s']:.1f} s")
+    threads_before = torch.get_num_threads()
     print(f"{'threads':>7} {'layout':>14} {'ms/step':>8} {'steps x ms/step s':>18}")
+    ms: dict[tuple[int, str], float] = {}
     for threads in (1, 2):
         torch.set_num_threads(threads)
         for layout in (torch.contiguous_format, torch.channels_last):
-            best = step_ms(layout)
             name = "channels_last" if layout is torch.channels_last else "default"
-            print(f"{threads:>7} {name:>14} {best:>8.2f} {counts['steps'] * best / 1e3:>18.1f}", flush=True)
+            ms[threads, name] = step_ms(layout)
+            print(f"{threads:>7} {name:>14} {ms[threads, name]:>8.2f} {counts['steps'] * ms[threads, name] / 1e3:>18.1f}",
+                  flush=True)
+    torch.set_num_threads(threads_before)
     print(f"largest weight difference after 30 steps, channels_last against default: {layout_difference():.1e}")
     command = [sys.executable, __file__, "--step-ms"]
     environment = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -73,6 +77,13 @@ def floor() -> None:
     side_by_side = [float(p.communicate()[0]) for p in pair]
     print(f"two 1-thread processes side by side (default layout): {side_by_side[0]:.2f} and {side_by_side[1]:.2f} "
           f"ms/step each")
+    train_s = result.metrics["timing"]["train_s"]
+    one = counts["steps"] * ms[threads_before, "default"] / 1e3 + counts["fisher_s"]
+    together = 1 / sum(1 / t for t in side_by_side)
+    two = counts["steps"] * together / 1e3 + counts["fisher_s"] / 2
+    print(f"SGD steps + Fisher passes at {threads_before} threads: {one:.1f} s of the {train_s:.1f} s training "
+          f"({one / train_s:.0%}): at most {train_s / one:.2f}x faster in one process without less arithmetic; "
+          f"on two 1-thread processes at best {two:.1f} s ({train_s / two:.2f}x)")
 
 
 def layout_difference(steps: int = 30) -> float:
