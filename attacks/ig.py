@@ -221,10 +221,11 @@ class InvertingGradients(GradientInversion):
             grads = torch.func.grad(loss_of)({k: named[k] for k in watched})
             return cosine_distance(grads, seen) + self.tv * total_variation(x)
 
+        soft = hard is None  # label logits are optimised exactly when labels are not known
+        batched = vmap(grad_and_value(objective, argnums=(0, 1) if soft else 0),
+                       in_dims=(0, 0 if soft else None, 0, 0, None if soft else 0))
+
         def step(images: torch.Tensor, logits: torch.Tensor | None) -> tuple[tuple[torch.Tensor, ...], torch.Tensor]:
-            argnums = (0, 1) if logits is not None else 0
-            batched = vmap(grad_and_value(objective, argnums=argnums),
-                           in_dims=(0, 0 if logits is not None else None, 0, 0, 0 if hard is not None else None))
             grads, values = batched(images, logits, params, observed, hard)
             return (grads if isinstance(grads, tuple) else (grads,)), values
 

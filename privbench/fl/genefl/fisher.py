@@ -98,6 +98,20 @@ class GeneRegulariser:
     def _tensors(self) -> dict[str, dict[str, torch.Tensor]]:
         return {"anchor": self.anchor, "weight": elastic_weight(self.fisher, self.eps) if self.lambda2 else {}}
 
+    @cached_property
+    def _coefficient(self) -> dict[str, torch.Tensor]:
+        """``lambda1 + lambda2 w`` per parameter, as autograd sums the two terms' gradients (computed once)."""
+        weight = self.tensors()["weight"]
+        out = {}
+        for name, anchor in self.anchor.items():
+            if not self.lambda2:
+                out[name] = torch.full_like(anchor, self.lambda1)
+            elif not self.lambda1:
+                out[name] = self.lambda2 * weight[name]
+            else:
+                out[name] = torch.full_like(anchor, self.lambda1) + self.lambda2 * weight[name]
+        return out
+
     def tensors(self) -> dict[str, dict[str, torch.Tensor]]:
         """The client's own tensors of the penalty: the anchor and the elastic weights (computed once)."""
         return self._tensors
@@ -116,17 +130,9 @@ class GeneRegulariser:
         step gets the same bits as backpropagating ``loss + self(model)``, without building the
         penalty's graph of some fifty small operations every step.
         """
-        weight = self.tensors()["weight"]
+        if not (self.lambda1 or self.lambda2):
+            return
         with torch.no_grad():
             for name, p in model.named_parameters():
-                twice = 2.0 * (p - self.anchor[name])
-                if self.lambda1 and self.lambda2:
-                    coefficient = torch.full_like(p, self.lambda1) + self.lambda2 * weight[name]
-                    grad = coefficient * twice
-                elif self.lambda1:
-                    grad = self.lambda1 * twice
-                elif self.lambda2:
-                    grad = (self.lambda2 * weight[name]) * twice
-                else:
-                    continue
+                grad = self._coefficient[name] * (2.0 * (p - self.anchor[name]))
                 p.grad = grad if p.grad is None else p.grad + grad
