@@ -1,7 +1,7 @@
 """Federated training on privbench's in-process engine against Flower's simulation engine (same run, same messages).
 
 Builds the default audit's protocol (GENE-FL, 10 known clients, 10 rounds of 5) and times
-its training (``protocol.run`` on ``privbench.audit.run.on_engine``: subspaces, rounds, every
+its training (``protocol.run`` on the plan's engine launcher: subspaces, rounds, every
 message recorded) once per ``fl.engine``. For Flower it also gives the start-up (Ray, the simulated SuperNodes of
 the 10 known and 2 agnostic clients, one query per node) and the time per round after it,
 and the messages that crossed the grid. The FedAvg reference and the agnostic clients'
@@ -19,9 +19,11 @@ import time
 from pathlib import Path
 
 import torch
+from omegaconf import OmegaConf
 
 import privbench
-from privbench.audit.run import on_engine, plan, prepare
+from privbench.audit.plan import plan, prepare
+from privbench.audit.run import agnostic_count
 from privbench.fl.wire import Wire
 from privbench.payloads import PayloadStore
 
@@ -32,7 +34,7 @@ def main() -> None:
     parser.add_argument("overrides", nargs="*", help="more privbench overrides")
     args = parser.parse_args()
 
-    import privbench.flower.engine as flower_engine
+    import privbench.flower.launch as flower_launch
     from privbench.flower.engine import FlowerEngine
 
     ready: dict[str, object] = {}
@@ -44,20 +46,22 @@ def main() -> None:
             super().__init__(*a, **k)
             ready["at"], ready["engine"] = time.perf_counter(), self
 
-    flower_engine.FlowerEngine = TimedEngine  # type: ignore[misc]
+    flower_launch.FlowerEngine = TimedEngine  # type: ignore[misc]
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads here, Flower ClientApps on 1 thread each; "
           f"GENE-FL training, {args.rounds} rounds, {' '.join(args.overrides) or 'default config'}")
     print(f"{'engine':>10} {'train s':>8} {'start-up s':>11} {'per round s':>12} {'messages':>9} "
           f"{'up B':>10} {'down B':>10} {'accuracy':>9}")
     for engine in ("inprocess", "flower"):
-        cfg = privbench.compose(["attack=none", f"fl.rounds={args.rounds}", f"fl.engine={engine}", *args.overrides])
+        cfg = privbench.compose(["attack=none", f"fl.rounds={args.rounds}", f"engine={engine}", *args.overrides])
         p = plan(cfg)
         data, model, policy = prepare(p)
         with tempfile.TemporaryDirectory() as tmp:
             wire = Wire.for_protocol(p.protocol, PayloadStore(Path(tmp)), policy)
             start = time.perf_counter()
-            result = on_engine(p, data=data, wire=wire, grid=None, session=lambda engine: p.protocol.run(
-                model=model, data=data, victim=p.victim, wire=wire, seed=p.seed, engine=engine))
+            result = p.launcher.launch(lambda engine: p.protocol.run(
+                model=model, data=data, victim=p.victim, wire=wire, seed=p.seed, engine=engine),
+                config=OmegaConf.to_yaml(p.cfg, resolve=True), wire=wire, num_clients=data.num_clients,
+                num_agnostic=agnostic_count(p, data))
             seconds = time.perf_counter() - start
         totals = wire.totals()
         if engine == "flower":

@@ -8,13 +8,16 @@ Example:
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
+
+from privbench.overrides import compose_full, hydra_context, job_config, compose
+
+__all__ = ["AuditResult", "compose", "preflight", "run"]
 
 
 #: Files an audit writes in its run folder (those that exist are listed in ``AuditResult.files``).
@@ -45,52 +48,6 @@ class AuditResult:
         return dict(self.metrics.get("privacy", {}))
 
 
-@contextmanager
-def _hydra_config(cfg: DictConfig) -> Iterator[None]:
-    """Make ``${hydra:...}`` interpolations and ``HydraConfig.get()`` see ``cfg``'s hydra node, then forget it."""
-    from hydra.core.hydra_config import HydraConfig
-
-    HydraConfig.instance().set_config(cfg)
-    try:
-        yield
-    finally:
-        HydraConfig.instance().cfg = None
-
-
-def _compose_with_hydra(overrides: Sequence[str]) -> DictConfig:
-    from privbench.overrides import check_overrides, compose_with_hydra
-
-    check_overrides(list(overrides))
-    return compose_with_hydra(list(overrides))
-
-
-def compose(overrides: Sequence[str] = ()) -> DictConfig:
-    """The job config that ``python -m privbench OVERRIDES`` would run, resolved, without Hydra's own node.
-
-    Raises:
-        privbench.errors.ConfigError: an unknown option or key, or an override that does not parse.
-    """
-    full = _compose_with_hydra(overrides)
-    with _hydra_config(full):
-        return _job(full)
-
-
-def _job(full: DictConfig) -> DictConfig:
-    """``full`` without its hydra node, writable, resolved (inside ``_hydra_config``)."""
-    from omegaconf.errors import OmegaConfBaseException
-
-    from privbench.values import unresolvable
-
-    job = OmegaConf.masked_copy(full, [str(k) for k in full if k != "hydra"])
-    OmegaConf.set_readonly(job, False)
-    try:
-        OmegaConf.resolve(job)
-    except OmegaConfBaseException as exc:
-        raise unresolvable(job, exc) from None
-    OmegaConf.set_struct(job, True)  # a misspelt key fails, as on the command line
-    return job
-
-
 def run(overrides: Sequence[str] = (), *, config: DictConfig | None = None, run_dir: str | Path | None = None,
           **values: Any) -> AuditResult:
     """Run one audit in this process and return its result.
@@ -109,10 +66,10 @@ def run(overrides: Sequence[str] = (), *, config: DictConfig | None = None, run_
     if config is not None and (overrides or values):
         raise TypeError("give either overrides (and values) or config, not both")
     if config is None:
-        full = _compose_with_hydra([*overrides, *(f"{k}={v}" for k, v in values.items())])
-        with _hydra_config(full):
+        full = compose_full([*overrides, *(f"{k}={v}" for k, v in values.items())])
+        with hydra_context(full):
             out = Path(run_dir) if run_dir is not None else Path(str(full.hydra.run.dir))
-            job = _job(full)
+            job = job_config(full)
             metrics = run_audit(job, out)
         results = Path(str(job.results_dir))
     else:
@@ -149,10 +106,10 @@ def preflight(overrides: Sequence[str] = ()) -> DictConfig:
     Raises:
         privbench.errors.PrivbenchError: the first problem found, as one line naming the key.
     """
-    from privbench.audit.run import preflight as check
+    from privbench.audit.plan import preflight as check
 
-    full = _compose_with_hydra(overrides)
-    with _hydra_config(full):
-        job = _job(full)
+    full = compose_full(overrides)
+    with hydra_context(full):
+        job = job_config(full)
     check(job)
     return job

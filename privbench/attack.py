@@ -127,9 +127,9 @@ def _training(args: argparse.Namespace) -> LocalTraining | None:
 
 def attack_file(args: argparse.Namespace) -> dict[str, Any]:
     """Check everything, then attack, score and write; returns the metrics written."""
-    from privbench.api import compose
+    from privbench.overrides import compose
     from privbench.attacks import AttackTarget, GradientInversion
-    from privbench.audit.build import build
+    from privbench.build import build
     from privbench.audit.output import summary, write_metrics
     from privbench.audit.score import score_reconstruction
     from privbench.io import atomic_write_text

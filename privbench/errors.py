@@ -1,4 +1,14 @@
 """Errors that privbench reports to the user as one line, without a traceback."""
+from typing import Any
+
+#: Longest value echoed in an error.
+SHOWN = 60
+
+
+def shown(value: Any) -> str:
+    """``repr(value)``, cut to ``SHOWN`` characters for error messages."""
+    text = repr(value)
+    return text if len(text) <= SHOWN else f"{text[:SHOWN]}... ({len(text)} characters)"
 
 
 class PrivbenchError(Exception):

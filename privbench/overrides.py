@@ -2,14 +2,16 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from functools import lru_cache
 from importlib import resources
 
 from omegaconf import DictConfig, OmegaConf
 
-from privbench.errors import ConfigError
+from privbench.errors import ConfigError, shown
 
-GROUPS = ("data", "model", "fl", "payload", "attack", "defense", "experiment")
+GROUPS = ("data", "model", "fl", "payload", "attack", "defense", "engine", "experiment")
 
 
 def options(group: str) -> list[str]:
@@ -127,8 +129,6 @@ def check_destination(cfg: DictConfig) -> None:
 
     from omegaconf.errors import OmegaConfBaseException
 
-    from privbench.values import shown
-
     raw_name = cfg._get_node("name")
     try:  # the default name reads Hydra's runtime choices: set by Hydra, always a short folder name
         name = "" if raw_name is None or "${hydra:" in str(raw_name._value()) else cfg.get("name")
@@ -161,8 +161,6 @@ def check_targets(overrides: list[str], cfg: DictConfig) -> None:
     Configs added through ``hydra.searchpath`` may name any target; the command line may not
     (``payload._target_=builtins.open`` would run arbitrary callables).
     """
-    from privbench.values import shown
-
     given = [(o.split("=", 1)[0].lstrip("+~"), o.split("=", 1)[1]) for o in overrides
              if "=" in o and o.split("=", 1)[0].lstrip("+~").split(".")[-1] == "_target_"]
     if not given:
@@ -190,3 +188,47 @@ def tree_targets() -> set[str]:
             elif entry.name.endswith(".yaml"):
                 out |= set(re.findall(r"_target_:\s*([\w.]+)", entry.read_text()))
     return out
+
+
+@contextmanager
+def hydra_context(cfg: DictConfig) -> Iterator[None]:
+    """Make ``${hydra:...}`` interpolations and ``HydraConfig.get()`` see ``cfg``'s hydra node, then forget it."""
+    from hydra.core.hydra_config import HydraConfig
+
+    HydraConfig.instance().set_config(cfg)
+    try:
+        yield
+    finally:
+        HydraConfig.instance().cfg = None
+
+
+def compose_full(overrides: Sequence[str]) -> DictConfig:
+    check_overrides(list(overrides))
+    return compose_with_hydra(list(overrides))
+
+
+def compose(overrides: Sequence[str] = ()) -> DictConfig:
+    """The job config that ``python -m privbench OVERRIDES`` would run, resolved, without Hydra's own node.
+
+    Raises:
+        privbench.errors.ConfigError: an unknown option or key, or an override that does not parse.
+    """
+    full = compose_full(overrides)
+    with hydra_context(full):
+        return job_config(full)
+
+
+def job_config(full: DictConfig) -> DictConfig:
+    """``full`` without its hydra node, writable, resolved (inside ``hydra_context``)."""
+    from omegaconf.errors import OmegaConfBaseException
+
+    from privbench.values import unresolvable
+
+    job = OmegaConf.masked_copy(full, [str(k) for k in full if k != "hydra"])
+    OmegaConf.set_readonly(job, False)
+    try:
+        OmegaConf.resolve(job)
+    except OmegaConfBaseException as exc:
+        raise unresolvable(job, exc) from None
+    OmegaConf.set_struct(job, True)  # a misspelt key fails, as on the command line
+    return job

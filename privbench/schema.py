@@ -3,7 +3,7 @@
 A rule applies to a key wherever it is present (``fl.lr`` for every protocol); keys a
 config does not carry are skipped. Keys that take one of a few names (``fl.subspace``,
 ``fl.gene.select``, ...) are checked by the class that reads them, against its own list. A user's own ``_target_`` gets its own keys checked by its
-signature's type hints (``privbench.audit.build``), and its ranges by its own code.
+signature's type hints (``privbench.build``), and its ranges by its own code.
 
 Example:
     >>> check_schema({"fl": {"rounds": 0}})
@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from privbench.errors import ConfigError
+from privbench.errors import ConfigError, shown
 
 
 @dataclass(frozen=True)
@@ -132,8 +132,6 @@ def _select(cfg: dict[str, Any], key: str) -> tuple[bool, Any]:
 
 def check_schema(cfg: dict[str, Any]) -> None:
     """Raise a one-line ``ConfigError`` naming the first key whose value breaks its rule in ``RULES``."""
-    from privbench.values import shown
-
     for key, rule in RULES.items():
         present, value = _select(cfg, key)
         if present:

@@ -7,15 +7,13 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from privbench.errors import ConfigError
+from privbench.errors import SHOWN, ConfigError, shown
 from privbench.schema import check_schema
 
 #: Keys that must be true or false (YAML ``true``/``false``), not a string such as ``maybe``.
 BOOLEANS = ("resume", "metrics.lpips", "data.download", "attack.unroll", "attack.batched", "fl.agnostic.fedavg_reference")
 #: Seeds are integers in [0, 2**32): numpy, torch and Python's random all take them.
 SEED_LIMIT = 2**32
-#: Longest value echoed in an error.
-SHOWN = 60
 
 
 def unresolvable(cfg: DictConfig, exc: Exception) -> ConfigError:
@@ -32,16 +30,6 @@ def unresolvable(cfg: DictConfig, exc: Exception) -> ConfigError:
                     break
     text = str(exc).splitlines()[0]
     return ConfigError(f"{key + ': ' if key else ''}cannot resolve: {text if len(text) <= SHOWN else text[:SHOWN] + '...'}")
-
-
-def shown(value: Any) -> str:
-    """``repr(value)``, cut to ``SHOWN`` characters for error messages."""
-    return _show(value)
-
-
-def _show(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= SHOWN else f"{text[:SHOWN]}... ({len(text)} characters)"
 
 
 def _leaves(node: Any, prefix: str = "") -> list[tuple[str, Any]]:
@@ -72,8 +60,8 @@ def check_values(cfg: DictConfig) -> None:
     check_schema({str(k): v for k, v in resolved.items()})
     seed = OmegaConf.select(cfg, "seed")
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < SEED_LIMIT:
-        raise ConfigError(f"seed={_show(seed)}: must be an integer in [0, 2^32)")
+        raise ConfigError(f"seed={shown(seed)}: must be an integer in [0, 2^32)")
     for key in BOOLEANS:
         value = OmegaConf.select(cfg, key, default=None)
         if value is not None and not isinstance(value, bool):
-            raise ConfigError(f"{key}={_show(value)}: must be true or false")
+            raise ConfigError(f"{key}={shown(value)}: must be true or false")

@@ -148,7 +148,9 @@ def test_cluster_model_aggregate_target(tmp_path):
     wire = Wire.for_protocol(protocol, PayloadStore(tmp_path), policy)
     protocol.run(model=model, data=data, victim=victim, wire=wire, seed=0)
     payload, base = choice.select(wire.store, victim)
-    assert sorted(payload.truth) == sorted(np.concatenate(data.clients).tolist())  # union of the 4 participants
+    truth = choice.truth(wire.store, payload)
+    assert sorted(truth) == sorted(np.concatenate(data.clients).tolist())  # union of the 4 participants
+    assert choice.images(payload, victim) == 8  # from the declared training records, not the truth
     assert len(payload.training.parts) == 4 and payload.base == "r0000-cluster_model-server-client0"
     uploaded = {n for rec in wire.store.records(kind="learngene", round=0) for n in rec["names"]}
     assert set(payload.names) == uploaded
@@ -157,10 +159,9 @@ def test_cluster_model_aggregate_target(tmp_path):
                                        num_classes=10, unroll=True)
     assert [(p.start, p.stop) for p in target.unroll.parts] == [(0, 2), (2, 4), (4, 6), (6, 8)]
     # Replaying every participant on its true images reproduces the aggregate's change.
-    images = torch.cat([data.train.normalised(torch.tensor(p["truth"])) for p in
-                        [r for r in wire.store.records(kind="learngene", round=0)]])
-    labels = torch.cat([data.train.labels[torch.tensor(p["truth"])] for p in
-                        [r for r in wire.store.records(kind="learngene", round=0)]])
+    uploads = [torch.tensor(wire.store.truth(r["id"])) for r in wire.store.records(kind="learngene", round=0)]
+    images = torch.cat([data.train.normalised(idx) for idx in uploads])
+    labels = torch.cat([data.train.labels[idx] for idx in uploads])
     replay = candidate_gradient(target, images, labels=labels)
     # Local training shuffles; with 2 images per client and batch 2, one step per epoch sees both: order-free.
     assert all(torch.allclose(replay[n], target.gradient[n], atol=1e-4) for n in target.gradient)

@@ -8,9 +8,10 @@ from omegaconf import OmegaConf
 
 from privbench.attacks import Attack
 
-from privbench.audit.build import build
-from privbench.audit.run import plan
+from privbench.build import build
+from privbench.audit.plan import plan
 from privbench.errors import AttackNotApplicableError, ConfigError, DatasetNotFoundError
+from privbench.fl.engine import Launcher
 from privbench.fl.protocols import FederatedProtocol
 from privbench.fl.trainer import SGDTrainer, Trainer
 from privbench.overrides import GROUPS, check_overrides, options
@@ -48,7 +49,7 @@ def test_every_config_option_instantiates(compose_cfg, tmp_path, group, option):
         runtime = {"fl": {"trainer": SGDTrainer()}, "defense": {"seed": 0}}.get(group, {})
         built = build(group, cfg[group], **runtime)
         expected = {"fl": FederatedProtocol, "payload": PayloadChoice, "attack": Attack,
-                    "defense": (Trainer, MessageTransform)}[group]
+                    "defense": (Trainer, MessageTransform), "engine": Launcher}[group]
         assert isinstance(built, expected)
 
 

@@ -22,8 +22,8 @@ def _store(tmp_path: Path) -> tuple[Path, str]:
     root = tmp_path / "payloads"
     store = PayloadStore(root)
     payload = Payload.from_tensors(kind="gradient", round=0, sender="client0", receiver="server",
-                                   tensors={"w": torch.arange(6.0).reshape(2, 3), "b": torch.ones(3)}, truth=[4])
-    store.add(payload, keep=True)
+                                   tensors={"w": torch.arange(6.0).reshape(2, 3), "b": torch.ones(3)})
+    store.add(payload, keep=True, truth=[4])
     store.flush()
     return root, payload.id
 
@@ -33,7 +33,7 @@ def test_store_round_trips_and_records_sha256s(tmp_path):
     record = json.loads((root / "index.json").read_text())[0]
     assert len(record["sha256"]) == 64 and (root / "index.json.sha256").exists()
     loaded = PayloadStore.open(root).load(pid)
-    assert torch.equal(loaded.tensors["w"], torch.arange(6.0).reshape(2, 3)) and loaded.truth == [4]
+    assert torch.equal(loaded.tensors["w"], torch.arange(6.0).reshape(2, 3)) and PayloadStore.open(root).truth(pid) == [4]
 
 
 def test_a_flipped_tensor_byte_is_refused(tmp_path):
@@ -49,7 +49,7 @@ def test_a_flipped_tensor_byte_is_refused(tmp_path):
 def test_an_edited_index_is_refused(tmp_path):
     root, pid = _store(tmp_path)
     index = json.loads((root / "index.json").read_text())
-    index[0]["truth"] = [5]
+    index[0]["cluster"] = 5
     (root / "index.json").write_text(json.dumps(index))
     with pytest.raises(StoreError, match="changed after it was written"):
         PayloadStore.open(root)

@@ -46,12 +46,12 @@ def test_victim_gradient_is_the_gradient_at_the_received_model(tmp_path, fmnist)
     base = wire.store.load(grad.base)
     model = LeNet(in_channels=1, image_size=28, num_classes=10)
     model.load_state_dict(base.tensors)
-    idx = torch.tensor(grad.truth)
+    idx = torch.tensor(wire.store.truth(grad.id))
     expected = batch_gradient(model, fmnist.train.normalised(idx), fmnist.train.labels[idx])
-    assert grad.names == list(expected) and len(grad.truth) == 2
+    assert grad.names == list(expected) and len(idx) == 2
     assert all(torch.allclose(grad.tensors[n], expected[n], atol=1e-6) for n in expected)
     update = wire.store.load("r0001-update-client3-server")
-    assert update.truth == grad.truth  # update_data=batch: trained on the victim batch only
+    assert wire.store.truth(update.id) == idx.tolist()  # update_data=batch: trained on the victim batch only
     assert update.training.steps == 1 and update.training.lr == 0.1
 
 

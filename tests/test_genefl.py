@@ -14,7 +14,7 @@ from privbench.data import FederatedData
 from privbench.data.dataset import ImageDataset
 from privbench.errors import ConfigError
 from privbench.audit.reference import fedavg_reference
-from privbench.fl.genefl.agnostic import evaluate_agnostic
+from privbench.audit.agnostic import evaluate_agnostic
 from privbench.payloads.comm import comm_summary
 from privbench.fl.genefl.fisher import fisher_diagonal, gene_regulariser
 from privbench.fl.protocols.genefl import GeneFL

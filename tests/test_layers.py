@@ -20,8 +20,10 @@ def _module_name(path: Path) -> str:
     return ".".join(parts)
 
 
-def _graph() -> dict[str, set[str]]:
-    """Every module of the packages and the project modules it imports (lazily imported ones included)."""
+def _graph(*, parents: bool = True) -> dict[str, set[str]]:
+    """Every module of the packages and the project modules it imports (lazily imported ones and those under
+    ``TYPE_CHECKING`` included). With ``parents``, importing ``a.b.c`` also depends on ``a`` and ``a.b`` (their
+    ``__init__`` runs first); without, only on the modules named, which is what a cycle is made of."""
     files = {_module_name(p): p for pkg in SOURCES for p in (ROOT / pkg).rglob("*.py")}
     graph: dict[str, set[str]] = {}
     for name, path in files.items():
@@ -36,7 +38,8 @@ def _graph() -> dict[str, set[str]]:
                 if target.split(".")[0] in PACKAGES:
                     # importing a.b.c runs a, a.b and a.b.c: each package's __init__ is a dependency too
                     pieces = target.split(".")
-                    deps |= {".".join(pieces[:i]) for i in range(1, len(pieces) + 1)} & set(files)
+                    named = {".".join(pieces[:i]) for i in range(1, len(pieces) + 1)} if parents else {target}
+                    deps |= named & set(files)
         graph[name] = deps - {name}
     return graph
 
@@ -52,6 +55,59 @@ def _reachable(graph: dict[str, set[str]], start: str) -> set[str]:
 
 
 GRAPH = _graph()
+IMPORTS = _graph(parents=False)
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of ``graph`` with more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on_stack: set[str] = set()
+    stack: list[str] = []
+    out: list[list[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.get(child, ())))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    out.append(sorted(component))
+    return out
+
+
+def test_no_import_cycles():
+    cycles = _cycles(IMPORTS)
+    assert not cycles, f"import cycles (function-level and TYPE_CHECKING imports included): {cycles}"
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
 
 
 def _modules(prefix: str) -> list[str]:
@@ -68,7 +124,20 @@ RULES = [
     ("privbench.data", "privbench.fl"),
     ("privbench.report", "privbench.fl"),
     ("privbench.report", "privbench.attacks"),
+    ("privbench.report", "privbench.audit"),
+    ("privbench.fl", "privbench.audit"),
+    ("privbench.fl", "privbench.flower"),
+    ("privbench.fl", "privbench.attacks"),
+    ("privbench.fl", "privbench.defenses"),
+    ("privbench.attacks", "privbench.audit"),
+    ("privbench.defenses", "privbench.audit"),
+    ("privbench.payloads", "privbench.audit"),
+    # the Flower engine adapter sits below the audit; its apps (client_app, server_app) above it
+    *[(f"privbench.flower.{m}", "privbench.audit") for m in ("engine", "capture", "codec", "launch", "simulation")],
 ]
+#: Modules a user or a tool starts (``python -m``, the Python API, Flower's app references).
+ENTRY_POINTS = {"privbench.__main__", "privbench.cli", "privbench.api", "privbench.attack", "privbench.report.__main__",
+                "privbench.flower.client_app", "privbench.flower.server_app"}
 
 
 @pytest.mark.parametrize("source, forbidden", RULES)
@@ -78,6 +147,14 @@ def test_layer_rule(source, forbidden):
                  for m in _modules(source)}
     offenders = {m: d for m, d in offenders.items() if d}
     assert not offenders, f"{source} must not import {forbidden}: {offenders}"
+
+
+def test_entry_points_are_imported_by_no_module_of_the_package():
+    importers = {m: sorted(e for e in IMPORTS[m] if e in ENTRY_POINTS) for m in IMPORTS}
+    # ``python -m privbench`` is a two-line shim over the CLI
+    importers = {m: e for m, e in importers.items() if e and not (m == "privbench.__main__" and e == ["privbench.cli"])}
+    assert not importers, f"entry points imported inside the package: {importers}"
+    assert ENTRY_POINTS <= set(IMPORTS), sorted(ENTRY_POINTS - set(IMPORTS))
 
 
 def test_the_graph_sees_lazy_imports():

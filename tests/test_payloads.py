@@ -30,16 +30,17 @@ def test_lenet_payload_bytes_by_hand():
 def test_store_round_trip(tmp_path):
     tensors = {"w": torch.randn(4, 3), "b": torch.arange(3.0)}
     sent = Payload.from_tensors(kind="gradient", round=2, sender="client1", receiver="server", tensors=tensors,
-                                base="r0002-global_model-server-client1", truth=[5, 9],
+                                base="r0002-global_model-server-client1",
                                 training=LocalTraining(lr=0.1, steps=1, batch_size=2, num_samples=2))
     counted = Payload.from_tensors(kind="update", round=2, sender="client2", receiver="server", tensors=tensors)
     store = PayloadStore(tmp_path / "p")
-    store.add(sent, keep=True)
+    store.add(sent, keep=True, truth=[5, 9])
     store.add(counted, keep=False)
     store.flush()
     reopened = PayloadStore.open(tmp_path / "p")
     loaded = reopened.load(sent.id)
-    assert loaded.names == ["w", "b"] and loaded.training == sent.training and loaded.truth == [5, 9]
+    assert loaded.names == ["w", "b"] and loaded.training == sent.training and reopened.truth(sent.id) == [5, 9]
+    assert "truth" not in loaded.record() and reopened.truth(counted.id) == []  # the store's, not the message's
     assert all(torch.equal(loaded.tensors[n], tensors[n]) for n in tensors)
     assert loaded.nbytes == 4 * 15
     index = json.loads((tmp_path / "p" / "index.json").read_text())

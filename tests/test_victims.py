@@ -56,22 +56,22 @@ def test_a_victim_round_after_round_0_works_for_every_payload_kind(fl, kinds, sm
         choice = PayloadChoice(kind=kind)
         payload, base = choice.select(wire.store, victim)
         if kind == "subspace":  # sent once, before round 0
-            assert payload.round == 0 and payload.truth == small_clients.clients[2].tolist()
+            assert payload.round == 0 and choice.truth(wire.store, payload) == small_clients.clients[2].tolist()
             continue
         assert payload.round == (2 if kind == "cluster_model" else 1)
         assert base is not None and base.round == 1  # relative to the trained model of round 1, not theta_0
         assert any(not torch.equal(base.tensors[n], result.theta0[n]) for n in base.tensors)
-        count = choice.images(payload, victim)
+        count, truth = choice.images(payload, victim), choice.truth(wire.store, payload)
         target = AttackTarget.from_payload(payload, base=base, model=model, num_images=count, image_shape=(1, 28, 28),
                                            num_classes=10)
         out = IDLG(iterations=5, restarts=1).run(target, seed=0)
         assert out.images is not None and torch.isfinite(out.images).all()
         if kind in ("gradient", "gene_gradient"):  # one step on the 2-image victim batch
-            assert len(payload.truth) == count == 2
+            assert len(truth) == count == 2
         elif kind in ("update", "learngene"):  # trained on all 6 images: 2 rebuilt, matched against 6
-            assert len(payload.truth) == 6 and count == 2 and payload.training.num_samples == 6
+            assert len(truth) == 6 and count == 2 and payload.training.num_samples == 6
         else:
-            assert len(payload.truth) == count == 24  # the aggregate: every participant's images
+            assert len(truth) == count == 24  # the aggregate: every participant's images
 
 
 def test_gene_gradient_truth_is_the_victim_batch_with_update_data_all(small_clients, tmp_path):
@@ -82,8 +82,9 @@ def test_gene_gradient_truth_is_the_victim_batch_with_update_data_all(small_clie
     gradient = wire.store.load("r0000-gradient-client1-server")
     gene = wire.store.load("r0000-gene_gradient-client1-server")
     upload = wire.store.load("r0000-learngene-client1-server")
-    assert gene.truth == gradient.truth and len(gene.truth) == 2
-    assert upload.truth == small_clients.clients[1].tolist()
+    truth = wire.store.truth
+    assert truth(gene.id) == truth(gradient.id) and len(truth(gene.id)) == 2
+    assert truth(upload.id) == small_clients.clients[1].tolist()
 
 
 def test_chance_baseline_is_best_of_n_by_hand():

@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
@@ -12,15 +12,13 @@ from torch import nn
 
 from privbench.attacks import AttackTarget, GradientInversion, SubspaceProjection
 from privbench.attacks.base import AttackResult
+from privbench.audit.plan import Plan
 from privbench.audit.score import score_reconstruction
 from privbench.data import FederatedData
 from privbench.errors import AttackNotApplicableError
 from privbench.payloads import Payload, PayloadStore
 from privbench.pixels import denormalise
 from privbench.victim import Victim
-
-if TYPE_CHECKING:
-    from privbench.audit.run import Plan
 
 
 def attack_victims(p: Plan, store: PayloadStore, model: nn.Module, data: FederatedData,
@@ -35,14 +33,16 @@ def attack_victims(p: Plan, store: PayloadStore, model: nn.Module, data: Federat
     clients = [p.victim.client] if p.victim.clients is None else _audited(p.victim, store)
     dirs = [out] + [out / "victims" / f"client{c}" for c in clients[1:]]
     selected = [p.choice.select(store, p.victim.alone(c)) for c in clients]
+    truths = [p.choice.truth(store, payload) for payload, _ in selected]
     if isinstance(p.attack, SubspaceProjection):
-        scored = [_project(p, p.attack, payload, data, d) for (payload, _), d in zip(selected, dirs)]
+        scored = [_project(p, p.attack, payload, truth, data, d) for (payload, _), truth, d in
+                  zip(selected, truths, dirs)]
     elif isinstance(p.attack, GradientInversion):
         targets = [_target(p, p.victim.alone(c), payload, base, model, data) for c, (payload, base) in
                    zip(clients, selected)]
         results = p.attack.run_many(targets, seed=p.seed)
-        scored = [(_scored(p, payload, result, data, d), dict(target.knowledge), payload.nbytes)
-                  for (payload, _), target, result, d in zip(selected, targets, results, dirs)]
+        scored = [(_scored(p, truth, result, data, d), dict(target.knowledge), payload.nbytes)
+                  for (payload, _), truth, target, result, d in zip(selected, truths, targets, results, dirs)]
     else:
         raise AttackNotApplicableError(f"attack={p.attack.name} has no way to read payload={selected[0][0].kind}")
     privacy, threat, nbytes = scored[0]
@@ -84,20 +84,20 @@ def _target(p: Plan, victim: Victim, payload: Payload, base: Payload | None, mod
                                      unroll=p.attack.unroll)
 
 
-def _scored(p: Plan, payload: Payload, result: AttackResult, data: FederatedData, out: Path) -> dict[str, Any]:
+def _scored(p: Plan, truth: list[int], result: AttackResult, data: FederatedData, out: Path) -> dict[str, Any]:
     """The attack's record and, when it rebuilt images, their scores (grid and gallery written to ``out``)."""
     privacy: dict[str, Any] = {"failed": result.failed, "objective": result.objective,
                                "label_source": result.label_source, "attempts": result.attempts}
     if result.images is not None and result.labels is not None:
         out.mkdir(parents=True, exist_ok=True)
         recon = denormalise(result.images.cpu(), data.train.mean, data.train.std)  # scored on the CPU
-        privacy.update(_score(p, recon, result.labels.cpu(), *_truth(payload, data), data, out))
+        privacy.update(_score(p, recon, result.labels.cpu(), *_truth(truth, data), data, out))
     return privacy
 
 
-def _truth(payload: Payload, data: FederatedData) -> tuple[torch.Tensor, torch.Tensor]:
-    """The images ``payload`` was computed from (``[N, C, H, W]`` in [0, 1], on the CPU) and their labels."""
-    index = torch.tensor(payload.truth)
+def _truth(truth: list[int], data: FederatedData) -> tuple[torch.Tensor, torch.Tensor]:
+    """The train images at ``truth`` (``[N, C, H, W]`` in [0, 1], on the CPU) and their labels."""
+    index = torch.tensor(truth, dtype=torch.long)
     return data.train.images[index.to(data.train.images.device)].cpu().float() / 255.0, data.train.labels[index].cpu()
 
 
@@ -110,14 +110,14 @@ def _score(p: Plan, recon: torch.Tensor, labels: torch.Tensor, truth: torch.Tens
                                 match_on=str(p.cfg.metrics.match_on), use_lpips=bool(p.cfg.metrics.lpips), out=out)
 
 
-def _project(p: Plan, attack: SubspaceProjection, payload: Payload, data: FederatedData,
+def _project(p: Plan, attack: SubspaceProjection, payload: Payload, indices: list[int], data: FederatedData,
              out: Path) -> tuple[dict[str, Any], dict[str, Any], int]:
     """The projection attack on a ``subspace`` payload: basis images scored like reconstructions."""
     assert payload.tensors is not None
     out.mkdir(parents=True, exist_ok=True)
     basis = payload.tensors["U"]
     recon = attack.basis_images(basis, data.train.shape)
-    truth, truth_labels = _truth(payload, data)
+    truth, truth_labels = _truth(indices, data)
     scores = _score(p, recon, torch.full((len(recon),), -1), truth, truth_labels, data, out)
     scores["label_accuracy"] = float("nan")  # a basis carries no labels
     privacy = {"failed": False, "label_source": "none", **scores,

@@ -13,12 +13,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from privbench.figures import formatted
 from privbench.io import atomic_write_bytes, atomic_write_text
 from privbench.metrics.image import psnr
-
-#: How every output (summary, tables, HTML) shows a value that was not measured.
-MISSING = "-"
-
 
 def flat_row(metrics: dict[str, Any]) -> dict[str, Any]:
     """One CSV row: the scalar entries of every section of ``metrics.json``."""
@@ -107,11 +104,6 @@ def write_gallery(path: Path, *, truth: torch.Tensor, recon: torch.Tensor, truth
 
 #: Columns the run summary fits in.
 WIDTH = 80
-
-
-def formatted(value: Any, fmt: str) -> str:
-    """``value`` formatted with ``fmt``, or ``MISSING`` when it is missing (None or NaN)."""
-    return MISSING if value is None or (isinstance(value, float) and math.isnan(value)) else fmt.format(value)
 
 
 def summary(metrics: dict[str, Any]) -> str:

@@ -4,86 +4,32 @@ from __future__ import annotations
 import json
 import time
 from contextlib import ExitStack
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-import torch
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
-from privbench.attacks import Attack, NoAttack
+from privbench.audit.agnostic import evaluate_agnostic
 from privbench.audit.attack_phase import attack_victims
-from privbench.audit.build import build
 from privbench.audit.output import summary, write_metrics
+from privbench.audit.plan import Plan, plan, prepare
 from privbench.audit.reference import fedavg_reference
 from privbench.audit.resume import config_key, finished, finished_runs, trained, training_key
 from privbench.data import FederatedData
-from privbench.device import make_deterministic
-from privbench.device import resolve as resolve_device
-from privbench.errors import AttackNotApplicableError, ConfigError, PrivbenchError
-from privbench.fl.engine import Engine
-from privbench.fl.genefl.agnostic import evaluate_agnostic
-from privbench.fl.protocols import FederatedProtocol, ProtocolResult
+from privbench.errors import PrivbenchError
+from privbench.fl.engine import Engine, Launcher
+from privbench.fl.protocols import ProtocolResult
 from privbench.fl.protocols.clustered import ClusteredProtocol
-from privbench.fl.trainer import SGDTrainer, Trainer
 from privbench.fl.wire import Totals, Wire
 from privbench.io import atomic_write_text
 from privbench.metrics.lpips_metric import lpips_network
-from privbench.metrics.lpips_weights import alexnet_backbone
 from privbench.metrics.clustering import rand_index
-from privbench.metrics.reconstruction import MATCH_ON
 from privbench.payloads import PayloadStore
-from privbench.payloads.capture import AnyOf, CapturePolicy
+from privbench.payloads.capture import AnyOf
 from privbench.payloads.comm import comm_summary, ratios
-from privbench.payloads.select import PayloadChoice
-from privbench.payloads.transform import MessageTransform
 from privbench.progress import OVERALL, log, phase, run_log
 from privbench.provenance import versions
-from privbench.values import check_values
-from privbench.victim import Victim
-
-T = TypeVar("T")
-GROUPS = ("data", "model", "fl", "payload", "attack", "defense")
-TOP_KEYS = set(GROUPS) | {"name", "seed", "device", "victim", "capture", "metrics", "results_dir", "resume",
-                          "allow_targets"}
-METRIC_KEYS = {"lpips", "match_on"}
-
-
-@dataclass(frozen=True)
-class Plan:
-    """Everything built from the config before any data is loaded or model trained.
-
-    Attributes:
-        cfg: the resolved config.
-        protocol: the federated protocol, holding its trainer.
-        attack: the attack (``NoAttack`` for ``attack=none``).
-        defense: the configured defence: the protocol's trainer, or the wire's transform.
-        choice: which recorded payload is attacked.
-        victim: the audited client.
-        seed: the run's seed.
-        device: where models, training and attacks run (payloads and states stay on the CPU).
-    """
-
-    cfg: DictConfig
-    protocol: FederatedProtocol
-    attack: Attack
-    defense: Trainer | MessageTransform
-    choice: PayloadChoice
-    victim: Victim
-    seed: int
-    device: torch.device = torch.device("cpu")
-
-    @property
-    def attacking(self) -> bool:
-        return not isinstance(self.attack, NoAttack)
-
-    @property
-    def transform(self) -> MessageTransform | None:
-        """The message transform the wire applies to uplinks (None when the defence is a trainer)."""
-        return self.defense if isinstance(self.defense, MessageTransform) else None
-
 
 def _overrides() -> list[str]:
     try:
@@ -103,93 +49,6 @@ def _choice(cfg: DictConfig, group: str) -> str:
         if group == "data" and "source" in cfg.data:
             return str(cfg.data.source)
         return str(cfg[group].get("_target_", group)).rsplit(".", 1)[-1].lower()
-
-
-def _not_a(group: str, value: object, cls: type) -> ConfigError:
-    return ConfigError(f"{group}: _target_ builds a {type(value).__name__}, not a {cls.__name__}")
-
-
-def plan(cfg: DictConfig) -> Plan:
-    """Check every key and value and build the parts; raise one-line errors, compute nothing."""
-    missing = [g for g in GROUPS if g not in cfg or cfg[g] is None]
-    if missing:
-        raise ConfigError(f"{missing[0]}: no {missing[0]} chosen (removed with ~{missing[0]}?); choose one with "
-                          f"{missing[0]}=OPTION")
-    check_values(cfg)
-    unknown = sorted(set(cfg) - TOP_KEYS)
-    if unknown:
-        raise ConfigError(f"{unknown[0]}: unknown key; allowed top-level keys: {', '.join(sorted(TOP_KEYS))}")
-    bad = sorted(set(cfg.metrics) - METRIC_KEYS)
-    if bad:
-        raise ConfigError(f"metrics.{bad[0]}: unknown key; allowed keys: {', '.join(sorted(METRIC_KEYS))}")
-    if cfg.metrics.match_on not in MATCH_ON:
-        raise ConfigError(f"metrics.match_on={cfg.metrics.match_on!r}: allowed values: {', '.join(MATCH_ON)}")
-    victim = build("victim", OmegaConf.merge({"_target_": "privbench.victim.Victim"}, cfg.victim))
-    defense = build("defense", cfg.defense, seed=int(cfg.seed))
-    if not isinstance(defense, (Trainer, MessageTransform)):
-        raise ConfigError(f"defense: {cfg.defense._target_} is neither a trainer nor a message transform")
-    protocol = build("fl", cfg.fl, trainer=defense if isinstance(defense, Trainer) else SGDTrainer())
-    attack = build("attack", cfg.attack)
-    choice = build("payload", cfg.payload)
-    if not isinstance(protocol, FederatedProtocol):
-        raise _not_a("fl", protocol, FederatedProtocol)
-    problem = protocol.engine_problem()
-    if problem:
-        raise ConfigError(f"fl.engine={protocol.engine}: {problem}")
-    if not isinstance(attack, Attack):
-        raise _not_a("attack", attack, Attack)
-    if not isinstance(choice, PayloadChoice):
-        raise _not_a("payload", choice, PayloadChoice)
-    assert isinstance(victim, Victim)
-    device = resolve_device(str(cfg.get("device", "auto")))
-    p = Plan(cfg, protocol, attack, defense, choice, victim, int(cfg.seed), device)
-    if p.attacking and victim.clients is not None and choice.spec.aggregate:
-        raise ConfigError(f"victim.clients: payload={choice.kind} is one aggregate per cluster, not a message of "
-                          "each client; audit aggregates with one victim (victim.clients=null)")
-    if p.attacking:
-        if choice.kind not in protocol.sends:
-            sends = ", ".join(protocol.sends) or "nothing (use attack=none)"
-            raise ConfigError(f"payload={choice.kind}: fl={protocol.name} sends {sends}")
-        if attack.unroll and choice.spec.carries != "model":
-            raise AttackNotApplicableError(f"attack.unroll=true needs a payload that carries a model; "
-                                           f"payload={choice.kind} carries a {choice.spec.carries}")
-        reason = attack.cannot_read(choice.kind)
-        if reason:
-            raise AttackNotApplicableError(f"attack={attack.name} cannot attack payload={choice.kind}: {reason}")
-        if cfg.metrics.lpips:
-            alexnet_backbone()  # damaged weights fail here, not after training
-    return p
-
-
-def prepare(p: Plan) -> tuple[FederatedData, nn.Module, CapturePolicy]:
-    """Load the data, check the protocol and victim against it, build the model and the capture policy.
-
-    Everything that can fail on the config fails here, before training.
-    """
-    cfg = p.cfg
-    with phase("data"):
-        data: FederatedData = build("data", cfg.data, seed=p.seed)
-    p.protocol.check(data=data, victim=p.victim)
-    torch.manual_seed(p.seed)
-    c, h, _ = data.train.shape
-    model = build("model", cfg.model, in_channels=c, image_size=h, num_classes=data.train.num_classes)
-    if not isinstance(model, nn.Module):
-        raise _not_a("model", model, nn.Module)
-    make_deterministic(p.device)
-    model, data = model.to(p.device), data.to(p.device)
-    p.protocol.trainer.check_model(model)
-    p.protocol.check_model(model)
-    policy = build("capture", OmegaConf.merge({"_target_": "privbench.payloads.CapturePolicy.build"}, cfg.capture),
-                   victim_round=p.victim.round, victim_client=p.victim.client)
-    policy.check(sends=p.protocol.sends, rounds=p.protocol.rounds, clients=data.num_clients)
-    return data, model, policy
-
-
-def preflight(cfg: DictConfig) -> Plan:
-    """Every check an audit makes before it trains (``plan`` and ``prepare``), and nothing more."""
-    p = plan(cfg)
-    prepare(p)
-    return p
 
 
 def _defense_summary(p: Plan) -> dict[str, Any]:
@@ -246,7 +105,7 @@ def _bytes_section(comm: dict[str, Any], payload_bytes: int | None) -> dict[str,
 
 
 def _agnostic_phase(p: Plan, fl: ProtocolResult, model: nn.Module, data: FederatedData, wire: Wire,
-                    out: Path, engine: Engine | None) -> tuple[dict[str, Any], Totals | None]:
+                    out: Path, engine: Engine) -> tuple[dict[str, Any], Totals | None]:
     """Agnostic clients join a clustered protocol's result; the FedAvg reference runs first if asked for.
 
     Returns the agnostic evaluation (empty without agnostic clients) and the reference's bytes.
@@ -260,7 +119,7 @@ def _agnostic_phase(p: Plan, fl: ProtocolResult, model: nn.Module, data: Federat
                                              seed=p.seed)
     with phase("agnostic fine-tuning", total=len(data.agnostic_clients), unit="client"):
         agnostic = evaluate_agnostic(fl, protocol=protocol, round_=protocol.rounds, model=model, data=data, wire=wire,
-                                     seed=p.seed, reference=reference, engine=engine)
+                                     seed=p.seed, reference=reference, engine=engine, victim=p.victim)
     wire.store.flush()
     return agnostic, totals
 
@@ -280,36 +139,28 @@ def _recorded(p: Plan, tkey: str, runs: list[tuple[Path, dict[str, Any]]]) -> tu
     return source, store
 
 
-def on_engine(p: Plan, *, data: FederatedData, wire: Wire, grid: Any, session: Callable[[Engine | None], T]) -> T:
-    """Run ``session`` with ``p``'s engine: in this process, on ``grid`` (a Flower deployment's), or on a
-    Flower simulation (``fl.engine=flower`` without a grid)."""
-    if p.protocol.engine != "flower":
-        return session(None)
-    if grid is None:
-        from privbench.flower.simulation import on_simulation
-
-        return on_simulation(p, data=data, wire=wire, session=session)
-    from privbench.flower.server_app import on_grid
-
-    return on_grid(p, grid, data=data, wire=wire, session=session)
+def agnostic_count(p: Plan, data: FederatedData) -> int:
+    """Agnostic clients that join run ``p`` after training (those of a clustered protocol)."""
+    return len(data.agnostic_clients) if isinstance(p.protocol, ClusteredProtocol) else 0
 
 
-def run_audit(cfg: DictConfig, out: Path, *, grid: Any = None) -> dict[str, Any]:
+def run_audit(cfg: DictConfig, out: Path, *, launcher: Launcher | None = None) -> dict[str, Any]:
     """Run the audit that ``cfg`` describes and write its files (``run.log`` included) under ``out``.
 
     With ``resume`` (default), a config that already finished is skipped, and a run whose
     training already finished under ``results_dir`` (same config but for payload, attack and
     metrics) attacks that run's recorded payloads instead of training again (``run.trained_in``).
-    ``grid`` is a Flower deployment's grid when a ServerApp runs the audit (``fl.engine=flower``).
+    ``launcher`` brings up where the clients run instead of the config's ``engine`` (a Flower
+    deployment's ServerApp passes its grid's).
     """
     with ExitStack() as stack:
         try:
-            return _run(cfg, out, stack, grid)
+            return _run(cfg, out, stack, launcher)
         finally:
             OVERALL.close()
 
 
-def _run(cfg: DictConfig, out: Path, stack: ExitStack, grid: Any) -> dict[str, Any]:
+def _run(cfg: DictConfig, out: Path, stack: ExitStack, launcher: Launcher | None) -> dict[str, Any]:
     start = time.perf_counter()
     p = plan(cfg)
     key, tkey = config_key(cfg), training_key(cfg)
@@ -341,13 +192,16 @@ def _run(cfg: DictConfig, out: Path, stack: ExitStack, grid: Any) -> dict[str, A
 
     extra = p.choice.capture(p.victim) if p.attacking else None
     wire = Wire.for_protocol(p.protocol, PayloadStore(out / "payloads"), AnyOf((policy, extra)) if extra else policy,
-                             transform=p.transform)
+                             transform=p.transform,
+                             truth_of=lambda payload: p.protocol.truth_of(payload, data, p.victim, seed=p.seed))
 
-    def session(engine: Engine | None) -> tuple[ProtocolResult, dict[str, Any], Totals | None]:
+    def session(engine: Engine) -> tuple[ProtocolResult, dict[str, Any], Totals | None]:
         fl = p.protocol.run(model=model, data=data, victim=p.victim, wire=wire, seed=p.seed, engine=engine)
         return (fl, *_agnostic_phase(p, fl, model, data, wire, out, engine))
 
-    fl, agnostic, reference_totals = on_engine(p, data=data, wire=wire, grid=grid, session=session)
+    fl, agnostic, reference_totals = (launcher or p.launcher).launch(
+        session, config=OmegaConf.to_yaml(p.cfg, resolve=True), wire=wire, num_clients=data.num_clients,
+        num_agnostic=agnostic_count(p, data))
     trained_at = time.perf_counter()
     privacy, threat, nbytes = attack_victims(p, wire.store, model, data, out) if p.attacking else ({}, {}, None)
     attacked = time.perf_counter()

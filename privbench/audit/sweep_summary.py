@@ -7,7 +7,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from privbench.audit.output import formatted
+from privbench.figures import formatted
 
 #: (column, header, format) of the combined table, after the setting's keys and n.
 FIGURES = [("psnr_mean", "PSNR", "{:.1f}"), ("psnr_gain", "gain", "{:+.1f}"),

@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Collection
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 
@@ -13,8 +13,15 @@ from privbench.payloads import CapturePolicy, Payload, PayloadStore
 from privbench.payloads.capture import AnyOf
 from privbench.payloads.transform import MessageTransform
 
-if TYPE_CHECKING:
-    from privbench.fl.protocols.base import FederatedProtocol
+
+class Sender(Protocol):
+    """What a wire needs of a protocol: the kinds it declared and its trainer."""
+
+    @property
+    def sends(self) -> tuple[str, ...]: ...
+
+    @property
+    def trainer(self) -> Trainer: ...
 
 
 class WireError(RuntimeError):
@@ -48,10 +55,14 @@ class Wire:
         trainer: the protocol's trainer; a client's gradient or model upload must carry a
             training record it issued.
         transform: a message transform applied to every uplink (None: sent as computed).
+        truth_of: the evaluator's ground truth for a message another process sent (``capture``):
+            the train-set indices it was computed from, which never travel in a message.
     """
 
     def __init__(self, store: PayloadStore, policy: CapturePolicy | AnyOf, *, sends: Collection[str], trainer: Trainer,
-                 transform: MessageTransform | None = None) -> None:
+                 transform: MessageTransform | None = None,
+                 truth_of: Callable[[Payload], Sequence[int]] | None = None) -> None:
+        self.truth_of = truth_of
         self.store = store
         self.policy = policy
         self.sends = frozenset(sends)
@@ -61,10 +72,12 @@ class Wire:
         self._received: dict[str, dict[str, torch.Tensor]] = {}
 
     @classmethod
-    def for_protocol(cls, protocol: "FederatedProtocol", store: PayloadStore, policy: CapturePolicy | AnyOf, *,
-                     transform: MessageTransform | None = None) -> "Wire":
+    def for_protocol(cls, protocol: Sender, store: PayloadStore, policy: CapturePolicy | AnyOf, *,
+                     transform: MessageTransform | None = None,
+                     truth_of: Callable[[Payload], Sequence[int]] | None = None) -> "Wire":
         """The wire ``protocol`` may send on: its declared kinds, its trainer."""
-        return cls(store, policy, sends=protocol.sends, trainer=protocol.trainer, transform=transform)
+        return cls(store, policy, sends=protocol.sends, trainer=protocol.trainer, transform=transform,
+                   truth_of=truth_of)
 
     def _check(self, payload: Payload) -> None:
         if payload.kind not in self.sends:
@@ -75,9 +88,13 @@ class Wire:
             raise WireError(f"{payload.id}: not trained by the configured trainer ({self.trainer.name}); a protocol "
                             "must train through its trainer so that defences inside training apply")
 
-    def send(self, payload: Payload) -> Payload:
-        """Check, defend (if uplink), record and count ``payload``; return what was sent."""
-        return self.record(self.prepare(payload))
+    def send(self, payload: Payload, *, truth: Sequence[int] = ()) -> Payload:
+        """Check, defend (if uplink), record and count ``payload``; return what was sent.
+
+        ``truth`` (the train-set indices the message was computed from) goes to the store's
+        ground-truth table, for the evaluator; it is not part of the message.
+        """
+        return self.record(self.prepare(payload), truth=truth)
 
     def prepare(self, payload: Payload) -> Payload:
         """Check ``payload`` and apply the transform to an uplink; return it as it will be sent."""
@@ -88,9 +105,9 @@ class Wire:
             payload = self.transform.protect(payload, self._received.get(payload.sender))
         return payload
 
-    def record(self, payload: Payload) -> Payload:
-        """Keep ``payload`` in the store (its tensors if the policy says so) and count its bytes."""
-        self.store.add(payload, keep=self.policy.keeps(payload))
+    def record(self, payload: Payload, *, truth: Sequence[int] = ()) -> Payload:
+        """Keep ``payload`` in the store (its tensors if the policy says so), its truth aside, and count its bytes."""
+        self.store.add(payload, keep=self.policy.keeps(payload), truth=truth)
         if not payload.spec.audit_only:
             self.bytes[payload.direction] += payload.nbytes
         return payload
@@ -100,7 +117,7 @@ class Wire:
         if payload.kind not in self.sends:
             raise WireError(f"{payload.id}: this protocol declared it sends {', '.join(sorted(self.sends)) or 'nothing'}, "
                             f"not {payload.kind}")
-        return self.record(payload)
+        return self.record(payload, truth=self.truth_of(payload) if self.truth_of is not None else ())
 
     def totals(self) -> Totals:
         """Protocol bytes so far (uplink, downlink; audit-only gradients excluded)."""
@@ -117,7 +134,7 @@ class Outbox(Wire):
 
     def __init__(self, *, sends: Collection[str], trainer: Trainer, transform: MessageTransform | None = None) -> None:
         # no store and no policy: nothing is recorded here
-        self.sends, self.trainer, self.transform = frozenset(sends), trainer, transform
+        self.sends, self.trainer, self.transform, self.truth_of = frozenset(sends), trainer, transform, None
         self.bytes = defaultdict(int)
         self._received = {}
         self.sent: list[Payload] = []
@@ -126,8 +143,8 @@ class Outbox(Wire):
         """Note what ``client`` received (a model upload's transform is relative to it)."""
         self._received[client] = {**self._received.get(client, {}), **tensors}
 
-    def record(self, payload: Payload) -> Payload:
-        self.sent.append(payload)
+    def record(self, payload: Payload, *, truth: Sequence[int] = ()) -> Payload:
+        self.sent.append(payload)  # the truth stays behind: it is the evaluator's, not part of the message
         return payload
 
     def take(self, receiver: str) -> list[Payload]:

@@ -1,40 +1,29 @@
 """The Flower engine: a protocol's server loop talks to ClientApps through a capturing grid."""
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
 
-import numpy as np
 from flwr.app import ConfigRecord, Message, MessageType, RecordDict
-from omegaconf import OmegaConf
-from torch import nn
 
-from privbench.data import FederatedData
-from privbench.fl.engine.base import Engine
-from privbench.fl.protocols.base import ClientStart, FederatedProtocol, Upload
-from privbench.fl.sgd import State
+from privbench.fl.engine import ClientSide, ClientTask, ClientTasks, Engine, TaskReply
 from privbench.fl.wire import Outbox, Wire
 from privbench.flower.capture import CapturingGrid, FlowerClientError
 from privbench.flower.codec import TASK, payloads_in, put_payloads, task
-from privbench.payloads import Payload
-
-if TYPE_CHECKING:
-    from privbench.audit.run import Plan
-    from privbench.fl.protocols.clustered import ClusteredProtocol
-
 
 #: Seconds to wait for every client's SuperNode to connect before the run fails.
 NODE_WAIT_S = 60.0
+#: Fields of a task message that are not the task's own.
+ENVELOPE = ("task", "config", "client", "round", "agnostic")
 
 
 class FlowerEngine(Engine):
-    """Runs the clients' side on Flower SuperNodes, one client per node (its ``partition-id``).
+    """Runs client tasks on Flower SuperNodes, one client per node (its ``partition-id``).
 
-    Each message carries the run's resolved config, so a ClientApp rebuilds the same data,
-    model and protocol and needs nothing else. Downloads are prepared in an ``Outbox`` and
-    recorded, like the replies, by the ``CapturingGrid`` as they pass.
+    Each request becomes one Flower message with the task's name, its fields, its downloads and
+    the run's resolved config, so a ClientApp rebuilds the same data, model and protocol and
+    needs nothing else; the ClientApp answers with the protocol's ``serve``. Downloads are
+    prepared in an ``Outbox`` and recorded, like the replies, by the ``CapturingGrid`` as they pass.
 
     Args:
         grid: the capturing grid.
@@ -74,64 +63,31 @@ class FlowerEngine(Engine):
                                     f"(connected: partitions {sorted(held)})")
         return held
 
-    def _message(self, partition: int, what: str, *, client: int, round_: int, payloads: Sequence[Any] = (),
-                 **fields: Any) -> Message:
-        content = RecordDict({TASK: ConfigRecord({"task": what, "config": self.config, "client": client,
-                                                  "round": round_, **fields})})
-        put_payloads(content, payloads)
-        return Message(content, self.nodes[partition], MessageType.TRAIN, group_id=str(round_))
+    def _message(self, request: ClientTask) -> Message:
+        content = RecordDict({TASK: ConfigRecord({"task": request.task, "config": self.config,
+                                                  "client": request.client, "round": request.round,
+                                                  "agnostic": request.agnostic, **request.fields})})
+        put_payloads(content, request.downloads)
+        return Message(content, self.nodes[self.partition(request)], MessageType.TRAIN, group_id=str(request.round))
 
-    def _exchange(self, messages: list[Message], partitions: list[int]) -> list[Message]:
-        """Send and return the replies in the order of ``partitions``."""
-        by_node = {int(r.metadata.src_node_id): r for r in self.grid.send_and_receive(messages)}
-        return [by_node[self.nodes[c]] for c in partitions]
+    def partition(self, request: ClientTask) -> int:
+        """The partition that holds ``request``'s client: known clients first, then the agnostic ones."""
+        return request.client + (self.num_clients if request.agnostic else 0)
 
     def downlink_wire(self, wire: Wire) -> Wire:
         self._post = Outbox(sends=wire.sends, trainer=wire.trainer)
         return self._post
 
-    def subspaces(self, protocol: "ClusteredProtocol", data: FederatedData, wire: Wire, *,
-                  seed: int) -> list[np.ndarray]:
-        clients = list(range(data.num_clients))
-        replies = self._exchange([self._message(c, "subspace", client=c, round_=0) for c in clients], clients)
-        return [payloads_in(r.content)[0].tensors["U"].double().numpy() for r in replies]  # type: ignore[index]
-
-    def agnostic_subspace(self, protocol: "ClusteredProtocol", data: FederatedData, a: int, wire: Wire, *,
-                          round_: int, seed: int) -> np.ndarray:
-        partition = self.num_clients + a
-        reply, = self._exchange([self._message(partition, "agnostic_subspace", client=a, round_=round_)], [partition])
-        return payloads_in(reply.content)[0].tensors["U"].double().numpy()  # type: ignore[index]
-
-    def agnostic_finetune(self, protocol: "ClusteredProtocol", *, model: nn.Module, data: FederatedData, a: int,
-                          gene: Payload, theta0: State, wire: Wire, seed: int) -> float:
-        partition = self.num_clients + a
-        message = self._message(partition, "agnostic_tune", client=a, round_=gene.round, payloads=[gene])
-        reply, = self._exchange([message], [partition])
-        return float(task(reply.content)["accuracy"])
-
-    def train_round(self, protocol: FederatedProtocol, *, model: nn.Module, data: FederatedData, state: Any,
-                    starts: Sequence[ClientStart]) -> list[Upload]:
-        assert self._post is not None, "downloads go through downlink_wire first"
-        messages = [self._message(s.at.client, "round", client=s.at.client, round_=s.at.round,
-                                  payloads=self._post.take(s.at.name), cluster=-1 if s.at.cluster is None
-                                  else s.at.cluster) for s in starts]
-        uploads = []
-        for reply in self._exchange(messages, [s.at.client for s in starts]):
+    def run(self, protocol: ClientTasks, requests: Sequence[ClientTask], side: ClientSide) -> list[TaskReply]:
+        """One message per request; the replies in the order of ``requests``."""
+        if self._post is not None:
+            self._post.sent.clear()  # the downloads travel in the requests' messages
+        by_node = {int(r.metadata.src_node_id): r for r in self.grid.send_and_receive([self._message(q)
+                                                                                       for q in requests])}
+        replies = []
+        for q in requests:
+            reply = by_node[self.nodes[self.partition(q)]]
             fields, sent = task(reply.content), payloads_in(reply.content)
-            up = sent[int(fields["upload"])]
-            assert up.tensors is not None
-            uploads.append(Upload(int(fields["num_samples"]), up.tensors, json.loads(str(fields["layers"]))))
-        return uploads
-
-
-def agnostic_count(p: "Plan", data: FederatedData) -> int:
-    """Agnostic clients that join run ``p`` after training (those of a clustered protocol)."""
-    from privbench.fl.protocols.clustered import ClusteredProtocol
-
-    return len(data.agnostic_clients) if isinstance(p.protocol, ClusteredProtocol) else 0
-
-
-def engine_for(p: "Plan", grid: CapturingGrid, data: FederatedData) -> FlowerEngine:
-    """The engine of run ``p``: a node per known client, and per agnostic client when the run has them."""
-    return FlowerEngine(grid, config=OmegaConf.to_yaml(p.cfg, resolve=True), num_clients=data.num_clients,
-                        num_agnostic=agnostic_count(p, data))
+            index = fields.pop("payload", None)
+            replies.append(TaskReply(fields, None if index is None else sent[int(index)]))
+        return replies

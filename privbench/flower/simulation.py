@@ -1,25 +1,21 @@
-"""Train on Flower's simulation engine: the ServerApp runs here, ClientApps in Ray actors."""
+"""``engine=flower``: train on Flower's simulation engine, the ServerApp here and the ClientApps in Ray actors."""
 from __future__ import annotations
 
 import contextlib
 import os
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any
 
 from flwr.app import ConfigRecordValues, Context
+from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 from flwr.simulation import run_simulation
+from hydra.utils import get_object
 
-from privbench.data import FederatedData
+from privbench.errors import ConfigError
+from privbench.fl.engine.base import Engine, Launcher, T
 from privbench.fl.wire import Wire
-from privbench.flower.capture import CapturingGrid
-from privbench.flower.client_app import app as client_app
-from privbench.flower.engine import FlowerEngine, agnostic_count, engine_for
-
-if TYPE_CHECKING:
-    from privbench.audit.run import Plan
-
-T = TypeVar("T")
+from privbench.flower.launch import FlowerGrid, flower_problem
 
 
 @contextlib.contextmanager
@@ -42,32 +38,50 @@ def client_slots() -> int:
     return max(1, os.cpu_count() or 1)
 
 
-def on_simulation(p: "Plan", *, data: FederatedData, wire: Wire, session: Callable[[FlowerEngine], T]) -> T:
-    """Run ``session`` (the run's training and agnostic clients) in a ServerApp on Flower's simulation engine.
+class FlowerSimulation(Launcher):
+    """One simulated SuperNode per known and agnostic client; every message recorded at the ServerApp's grid.
 
-    One simulated SuperNode per known and agnostic client; every message is recorded on
-    ``wire`` as it passes the ServerApp's grid. Returns what ``session`` returned.
+    Args:
+        client_app: the ClientApp as a Flower app reference (``module:attribute``), loaded
+            when the simulation starts, as a SuperNode loads the one its app names.
     """
-    outcome: dict[str, Any] = {}
-    server_app = ServerApp()
 
-    @server_app.main()
-    def main(grid: Grid, context: Context) -> None:
-        try:
-            engine = engine_for(p, CapturingGrid(grid, wire), data)
-            outcome["result"] = session(engine)
-        except BaseException as exc:  # re-raised in the caller's thread
-            outcome["error"] = exc
+    name = "flower"
 
-    nodes = data.num_clients + agnostic_count(p, data)
-    backend: dict[str, dict[str, ConfigRecordValues]] = {
-        "client_resources": {"num_cpus": 1, "num_gpus": 0.0},
-        "init_args": {"num_cpus": client_slots(), "include_dashboard": False, "log_to_driver": False}}
-    with _environment(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PRIVBENCH_CLIENT_THREADS="1"):
-        run_simulation(server_app=server_app, client_app=client_app, num_supernodes=nodes, backend_config=backend)
-    if "error" in outcome:
-        raise outcome["error"]
-    if "result" not in outcome:
-        raise RuntimeError("Flower's simulation ended before the ServerApp finished")
-    result: T = outcome["result"]
-    return result
+    def __init__(self, client_app: str = "privbench.flower.client_app:app") -> None:
+        module, _, attribute = client_app.partition(":")
+        if not module or not attribute:
+            raise ConfigError(f"engine.client_app={client_app!r}: expected module:attribute")
+        self.client_app = client_app
+
+    def problem(self, protocol: Any) -> str | None:
+        return flower_problem(protocol)
+
+    def launch(self, session: Callable[[Engine], T], *, config: str, wire: Wire, num_clients: int,
+               num_agnostic: int) -> T:
+        outcome: dict[str, Any] = {}
+        server_app = ServerApp()
+
+        @server_app.main()
+        def main(grid: Grid, context: Context) -> None:
+            try:
+                outcome["result"] = FlowerGrid(grid).launch(session, config=config, wire=wire, num_clients=num_clients,
+                                                            num_agnostic=num_agnostic)
+            except BaseException as exc:  # re-raised in the caller's thread
+                outcome["error"] = exc
+
+        client_app = get_object(self.client_app.replace(":", "."))
+        if not isinstance(client_app, ClientApp):
+            raise TypeError(f"{self.client_app} is not a Flower ClientApp")
+        backend: dict[str, dict[str, ConfigRecordValues]] = {
+            "client_resources": {"num_cpus": 1, "num_gpus": 0.0},
+            "init_args": {"num_cpus": client_slots(), "include_dashboard": False, "log_to_driver": False}}
+        with _environment(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PRIVBENCH_CLIENT_THREADS="1"):
+            run_simulation(server_app=server_app, client_app=client_app, num_supernodes=num_clients + num_agnostic,
+                           backend_config=backend)
+        if "error" in outcome:
+            raise outcome["error"]
+        if "result" not in outcome:
+            raise RuntimeError("Flower's simulation ended before the ServerApp finished")
+        result: T = outcome["result"]
+        return result

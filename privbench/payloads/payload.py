@@ -43,8 +43,6 @@ class Payload:
         phase: ``training`` (the federated rounds) or ``agnostic`` (agnostic clients joining).
         training: how the sender trained before sending (client uploads and aggregates).
         condensation: the gene layers chosen and their scores (GENE-FL uploads).
-        truth: indices of the private training samples the message was computed from; the
-            evaluator's ground truth, never given to an attack.
         protection: what a message transform did to the tensors (e.g. the noise added to
             what), or None when sent as computed.
         tensors: the named tensors, or None when the capture policy did not keep them.
@@ -63,15 +61,14 @@ class Payload:
     phase: Phase = "training"
     training: LocalTraining | None = None
     condensation: Condensation | None = None
-    truth: list[int] = field(default_factory=list)
     protection: str | None = None
     tensors: dict[str, torch.Tensor] | None = field(default=None, repr=False)
 
     @classmethod
     def from_tensors(cls, *, kind: str, round: int, sender: str, receiver: str, tensors: dict[str, torch.Tensor],
                      base: str | None = None, cluster: int | None = None, phase: Phase = "training",
-                     training: LocalTraining | None = None, condensation: Condensation | None = None,
-                     truth: list[int] | None = None) -> "Payload":
+                     training: LocalTraining | None = None,
+                     condensation: Condensation | None = None) -> "Payload":
         """Build a payload from named tensors (detached, on CPU) and count its bytes.
 
         Example:
@@ -88,7 +85,7 @@ class Payload:
                    shapes={n: list(t.shape) for n, t in tensors.items()},
                    dtypes={n: str(t.dtype).removeprefix("torch.") for n, t in tensors.items()},
                    nbytes=tensor_bytes(tensors), base=base, cluster=cluster, phase=phase, training=training,
-                   condensation=condensation, truth=list(truth or []), tensors=tensors)
+                   condensation=condensation, tensors=tensors)
 
     @property
     def id(self) -> str:

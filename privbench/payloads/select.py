@@ -52,8 +52,8 @@ class PayloadChoice:
         most the record's data size (with ``victim.update_data=all`` the attacker rebuilds that
         many of the update's images; scoring matches them one-to-one against all of them).
         """
-        if self.spec.aggregate:
-            return len(payload.truth)
+        if self.spec.aggregate and payload.training is not None and payload.training.parts:
+            return sum(part.images for part in payload.training.parts)
         if payload.training is None:
             return victim.num_images
         if unroll:
@@ -90,18 +90,26 @@ class PayloadChoice:
         assert model.tensors is not None
         names = [n for n in model.names if any(n in m["names"] for m in members)]
         parts: list[AggregatePart] = []
-        truth: list[int] = []
         for m in members:
             t = LocalTraining.from_dict(m["training"])
-            parts.append(AggregatePart(client=m["sender"], images=len(m["truth"]), num_samples=t.num_samples,
+            parts.append(AggregatePart(client=m["sender"], images=t.num_samples, num_samples=t.num_samples,
                                        steps=t.steps, batch_size=t.batch_size,
                                        names=tuple(n for n in m["names"] if n in names)))
-            truth += m["truth"]
         total = sum(p.num_samples for p in parts)
         own = LocalTraining.from_dict(mine[0]["training"])
         training = dataclasses.replace(own, steps=round(sum(p.steps * p.num_samples for p in parts) / total),
                                        parts=tuple(parts))
         payload = Payload.from_tensors(kind=self.kind, round=r + 1, sender="server", receiver=after[0]["receiver"],
                                        tensors={n: model.tensors[n] for n in names}, base=received.id, cluster=k,
-                                       training=training, truth=truth)
+                                       training=training)
         return payload, received
+
+    def truth(self, store: PayloadStore, payload: Payload) -> list[int]:
+        """The evaluator's ground truth of ``payload`` as ``select`` returned it (an aggregate: its members' union)."""
+        if not self.spec.aggregate:
+            return store.truth(payload.id)
+        assert payload.training is not None
+        members = {part.client for part in payload.training.parts}
+        uploads = kinds_where(direction="up", carries="model")
+        return [i for k in uploads for rec in store.records(kind=k, round=payload.round - 1, cluster=payload.cluster)
+                if rec["sender"] in members for i in store.truth(rec["id"])]

@@ -4,7 +4,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +17,9 @@ from privbench.payloads.payload import Payload, tensor_bytes
 INDEX = "index.json"
 #: The index's own sha256, written beside it: an edited index is refused.
 INDEX_SHA256 = "index.json.sha256"
+#: The evaluator's ground truth: per payload id, the train-set indices it was computed from (never in a message).
+TRUTH = "truth.json"
+TRUTH_SHA256 = "truth.json.sha256"
 #: Payload ids name files inside the store: letters, digits, ``_``, ``-`` and inner dots only.
 SAFE_ID = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,199}$")
 
@@ -38,6 +41,7 @@ class PayloadStore:
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
         self._records: dict[str, dict[str, Any]] = {}
+        self._truth: dict[str, list[int]] = {}
         self._cache: dict[str, Payload] = {}
 
     @classmethod
@@ -64,10 +68,21 @@ class PayloadStore:
             _check_id(payload_id)
         store = cls(root)
         store._records = dict(zip(ids, records))
+        truth = root / TRUTH
+        if truth.is_file():
+            raw_truth = truth.read_bytes()
+            truth_digest = root / TRUTH_SHA256
+            if truth_digest.is_file() and truth_digest.read_text().strip() != _sha256(raw_truth):
+                raise StoreError(f"{truth} was changed after it was written (its sha256 does not match {TRUTH_SHA256})")
+            try:
+                table = json.loads(raw_truth)
+                store._truth = {str(k): [int(i) for i in v] for k, v in table.items()}
+            except (ValueError, TypeError, AttributeError):
+                raise StoreError(f"{truth} is not a ground-truth table") from None
         return store
 
-    def add(self, payload: Payload, *, keep: bool) -> None:
-        """Record ``payload``; write its tensors only when ``keep``."""
+    def add(self, payload: Payload, *, keep: bool, truth: Sequence[int] = ()) -> None:
+        """Record ``payload``; write its tensors only when ``keep``; keep ``truth`` (the evaluator's) aside."""
         if payload.id in self._records:
             raise ValueError(f"payload {payload.id} recorded twice")
         _check_id(payload.id)
@@ -80,9 +95,17 @@ class PayloadStore:
             self._cache[payload.id] = payload
         record["stored"] = keep and payload.tensors is not None
         self._records[payload.id] = record
+        self._truth[payload.id] = [int(i) for i in truth]
+
+    def truth(self, payload_id: str) -> list[int]:
+        """The train-set indices ``payload_id`` was computed from (the evaluator's ground truth; empty: none)."""
+        return list(self._truth.get(payload_id, []))
 
     def flush(self) -> None:
-        """Write the index and its sha256 atomically."""
+        """Write the index, the ground-truth table and their sha256s atomically."""
+        truth = json.dumps(self._truth)
+        atomic_write_text(self.root / TRUTH, truth)
+        atomic_write_text(self.root / TRUTH_SHA256, _sha256(truth.encode()) + "\n")
         text = json.dumps(list(self._records.values()), indent=1)
         atomic_write_text(self.root / INDEX, text)
         atomic_write_text(self.root / INDEX_SHA256, _sha256(text.encode()) + "\n")

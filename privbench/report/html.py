@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 
 from privbench.report.gallery import style
-from privbench.audit.output import MISSING
+from privbench.figures import MISSING
 from privbench.report.table import LABELS, caption, to_html
 
 #: Columns of the per-run table (after the grouping keys and the seed).

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from privbench.audit.output import MISSING
+from privbench.figures import MISSING
 from scipy import stats
 
 from privbench.report.collect import FIGURES

@@ -1,10 +1,12 @@
-"""What every federated protocol shares: settings, its trainer, participant sampling, the typed result."""
+"""What every federated protocol shares: settings, its trainer, sampling, the server loop and its hooks, the result."""
 from __future__ import annotations
 
+import copy
+import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 import torch
@@ -12,9 +14,9 @@ from torch import nn
 
 from privbench.data import FederatedData, ImageDataset
 from privbench.errors import ConfigError
-from privbench.fl.engine.base import ENGINES
+from privbench.fl.engine import ClientSide, ClientTask, Engine, InProcess, TaskReply
 from privbench.fl.genefl.learngene import state_names
-from privbench.fl.sgd import State, client_accuracy, model_with
+from privbench.fl.sgd import State, client_accuracy, model_with, parameters_of
 from privbench.fl.reads import AUDIT_GRADIENT, LOCAL_SGD, PlannedRead
 from privbench.fl.trainer import LocalSGD, Regulariser, SGDTrainer, Trainer
 from privbench.fl.vectorised import LocalJob
@@ -22,10 +24,9 @@ from privbench.fl.wire import Totals, Wire
 from privbench.payloads import LocalTraining, Payload
 from privbench.victim import Victim
 
-if TYPE_CHECKING:
-    from privbench.fl.engine.base import Engine
-
 T = TypeVar("T")
+#: A client task's implementation: the requests (all of that task) on a client side, one reply each.
+TaskHandler = Callable[[Sequence[ClientTask], ClientSide], list[TaskReply]]
 
 
 @dataclass(frozen=True)
@@ -150,11 +151,28 @@ class ClientStart:
 
 @dataclass(frozen=True)
 class Upload:
-    """What a client's round returns to the server loop: its weight, the uploaded tensors, their layers."""
+    """What a client's round returns to the server loop: its weight, the payload it uploaded, its layers."""
 
     num_samples: int
-    tensors: State
+    payload: Payload
     layers: list[str]
+
+    @property
+    def tensors(self) -> State:
+        """The uploaded tensors, as sent."""
+        assert self.payload.tensors is not None, f"{self.payload.id}: an upload carries its tensors"
+        return self.payload.tensors
+
+    def reply(self) -> TaskReply:
+        """The upload as a client's answer to the ``round`` task."""
+        return TaskReply({"num_samples": self.num_samples, "layers": json.dumps(self.layers)}, self.payload)
+
+    @classmethod
+    def from_reply(cls, reply: TaskReply) -> "Upload":
+        """The upload a ``round`` reply carries."""
+        if reply.payload is None:
+            raise ValueError("a round's reply carries its upload")
+        return cls(int(reply.fields["num_samples"]), reply.payload, list(json.loads(str(reply.fields["layers"]))))
 
 
 @dataclass(frozen=True)
@@ -191,8 +209,10 @@ class FederatedProtocol(ABC):
         trainer: how clients train (plain SGD by default, DP-SGD with ``defense=dpsgd``).
         vectorise: train a round's clients as one stacked model (``torch.func.vmap``), equal to
             one by one within float tolerance; see ``Trainer.train_all`` for when it applies.
-        engine: where the clients' side runs: ``inprocess`` (privbench's loop) or ``flower``
-            (Flower ClientApps, every message recorded where it passes the server's grid).
+
+    The server loop is ``run``: ``setup``, then per round ``configure_round`` (sample, send the
+    downloads), the engine runs the clients' tasks, ``aggregate`` and ``evaluate``; ``result``
+    ends it. A protocol fills in those hooks, and its client side in ``client_tasks``.
     """
 
     name: ClassVar[str] = "protocol"
@@ -200,8 +220,7 @@ class FederatedProtocol(ABC):
     sends: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, *, rounds: int, participants: int, local_epochs: int, lr: float, batch_size: int,
-                 momentum: float = 0.0, trainer: Trainer | None = None, vectorise: bool = False,
-                 engine: str = "inprocess") -> None:
+                 momentum: float = 0.0, trainer: Trainer | None = None, vectorise: bool = False) -> None:
         for key, value, low in (("rounds", rounds, 1), ("participants", participants, 1),
                                 ("local_epochs", local_epochs, 1), ("batch_size", batch_size, 1)):
             if value < low:
@@ -214,9 +233,6 @@ class FederatedProtocol(ABC):
         self.sgd = LocalSGD(epochs=local_epochs, lr=lr, batch_size=batch_size, momentum=momentum)
         self.trainer: Trainer = trainer if trainer is not None else SGDTrainer()
         self.vectorise = bool(vectorise)
-        if engine not in ENGINES:
-            raise ConfigError(f"fl.engine={engine!r} is not one of {', '.join(ENGINES)}")
-        self.engine = engine
 
     def local_job(self, model: nn.Module, data: ImageDataset, *, at: ClientRound,
                   regulariser: Regulariser | None = None) -> LocalJob:
@@ -269,19 +285,13 @@ class FederatedProtocol(ABC):
             self.trainer.plan(f"client{c}", self.planned_reads(len(data.clients[c]),
                                                                victim=victim if victim.audits(c) else None))
 
-    def engine_problem(self) -> str | None:
-        """Why these settings cannot run on ``fl.engine`` (None: they can)."""
-        if self.engine != "flower":
-            return None
-        import importlib.util
-
-        if importlib.util.find_spec("flwr") is None:
-            return "Flower is not installed: pip install 'privbench[flower]'"
+    def remote_problem(self) -> str | None:
+        """Why these settings cannot run with each client in a process of its own (None: they can)."""
         if self.vectorise:
             return "fl.vectorise=true stacks a round's clients in one process; on Flower each ClientApp trains its own"
         if type(self.trainer) is not SGDTrainer:
             return (f"the {self.trainer.name} trainer keeps its privacy accounting inside each client, which the "
-                    "ClientApps do not report back; use fl.engine=inprocess (message transforms do run on Flower)")
+                    "ClientApps do not report back; use engine=inprocess (message transforms do run on Flower)")
         return None
 
     def check_model(self, model: nn.Module) -> None:
@@ -333,10 +343,28 @@ class FederatedProtocol(ABC):
         grad, record = self.trainer.gradient(local, x, y, client=at.name, lr=self.sgd.lr,
                                              generator=torch.Generator().manual_seed(at.seed * 7 + 1))
         at.wire.send(Payload.from_tensors(kind="gradient", round=at.round, sender=at.name, receiver="server",
-                                          tensors=grad, base=base_id, training=record, truth=truth[pos].tolist()))
+                                          tensors=grad, base=base_id, training=record), truth=truth[pos].tolist())
         if victim.update_data == "batch":
             return VictimStep(grad, record, truth[pos], client_data.subset(batch), truth[pos])
         return VictimStep(grad, record, truth[pos], client_data, truth)
+
+    def truth_of(self, payload: Payload, data: FederatedData, victim: Victim, *, seed: int) -> list[int]:
+        """The evaluator's ground truth for ``payload``: the train-set indices it was computed from, as this
+        protocol's clients compute them (``begin_round``, ``victim_gradient``, ``send_subspace``). For messages
+        recorded where they pass the server (Flower), whose messages never carry it.
+        """
+        if payload.direction == "down":
+            return []
+        agnostic = payload.phase == "agnostic"
+        c = int(payload.sender.removeprefix("agnostic" if agnostic else "client"))
+        held = (data.agnostic_clients if agnostic else data.clients)[c]
+        if payload.kind == "subspace" or agnostic:
+            return [int(i) for i in held]
+        if payload.round == victim.round and victim.audits(c):
+            batch = held[victim.batch_positions(len(held), seed=seed)]
+            if payload.spec.carries == "gradient" or victim.update_data == "batch":
+                return [int(i) for i in batch]
+        return [int(i) for i in held]
 
     @staticmethod
     def known_accuracy(model: nn.Module, data: FederatedData,
@@ -370,10 +398,77 @@ class FederatedProtocol(ABC):
                 yield item
                 bar.update(1)
 
-    @abstractmethod
     def run(self, *, model: nn.Module, data: FederatedData, victim: Victim, wire: Wire, seed: int,
-            engine: "Engine | None" = None) -> ProtocolResult:
+            engine: Engine | None = None) -> ProtocolResult:
         """Train from ``model``'s parameters, sending every message through ``wire``; ``model`` is not changed.
 
-        ``engine`` runs the clients' side of each round (None: in this process).
+        ``engine`` runs the clients' tasks (None: in this process).
         """
+        engine = engine or InProcess()
+        self.plan_reads(data, victim)
+        scratch = copy.deepcopy(model)
+        side = ClientSide(model, data, None, wire, seed, victim, parameters_of(model))
+        side.state = self.setup(engine, side)
+        history: list[RoundRecord] = []
+        for r in self.progress(range(self.rounds)):
+            requests = self.configure_round(side.state, r, side, engine.downlink_wire(wire))
+            replies = engine.run(self, requests, side)
+            self.aggregate(side.state, requests, replies)
+            wire.store.flush()
+            history.append(self.evaluate(side.state, r, scratch, side))
+        return self.result(side.state, tuple(history), side)
+
+    def setup(self, engine: Engine, side: ClientSide) -> Any:
+        """The run's server state before round 0 (made by ``run``, never kept on the protocol)."""
+        return None
+
+    @abstractmethod
+    def configure_round(self, state: Any, round_: int, side: ClientSide, down: Wire) -> list[ClientTask]:
+        """Sample round ``round_``'s clients and send each its download on ``down``; the tasks to run."""
+
+    def aggregate(self, state: Any, requests: Sequence[ClientTask], replies: Sequence[TaskReply]) -> None:
+        """Fold the round's replies into ``state`` (nothing by default)."""
+
+    @abstractmethod
+    def evaluate(self, state: Any, round_: int, scratch: nn.Module, side: ClientSide) -> RoundRecord:
+        """The round's record (accuracy, bytes so far); ``scratch`` is a model to load states into."""
+
+    @abstractmethod
+    def result(self, state: Any, history: tuple[RoundRecord, ...], side: ClientSide) -> ProtocolResult:
+        """The run's outcome."""
+
+    def client_tasks(self) -> dict[str, TaskHandler]:
+        """The client side, by task name (what an engine runs; on Flower, what a ClientApp answers)."""
+        return {"round": self.serve_round}
+
+    def serve(self, task: str, requests: Sequence[ClientTask], side: ClientSide) -> list[TaskReply]:
+        """Run client task ``task`` for ``requests`` on ``side``."""
+        handler = self.client_tasks().get(task)
+        if handler is None:
+            raise ValueError(f"{self.name} has no client task {task!r}; it has {', '.join(self.client_tasks())}")
+        return handler(requests, side)
+
+    def remote_state(self, side: ClientSide) -> Any:
+        """The client-side state a node that runs this protocol's clients keeps (None: none)."""
+        return None
+
+    def start_state(self, request: ClientTask, side: ClientSide) -> State:
+        """The state a client starts its round from: what it downloaded."""
+        received: State = {}
+        for down in request.downloads:
+            assert down.tensors is not None, f"{down.id}: a download carries its tensors"
+            received.update({n: t.clone() for n, t in down.tensors.items()})
+        return received
+
+    def serve_round(self, requests: Sequence[ClientTask], side: ClientSide) -> list[TaskReply]:
+        """The ``round`` task: each client from its download (audit gradient, local training, upload), the round's
+        clients trained together."""
+        starts = []
+        for req in requests:
+            cluster = req.fields.get("cluster")
+            at = ClientRound(req.client, req.round, side.seed, side.victim, side.wire,
+                             cluster=None if cluster is None else int(cluster))
+            starts.append(ClientStart(at, self.start_state(req, side), req.downloads[-1].id))
+        pending = [self.begin_round(side.model, s, side.data, side.state) for s in starts]
+        trainings = self.train_clients([p.job for p in pending])
+        return [self.end_round(p, t, side.state).reply() for p, t in zip(pending, trainings)]

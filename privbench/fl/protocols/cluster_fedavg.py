@@ -21,6 +21,5 @@ class ClusterFedAvg(ClusteredProtocol):
         state.personal[at.client] = after = parameters_of(pending.job.model)
         up = at.wire.send(Payload.from_tensors(
             kind="update", round=at.round, sender=at.name, receiver="server", tensors=after, base=pending.base_id,
-            cluster=at.cluster, training=training, truth=pending.truth.tolist()))
-        assert up.tensors is not None
-        return Upload(len(pending.job.data), up.tensors, list(state.layers))
+            cluster=at.cluster, training=training), truth=pending.truth.tolist())
+        return Upload(len(pending.job.data), up, list(state.layers))

@@ -1,9 +1,9 @@
 """Clustered protocols (GENE-FL, cluster-FedAvg): one-shot subspace clustering, per-cluster rounds."""
 from __future__ import annotations
 
-import copy
 from abc import abstractmethod
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,11 +18,12 @@ from privbench.fl.genefl.learngene import layers, state_names
 from privbench.fl.genefl.settings import AgnosticSettings
 from privbench.fl.genefl.subspace import SUBSPACES, cluster, proximity
 from privbench.fl.reads import SUBSPACE, PlannedRead
-from privbench.fl.engine import Engine, InProcess
-from privbench.fl.protocols.base import (ClientRound, ClientStart, Clustering, FederatedProtocol, PendingUpload,
-                                         ProtocolResult, RoundRecord, Upload)
+from privbench.fl.engine import ClientSide, ClientTask, Engine, TaskReply
+from privbench.fl.genefl.agnostic import finetuned_accuracy
+from privbench.fl.protocols.base import (Clustering, FederatedProtocol, PendingUpload, ProtocolResult,
+                                         RoundRecord, TaskHandler, Upload)
 from privbench.fl.settings import settings
-from privbench.fl.sgd import State, parameters_of
+from privbench.fl.sgd import State
 from privbench.fl.wire import Wire
 from privbench.payloads import LocalTraining, Payload
 from privbench.victim import Victim
@@ -41,6 +42,8 @@ class ClusterRun:
         genes: each cluster's learnGene layers so far.
         personal: each client's own model after its latest round.
         gene_count: layers in a learnGene (GENE-FL).
+        bases: each known client's subspace basis as the server read it.
+        scores: the latest known-client accuracies (pooled, per client) by model (``cluster``, ``personal``).
     """
 
     layers: dict[str, list[str]]
@@ -49,6 +52,8 @@ class ClusterRun:
     genes: dict[int, list[str]] = field(default_factory=dict)
     personal: dict[int, State] = field(default_factory=dict)
     gene_count: int = 0
+    bases: list[np.ndarray] = field(default_factory=list)
+    scores: dict[str, tuple[float, dict[int, float]]] = field(default_factory=dict)
 
     def gene_names(self, k: int) -> list[str]:
         """State names of cluster ``k``'s learnGene so far."""
@@ -90,11 +95,11 @@ class ClusteredProtocol(FederatedProtocol):
         if not 1 <= self.subspace_dim <= smallest:
             raise ConfigError(f"fl.subspace_dim={self.subspace_dim} must be in 1..{smallest} (the smallest client's samples)")
 
-    def engine_problem(self) -> str | None:
-        if self.engine == "flower" and self.evaluation != "cluster":
+    def remote_problem(self) -> str | None:
+        if self.evaluation != "cluster":
             return (f"fl.eval={self.evaluation} scores each client's own trained model, which stays on its ClientApp; "
                     "use fl.eval=cluster")
-        return super().engine_problem()
+        return super().remote_problem()
 
     def planned_reads(self, num_samples: int, *, victim: Victim | None) -> list[PlannedRead]:
         return [PlannedRead(SUBSPACE, num_samples), *super().planned_reads(num_samples, victim=victim)]
@@ -107,22 +112,50 @@ class ClusteredProtocol(FederatedProtocol):
                                      generator=generator, labels=data.labels if self.subspace == "pacfl" else None)
 
     def send_subspace(self, data: FederatedData, c: int, wire: Wire, *, seed: int, agnostic: bool = False,
-                      round_: int = 0) -> np.ndarray:
+                      round_: int = 0) -> Payload:
         """Client ``c`` (agnostic client ``c`` when ``agnostic``, in phase ``agnostic`` as round ``round_``) sends
-        its subspace ``U_c`` (``subspace``); returns it as the server read it."""
+        its subspace ``U_c`` (``subspace``); returns the message as sent."""
         name = f"agnostic{c}" if agnostic else f"client{c}"
         u = self.client_basis(data.client(c, agnostic=agnostic), client=name, seed=seed)
         truth = (data.agnostic_clients if agnostic else data.clients)[c].tolist()
         sent = wire.send(Payload.from_tensors(kind="subspace", round=round_, sender=name, receiver="server",
-                                              tensors={"U": u}, phase="agnostic" if agnostic else "training",
-                                              truth=truth))
-        assert sent.tensors is not None
-        return sent.tensors["U"].double().numpy()
+                                              tensors={"U": u}, phase="agnostic" if agnostic else "training"),
+                         truth=truth)
+        return sent
 
-    def cluster_clients(self, data: FederatedData, wire: Wire, *, seed: int,
-                        engine: Engine | None = None) -> tuple[np.ndarray, list[np.ndarray]]:
+    @staticmethod
+    def basis(reply: TaskReply) -> np.ndarray:
+        """The subspace a ``subspace`` reply carries, as the server reads it."""
+        assert reply.payload is not None and reply.payload.tensors is not None, "a subspace reply carries U"
+        return reply.payload.tensors["U"].double().numpy()
+
+    def client_tasks(self) -> dict[str, TaskHandler]:
+        return {**super().client_tasks(), "subspace": self.serve_subspace, "agnostic_tune": self.serve_agnostic_tune}
+
+    def serve_subspace(self, requests: Sequence[ClientTask], side: ClientSide) -> list[TaskReply]:
+        """The ``subspace`` task: each client (known, or agnostic) sends its subspace."""
+        return [TaskReply(payload=self.send_subspace(side.data, r.client, side.wire, seed=side.seed,
+                                                     agnostic=r.agnostic, round_=r.round)) for r in requests]
+
+    def serve_agnostic_tune(self, requests: Sequence[ClientTask], side: ClientSide) -> list[TaskReply]:
+        """The ``agnostic_tune`` task: an agnostic client fine-tunes from ``[theta_0 ; its cluster learnGene]``."""
+        out = []
+        for r in requests:
+            gene = r.downloads[0].tensors
+            assert gene is not None, "the cluster learnGene carries its tensors"
+            acc = finetuned_accuracy(side.model, {**side.theta0, **gene}, side.data, r.client, self.agnostic,
+                                     seed=side.seed)
+            out.append(TaskReply({"accuracy": acc}))
+        return out
+
+    def remote_state(self, side: ClientSide) -> ClusterRun:
+        """A node keeps the model's layers, the learnGene size and its client's own model (no cluster state)."""
+        return self.start(side.model, np.zeros(side.data.num_clients, dtype=int), side.theta0)
+
+    def cluster_clients(self, engine: Engine, side: ClientSide) -> tuple[np.ndarray, list[np.ndarray]]:
         """Every known client sends ``U_i`` (``subspace``); the server clusters the subspaces."""
-        bases = (engine or InProcess()).subspaces(self, data, wire, seed=seed)
+        requests = [ClientTask("subspace", c, 0) for c in range(side.data.num_clients)]
+        bases = [self.basis(r) for r in engine.run(self, requests, side)]
         return cluster(proximity(bases, variant=self.subspace), self.num_clusters), bases
 
     def start(self, model: nn.Module, labels: np.ndarray, theta0: State) -> ClusterRun:
@@ -130,38 +163,46 @@ class ClusteredProtocol(FederatedProtocol):
         models = {int(k): {n: t.clone() for n, t in theta0.items()} for k in set(labels.tolist())}
         return ClusterRun(layers=layers(model), labels=labels, models=models)
 
-    def run(self, *, model: nn.Module, data: FederatedData, victim: Victim, wire: Wire, seed: int,
-            engine: Engine | None = None) -> ProtocolResult:
-        engine = engine or InProcess()
-        self.plan_reads(data, victim)
-        scratch = copy.deepcopy(model)
-        theta0 = parameters_of(model)
-        labels, bases = self.cluster_clients(data, wire, seed=seed, engine=engine)
-        state = self.start(model, labels, theta0)
-        history: list[RoundRecord] = []
-        scores: dict[str, tuple[float, dict[int, float]]] = {}
-        headline, both = ("personal" if self.evaluation == "personal" else "cluster"), self.evaluation == "both"
-        for r in self.progress(range(self.rounds)):
-            starts, down = [], engine.downlink_wire(wire)
-            for c in self.sample(r, data.num_clients, seed=seed, victim=victim):
-                at = ClientRound(c, r, seed, victim, down, cluster=int(labels[c]))
-                starts.append(ClientStart(at, self.downlink(state, at), f"r{r:04d}-cluster_model-server-{at.name}"))
-            uploads: dict[int, list[Upload]] = defaultdict(list)
-            for start, upload in zip(starts, engine.train_round(self, model=model, data=data, state=state,
-                                                                 starts=starts)):
-                uploads[int(labels[start.at.client])].append(upload)
-            for k, ups in uploads.items():
-                state.models[k] = aggregate(state.models[k], [(u.num_samples, u.tensors) for u in ups])
-                self.after_aggregation(state, k, [u.layers for u in ups])
-            wire.store.flush()
-            scores = self.scores(scratch, data, state)
-            personal = scores["personal"][0] if both else None
-            history.append(RoundRecord(r, scores[headline][0], wire.totals(), personal_accuracy=personal))
-        clustering = Clustering(labels=tuple(int(k) for k in labels), bases=tuple(bases), models=dict(state.models),
-                                genes={k: tuple(g) for k, g in state.genes.items()}, layers=state.layers)
-        return ProtocolResult(theta0=theta0, final=state.models[int(labels[victim.client])],
-                              accuracy=scores[headline][0], client_accuracy=scores[headline][1],
-                              history=tuple(history), clustering=clustering,
+    def setup(self, engine: Engine, side: ClientSide) -> ClusterRun:
+        labels, bases = self.cluster_clients(engine, side)
+        state = self.start(side.model, labels, side.theta0)
+        state.bases = bases
+        return state
+
+    def configure_round(self, state: ClusterRun, round_: int, side: ClientSide, down: Wire) -> list[ClientTask]:
+        """Send each sampled client its cluster's model (``downlink``)."""
+        tasks = []
+        for c in self.sample(round_, side.data.num_clients, seed=side.seed, victim=side.victim):
+            k = int(state.labels[c])
+            sent = self.downlink(state, round_, c, k, down)
+            tasks.append(ClientTask("round", c, round_, (sent,), {"cluster": k}))
+        return tasks
+
+    def aggregate(self, state: ClusterRun, requests: Sequence[ClientTask], replies: Sequence[TaskReply]) -> None:
+        """Per cluster, average the uploads of its clients (in the order they were asked)."""
+        uploads: dict[int, list[Upload]] = defaultdict(list)
+        for request, reply in zip(requests, replies):
+            uploads[int(state.labels[request.client])].append(Upload.from_reply(reply))
+        for k, ups in uploads.items():
+            state.models[k] = aggregate(state.models[k], [(u.num_samples, u.tensors) for u in ups])
+            self.after_aggregation(state, k, [u.layers for u in ups])
+
+    def _headline(self) -> str:
+        return "personal" if self.evaluation == "personal" else "cluster"
+
+    def evaluate(self, state: ClusterRun, round_: int, scratch: nn.Module, side: ClientSide) -> RoundRecord:
+        state.scores = self.scores(scratch, side.data, state)
+        personal = state.scores["personal"][0] if self.evaluation == "both" else None
+        return RoundRecord(round_, state.scores[self._headline()][0], side.wire.totals(), personal_accuracy=personal)
+
+    def result(self, state: ClusterRun, history: tuple[RoundRecord, ...], side: ClientSide) -> ProtocolResult:
+        both, scores, labels = self.evaluation == "both", state.scores, state.labels
+        clustering = Clustering(labels=tuple(int(k) for k in labels), bases=tuple(state.bases),
+                                models=dict(state.models), genes={k: tuple(g) for k, g in state.genes.items()},
+                                layers=state.layers)
+        return ProtocolResult(theta0=side.theta0, final=state.models[int(labels[side.victim.client])],
+                              accuracy=scores[self._headline()][0], client_accuracy=scores[self._headline()][1],
+                              history=history, clustering=clustering,
                               personal_accuracy=scores["personal"][0] if both else None,
                               personal_client_accuracy=scores["personal"][1] if both else None)
 
@@ -176,13 +217,10 @@ class ClusteredProtocol(FederatedProtocol):
                 scratch, data, lambda c: state.personal.get(c) or self.client_state(state, c))
         return out
 
-    def downlink(self, state: ClusterRun, at: ClientRound) -> State:
-        """Send the cluster model to the client; return the state the client starts from."""
-        assert at.cluster is not None
-        cluster_state = state.models[at.cluster]
-        at.wire.send(Payload.from_tensors(kind="cluster_model", round=at.round, sender="server", receiver=at.name,
-                                          tensors=cluster_state, cluster=at.cluster))
-        return {n: t.clone() for n, t in cluster_state.items()}
+    def downlink(self, state: ClusterRun, round_: int, c: int, k: int, down: Wire) -> Payload:
+        """Send client ``c`` its cluster ``k``'s model; return the message as sent."""
+        return down.send(Payload.from_tensors(kind="cluster_model", round=round_, sender="server",
+                                              receiver=f"client{c}", tensors=state.models[k], cluster=k))
 
     def client_state(self, state: ClusterRun, c: int) -> State:
         """The model client ``c`` uses for inference (its cluster model unless overridden)."""

@@ -1,20 +1,26 @@
 """FedAvg (McMahan et al., 2017): full-model downloads, local SGD, sample-weighted averaging."""
 from __future__ import annotations
 
-import copy
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from torch import nn
 
-from privbench.data import FederatedData
 from privbench.fl.aggregate import aggregate
-from privbench.fl.engine import Engine, InProcess
-from privbench.fl.protocols.base import (ClientRound, ClientStart, FederatedProtocol, PendingUpload, ProtocolResult,
-                                         RoundRecord, Upload)
-from privbench.fl.sgd import accuracy, parameters_of
+from privbench.fl.engine import ClientSide, ClientTask, TaskReply
+from privbench.fl.protocols.base import FederatedProtocol, PendingUpload, ProtocolResult, RoundRecord, Upload
+from privbench.fl.sgd import State, accuracy, parameters_of
 from privbench.fl.wire import Wire
 from privbench.payloads import LocalTraining, Payload
-from privbench.victim import Victim
+
+
+@dataclass
+class GlobalRun:
+    """The state of one FedAvg run: the global model and each client's latest accuracy."""
+
+    model: State
+    per_client: dict[int, float] = field(default_factory=dict)
 
 
 class FedAvg(FederatedProtocol):
@@ -32,39 +38,36 @@ class FedAvg(FederatedProtocol):
     name = "fedavg"
     sends = ("global_model", "update", "gradient")
 
-    def run(self, *, model: nn.Module, data: FederatedData, victim: Victim, wire: Wire, seed: int,
-            engine: Engine | None = None) -> ProtocolResult:
-        engine = engine or InProcess()
-        self.plan_reads(data, victim)
-        scratch = copy.deepcopy(model)
-        theta0 = state = parameters_of(model)
-        history: list[RoundRecord] = []
-        per_client: dict[int, float] = {}
-        for r in self.progress(range(self.rounds)):
-            base, down = state, engine.downlink_wire(wire)
-            starts = [self._download(base, ClientRound(c, r, seed, victim, down))
-                      for c in self.sample(r, data.num_clients, seed=seed, victim=victim)]
-            uploads = engine.train_round(self, model=model, data=data, state=None, starts=starts)
-            state = aggregate(base, [(u.num_samples, u.tensors) for u in uploads])
-            wire.store.flush()
-            acc, per_client = self.known_accuracy(scratch, data, lambda c: state)
-            scratch.load_state_dict(state)
-            history.append(RoundRecord(r, acc, wire.totals(), global_accuracy=accuracy(scratch, data.test)))
-        return ProtocolResult(theta0=theta0, final=state, accuracy=history[-1].accuracy, client_accuracy=per_client,
-                              history=tuple(history), global_accuracy=history[-1].global_accuracy)
+    def setup(self, engine: Any, side: ClientSide) -> GlobalRun:
+        return GlobalRun(side.theta0)
 
-    @staticmethod
-    def _download(base: dict[str, Any], at: ClientRound) -> ClientStart:
-        """Send the global model to the client."""
-        down = at.wire.send(Payload.from_tensors(kind="global_model", round=at.round, sender="server", receiver=at.name,
-                                                 tensors=base))
-        return ClientStart(at, base, down.id)
+    def configure_round(self, state: GlobalRun, round_: int, side: ClientSide, down: Wire) -> list[ClientTask]:
+        """Send the global model to each sampled client."""
+        tasks = []
+        for c in self.sample(round_, side.data.num_clients, seed=side.seed, victim=side.victim):
+            sent = down.send(Payload.from_tensors(kind="global_model", round=round_, sender="server",
+                                                  receiver=f"client{c}", tensors=state.model))
+            tasks.append(ClientTask("round", c, round_, (sent,)))
+        return tasks
+
+    def aggregate(self, state: GlobalRun, requests: Sequence[ClientTask], replies: Sequence[TaskReply]) -> None:
+        uploads = [Upload.from_reply(r) for r in replies]
+        state.model = aggregate(state.model, [(u.num_samples, u.tensors) for u in uploads])
+
+    def evaluate(self, state: GlobalRun, round_: int, scratch: nn.Module, side: ClientSide) -> RoundRecord:
+        acc, state.per_client = self.known_accuracy(scratch, side.data, lambda c: state.model)
+        scratch.load_state_dict(state.model)
+        return RoundRecord(round_, acc, side.wire.totals(), global_accuracy=accuracy(scratch, side.data.test))
+
+    def result(self, state: GlobalRun, history: tuple[RoundRecord, ...], side: ClientSide) -> ProtocolResult:
+        return ProtocolResult(theta0=side.theta0, final=state.model, accuracy=history[-1].accuracy,
+                              client_accuracy=state.per_client, history=history,
+                              global_accuracy=history[-1].global_accuracy)
 
     def end_round(self, pending: PendingUpload, training: LocalTraining, state: Any) -> Upload:
-        """Send the trained model (``update``); return its weight and tensors for aggregation."""
+        """Send the trained model (``update``); return its weight and payload for aggregation."""
         at = pending.at
         up = at.wire.send(Payload.from_tensors(kind="update", round=at.round, sender=at.name, receiver="server",
                                                tensors=parameters_of(pending.job.model), base=pending.base_id,
-                                               training=training, truth=pending.truth.tolist()))
-        assert up.tensors is not None
-        return Upload(len(pending.job.data), up.tensors, [])
+                                               training=training), truth=pending.truth.tolist())
+        return Upload(len(pending.job.data), up, [])

@@ -9,6 +9,7 @@ from torch import nn
 
 from privbench.data import ImageDataset
 from privbench.errors import ConfigError
+from privbench.fl.engine import ClientSide, ClientTask
 from privbench.fl.genefl.fisher import GeneRegulariser
 from privbench.fl.genefl.learngene import cluster_gene, gene_size, layers, select_layers, state_names, xi_scores
 from privbench.fl.genefl.settings import GeneSettings
@@ -17,6 +18,7 @@ from privbench.fl.protocols.clustered import ClusteredProtocol, ClusterRun
 from privbench.fl.reads import FISHER, LOCAL_SGD, PlannedRead
 from privbench.fl.settings import settings
 from privbench.fl.sgd import State, parameters_of
+from privbench.fl.wire import Wire
 from privbench.payloads import Condensation, LocalTraining, Payload
 from privbench.victim import Victim
 
@@ -61,11 +63,11 @@ class GeneFL(ClusteredProtocol):
         """``fl.gene.gamma`` must fit the model's layers."""
         gene_size(self.gene.gamma, len(layers(model)))
 
-    def engine_problem(self) -> str | None:
-        if self.engine == "flower" and self.downlink_mode == "gene":
+    def remote_problem(self) -> str | None:
+        if self.downlink_mode == "gene":
             return ("fl.downlink=gene rebuilds each client's model from the state it kept, which the server cannot "
                     "send; use fl.downlink=full (the paper)")
-        return super().engine_problem()
+        return super().remote_problem()
 
     def start(self, model: nn.Module, labels: np.ndarray, theta0: State) -> ClusterRun:
         state = super().start(model, labels, theta0)
@@ -78,15 +80,22 @@ class GeneFL(ClusteredProtocol):
             reads += [PlannedRead(FISHER, r.num_samples) for r in reads if r.what == LOCAL_SGD]
         return reads
 
-    def downlink(self, state: ClusterRun, at: ClientRound) -> State:
-        assert at.cluster is not None
-        if self.downlink_mode == "full" or at.client not in state.personal or not state.genes.get(at.cluster):
-            return super().downlink(state, at)
-        cluster_state = state.models[at.cluster]
-        names = state.gene_names(at.cluster)
-        at.wire.send(Payload.from_tensors(kind="cluster_model", round=at.round, sender="server", receiver=at.name,
-                                          tensors={n: cluster_state[n] for n in names}, cluster=at.cluster))
-        return {**state.personal[at.client], **{n: cluster_state[n].clone() for n in names}}
+    def downlink(self, state: ClusterRun, round_: int, c: int, k: int, down: Wire) -> Payload:
+        """The whole cluster model, or with ``downlink=gene`` after the client's first round its learnGene only."""
+        if self.downlink_mode == "full" or c not in state.personal or not state.genes.get(k):
+            return super().downlink(state, round_, c, k, down)
+        names = state.gene_names(k)
+        return down.send(Payload.from_tensors(kind="cluster_model", round=round_, sender="server",
+                                              receiver=f"client{c}", tensors={n: state.models[k][n] for n in names},
+                                              cluster=k))
+
+    def start_state(self, request: ClientTask, side: ClientSide) -> State:
+        """What the client downloaded; a learnGene-only download on top of the client's own model."""
+        received = super().start_state(request, side)
+        own = side.state.personal.get(request.client)
+        if self.downlink_mode == "gene" and own is not None and set(received) != set(own):
+            return {**own, **received}
+        return received
 
     def client_state(self, state: ClusterRun, c: int) -> State:
         if self.downlink_mode == "full" or c not in state.personal:
@@ -116,12 +125,11 @@ class GeneFL(ClusteredProtocol):
         if step is not None:
             at.wire.send(Payload.from_tensors(kind="gene_gradient", round=at.round, sender=at.name, receiver="server",
                                               tensors={n: step.gradient[n] for n in names if n in step.gradient},
-                                              base=pending.base_id, training=step.record,
-                                              truth=step.batch_truth.tolist()))
+                                              base=pending.base_id, training=step.record),
+                         truth=step.batch_truth.tolist())
         up = at.wire.send(Payload.from_tensors(
             kind="learngene", round=at.round, sender=at.name, receiver="server", tensors={n: after[n] for n in names},
-            base=pending.base_id, cluster=at.cluster, truth=pending.truth.tolist(), training=training,
-            condensation=Condensation(tuple(chosen), scores)))
+            base=pending.base_id, cluster=at.cluster, training=training,
+            condensation=Condensation(tuple(chosen), scores)), truth=pending.truth.tolist())
         state.personal[at.client] = after
-        assert up.tensors is not None
-        return Upload(len(pending.job.data), up.tensors, chosen)
+        return Upload(len(pending.job.data), up, chosen)

@@ -1,12 +1,13 @@
 """Local-only baseline: every client trains its own model from the shared init; nothing is sent."""
 from __future__ import annotations
 
-import copy
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 from torch import nn
 
-from privbench.data import FederatedData
-from privbench.fl.engine import Engine
+from privbench.fl.engine import ClientSide, ClientTask, TaskReply
 from privbench.fl.protocols.base import ClientRound, FederatedProtocol, ProtocolResult, RoundRecord
 from privbench.fl.reads import PlannedRead
 from privbench.fl.sgd import State, model_with, parameters_of
@@ -14,37 +15,52 @@ from privbench.fl.wire import Wire
 from privbench.victim import Victim
 
 
+@dataclass
+class OwnModels:
+    """The state of one local-only run: each client's own model and its latest accuracy."""
+
+    models: dict[int, State]
+    per_client: dict[int, float] = field(default_factory=dict)
+
+
 class LocalOnly(FederatedProtocol):
-    """Each sampled client trains ``local_epochs`` on its own model per round (same budget, no wire)."""
+    """Each sampled client trains ``local_epochs`` on its own model per round (same budget, no wire).
+
+    Its run state is each client's own model; the ``round`` task trains the sampled clients
+    (in this process: nothing is sent, so no other engine has anything to carry).
+    """
 
     name = "local"
     sends = ()
 
-    def engine_problem(self) -> str | None:
-        if self.engine == "flower":
-            return "fl=local sends nothing, so there is no traffic for Flower to carry; use fl.engine=inprocess"
-        return None
+    def remote_problem(self) -> str | None:
+        return "fl=local sends nothing, so there is no traffic for Flower to carry; use engine=inprocess"
 
     def planned_reads(self, num_samples: int, *, victim: Victim | None) -> list[PlannedRead]:
         """Every client, the victim too, trains on all its data each round; nothing else is read."""
         return super().planned_reads(num_samples, victim=None)
 
-    def run(self, *, model: nn.Module, data: FederatedData, victim: Victim, wire: Wire, seed: int,
-            engine: Engine | None = None) -> ProtocolResult:
-        """Every sampled client trains in this process (nothing is sent, so ``engine`` has nothing to carry)."""
-        self.plan_reads(data, victim)
-        scratch = copy.deepcopy(model)
-        theta0 = parameters_of(model)
-        own: dict[int, State] = {c: dict(theta0) for c in range(data.num_clients)}
-        history: list[RoundRecord] = []
-        per_client: dict[int, float] = {}
-        for r in self.progress(range(self.rounds)):
-            jobs = [self.local_job(model_with(model, own[c]), data.client(c), at=ClientRound(c, r, seed, victim, wire))
-                    for c in self.sample(r, data.num_clients, seed=seed, victim=victim)]
-            self.train_clients(jobs)
-            for c, job in zip(self.sample(r, data.num_clients, seed=seed, victim=victim), jobs):
-                own[c] = parameters_of(job.model)
-            acc, per_client = self.known_accuracy(scratch, data, lambda c: own[c])
-            history.append(RoundRecord(r, acc, wire.totals()))
-        return ProtocolResult(theta0=theta0, final=own[victim.client], accuracy=history[-1].accuracy,
-                              client_accuracy=per_client, history=tuple(history))
+    def setup(self, engine: Any, side: ClientSide) -> OwnModels:
+        return OwnModels({c: dict(side.theta0) for c in range(side.data.num_clients)})
+
+    def configure_round(self, state: OwnModels, round_: int, side: ClientSide, down: Wire) -> list[ClientTask]:
+        return [ClientTask("round", c, round_) for c in self.sample(round_, side.data.num_clients, seed=side.seed,
+                                                                     victim=side.victim)]
+
+    def serve_round(self, requests: Sequence[ClientTask], side: ClientSide) -> list[TaskReply]:
+        """Each client trains its own model on its own data; nothing is uploaded."""
+        own: dict[int, State] = side.state.models
+        jobs = [self.local_job(model_with(side.model, own[r.client]), side.data.client(r.client),
+                               at=ClientRound(r.client, r.round, side.seed, side.victim, side.wire)) for r in requests]
+        self.train_clients(jobs)
+        for r, job in zip(requests, jobs):
+            own[r.client] = parameters_of(job.model)
+        return [TaskReply() for _ in requests]
+
+    def evaluate(self, state: OwnModels, round_: int, scratch: nn.Module, side: ClientSide) -> RoundRecord:
+        acc, state.per_client = self.known_accuracy(scratch, side.data, lambda c: state.models[c])
+        return RoundRecord(round_, acc, side.wire.totals())
+
+    def result(self, state: OwnModels, history: tuple[RoundRecord, ...], side: ClientSide) -> ProtocolResult:
+        return ProtocolResult(theta0=side.theta0, final=state.models[side.victim.client],
+                              accuracy=history[-1].accuracy, client_accuracy=state.per_client, history=history)

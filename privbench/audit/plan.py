@@ -1,0 +1,157 @@
+"""An audit's plan: every key and value checked and every part built from the config, before any compute."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+from torch import nn
+
+from privbench.attacks import Attack, NoAttack
+from privbench.build import build
+from privbench.data import FederatedData
+from privbench.device import make_deterministic
+from privbench.device import resolve as resolve_device
+from privbench.errors import AttackNotApplicableError, ConfigError
+from privbench.fl.engine import InProcess, Launcher
+from privbench.fl.protocols import FederatedProtocol
+from privbench.fl.trainer import SGDTrainer, Trainer
+from privbench.metrics.lpips_weights import alexnet_backbone
+from privbench.metrics.reconstruction import MATCH_ON
+from privbench.payloads.capture import CapturePolicy
+from privbench.payloads.select import PayloadChoice
+from privbench.payloads.transform import MessageTransform
+from privbench.progress import phase
+from privbench.values import check_values
+from privbench.victim import Victim
+
+GROUPS = ("data", "model", "fl", "payload", "attack", "defense", "engine")
+TOP_KEYS = set(GROUPS) | {"name", "seed", "device", "victim", "capture", "metrics", "results_dir", "resume",
+                          "allow_targets"}
+METRIC_KEYS = {"lpips", "match_on"}
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything built from the config before any data is loaded or model trained.
+
+    Attributes:
+        cfg: the resolved config.
+        protocol: the federated protocol, holding its trainer.
+        attack: the attack (``NoAttack`` for ``attack=none``).
+        defense: the configured defence: the protocol's trainer, or the wire's transform.
+        choice: which recorded payload is attacked.
+        victim: the audited client.
+        seed: the run's seed.
+        device: where models, training and attacks run (payloads and states stay on the CPU).
+        launcher: where the clients run (the ``engine`` group: this process, or Flower).
+    """
+
+    cfg: DictConfig
+    protocol: FederatedProtocol
+    attack: Attack
+    defense: Trainer | MessageTransform
+    choice: PayloadChoice
+    victim: Victim
+    seed: int
+    device: torch.device = torch.device("cpu")
+    launcher: Launcher = field(default_factory=InProcess)
+
+    @property
+    def attacking(self) -> bool:
+        return not isinstance(self.attack, NoAttack)
+
+    @property
+    def transform(self) -> MessageTransform | None:
+        """The message transform the wire applies to uplinks (None when the defence is a trainer)."""
+        return self.defense if isinstance(self.defense, MessageTransform) else None
+
+
+def _not_a(group: str, value: object, cls: type) -> ConfigError:
+    return ConfigError(f"{group}: _target_ builds a {type(value).__name__}, not a {cls.__name__}")
+
+
+def plan(cfg: DictConfig) -> Plan:
+    """Check every key and value and build the parts; raise one-line errors, compute nothing."""
+    missing = [g for g in GROUPS if g not in cfg or cfg[g] is None]
+    if missing:
+        raise ConfigError(f"{missing[0]}: no {missing[0]} chosen (removed with ~{missing[0]}?); choose one with "
+                          f"{missing[0]}=OPTION")
+    check_values(cfg)
+    unknown = sorted(set(cfg) - TOP_KEYS)
+    if unknown:
+        raise ConfigError(f"{unknown[0]}: unknown key; allowed top-level keys: {', '.join(sorted(TOP_KEYS))}")
+    bad = sorted(set(cfg.metrics) - METRIC_KEYS)
+    if bad:
+        raise ConfigError(f"metrics.{bad[0]}: unknown key; allowed keys: {', '.join(sorted(METRIC_KEYS))}")
+    if cfg.metrics.match_on not in MATCH_ON:
+        raise ConfigError(f"metrics.match_on={cfg.metrics.match_on!r}: allowed values: {', '.join(MATCH_ON)}")
+    victim = build("victim", OmegaConf.merge({"_target_": "privbench.victim.Victim"}, cfg.victim))
+    defense = build("defense", cfg.defense, seed=int(cfg.seed))
+    if not isinstance(defense, (Trainer, MessageTransform)):
+        raise ConfigError(f"defense: {cfg.defense._target_} is neither a trainer nor a message transform")
+    protocol = build("fl", cfg.fl, trainer=defense if isinstance(defense, Trainer) else SGDTrainer())
+    attack = build("attack", cfg.attack)
+    choice = build("payload", cfg.payload)
+    if not isinstance(protocol, FederatedProtocol):
+        raise _not_a("fl", protocol, FederatedProtocol)
+    launcher = build("engine", cfg.engine)
+    if not isinstance(launcher, Launcher):
+        raise _not_a("engine", launcher, Launcher)
+    problem = launcher.problem(protocol)
+    if problem:
+        raise ConfigError(f"engine={launcher.name}: {problem}")
+    if not isinstance(attack, Attack):
+        raise _not_a("attack", attack, Attack)
+    if not isinstance(choice, PayloadChoice):
+        raise _not_a("payload", choice, PayloadChoice)
+    assert isinstance(victim, Victim)
+    device = resolve_device(str(cfg.get("device", "auto")))
+    p = Plan(cfg, protocol, attack, defense, choice, victim, int(cfg.seed), device, launcher)
+    if p.attacking and victim.clients is not None and choice.spec.aggregate:
+        raise ConfigError(f"victim.clients: payload={choice.kind} is one aggregate per cluster, not a message of "
+                          "each client; audit aggregates with one victim (victim.clients=null)")
+    if p.attacking:
+        if choice.kind not in protocol.sends:
+            sends = ", ".join(protocol.sends) or "nothing (use attack=none)"
+            raise ConfigError(f"payload={choice.kind}: fl={protocol.name} sends {sends}")
+        if attack.unroll and choice.spec.carries != "model":
+            raise AttackNotApplicableError(f"attack.unroll=true needs a payload that carries a model; "
+                                           f"payload={choice.kind} carries a {choice.spec.carries}")
+        reason = attack.cannot_read(choice.kind)
+        if reason:
+            raise AttackNotApplicableError(f"attack={attack.name} cannot attack payload={choice.kind}: {reason}")
+        if cfg.metrics.lpips:
+            alexnet_backbone()  # damaged weights fail here, not after training
+    return p
+
+
+def prepare(p: Plan) -> tuple[FederatedData, nn.Module, CapturePolicy]:
+    """Load the data, check the protocol and victim against it, build the model and the capture policy.
+
+    Everything that can fail on the config fails here, before training.
+    """
+    cfg = p.cfg
+    with phase("data"):
+        data: FederatedData = build("data", cfg.data, seed=p.seed)
+    p.protocol.check(data=data, victim=p.victim)
+    torch.manual_seed(p.seed)
+    c, h, _ = data.train.shape
+    model = build("model", cfg.model, in_channels=c, image_size=h, num_classes=data.train.num_classes)
+    if not isinstance(model, nn.Module):
+        raise _not_a("model", model, nn.Module)
+    make_deterministic(p.device)
+    model, data = model.to(p.device), data.to(p.device)
+    p.protocol.trainer.check_model(model)
+    p.protocol.check_model(model)
+    policy = build("capture", OmegaConf.merge({"_target_": "privbench.payloads.CapturePolicy.build"}, cfg.capture),
+                   victim_round=p.victim.round, victim_client=p.victim.client)
+    policy.check(sends=p.protocol.sends, rounds=p.protocol.rounds, clients=data.num_clients)
+    return data, model, policy
+
+
+def preflight(cfg: DictConfig) -> Plan:
+    """Every check an audit makes before it trains (``plan`` and ``prepare``), and nothing more."""
+    p = plan(cfg)
+    prepare(p)
+    return p

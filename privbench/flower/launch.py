@@ -1,0 +1,38 @@
+"""Running a run's clients on a Flower grid: a deployment's (``FlowerGrid``), or a simulation's (``simulation.py``)."""
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Callable
+from typing import Any
+
+from flwr.serverapp import Grid
+
+from privbench.fl.engine.base import Engine, Launcher, T
+from privbench.fl.wire import Wire
+from privbench.flower.capture import CapturingGrid
+from privbench.flower.engine import FlowerEngine
+
+
+def flower_problem(protocol: Any) -> str | None:
+    """Why ``protocol`` cannot run with its clients as Flower ClientApps (None: it can)."""
+    if importlib.util.find_spec("flwr") is None:
+        return "Flower is not installed: pip install 'privbench[flower]'"
+    problem: str | None = protocol.remote_problem()
+    return problem
+
+
+class FlowerGrid(Launcher):
+    """The clients on a Flower deployment's SuperNodes: the ServerApp's ``grid``, every message captured there."""
+
+    name = "flower"
+
+    def __init__(self, grid: Grid) -> None:
+        self.grid = grid
+
+    def problem(self, protocol: Any) -> str | None:
+        return flower_problem(protocol)
+
+    def launch(self, session: Callable[[Engine], T], *, config: str, wire: Wire, num_clients: int,
+               num_agnostic: int) -> T:
+        return session(FlowerEngine(CapturingGrid(self.grid, wire), config=config, num_clients=num_clients,
+                                    num_agnostic=num_agnostic))
