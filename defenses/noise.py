@@ -1,7 +1,6 @@
 """Gaussian noise on every uplink payload, in one unit for every kind: the message's (pseudo-)gradient."""
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import torch
@@ -45,8 +44,8 @@ class GaussianNoise(MessageTransform):
     def protect(self, payload: Payload, base: dict[str, torch.Tensor] | None = None) -> Payload:
         gen = payload_generator(self.seed, payload)
         std, note = self.scale(payload, base)
-        out = transform(payload, base, lambda _, t: t + std * torch.randn(t.shape, generator=gen, dtype=t.dtype))
-        return dataclasses.replace(out, protection=note)
+        return transform(payload, base, lambda _, t: t + std * torch.randn(t.shape, generator=gen, dtype=t.dtype),
+                         protection=note)
 
     def describe(self) -> dict[str, Any]:
         return {"defense": self.name, "sigma": self.sigma, "unit": "per coordinate of the (pseudo-)gradient"}

@@ -1,7 +1,6 @@
 """Top-p pruning of every uplink payload tensor by magnitude (on a model upload: of its change)."""
 from __future__ import annotations
 
-import dataclasses
 import math
 from typing import Any
 
@@ -43,8 +42,8 @@ class Prune(MessageTransform):
         if self.p >= 1.0:
             return payload
         what = "change from the received model" if payload.spec.carries == "model" and base is not None else "values"
-        out = transform(payload, base, lambda _, t: keep_top(t, self.p))
-        return dataclasses.replace(out, protection=f"kept the top {self.p:g} of each tensor's {what} by magnitude")
+        return transform(payload, base, lambda _, t: keep_top(t, self.p),
+                         protection=f"kept the top {self.p:g} of each tensor's {what} by magnitude")
 
     def describe(self) -> dict[str, Any]:
         return {"defense": self.name, "p": self.p}

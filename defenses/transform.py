@@ -1,7 +1,6 @@
 """Shared by payload defences: transform what a payload reveals (a model's change, or the tensors themselves)."""
 from __future__ import annotations
 
-import dataclasses
 import zlib
 from collections.abc import Callable
 
@@ -11,8 +10,9 @@ from privbench.payloads import Payload
 
 
 def transform(payload: Payload, base: dict[str, torch.Tensor] | None,
-              fn: Callable[[str, torch.Tensor], torch.Tensor]) -> Payload:
-    """Apply ``fn(name, tensor)`` to what ``payload`` reveals and return the new payload.
+              fn: Callable[[str, torch.Tensor], torch.Tensor], *, protection: str) -> Payload:
+    """Apply ``fn(name, tensor)`` to what ``payload`` reveals and return the new payload (its bytes recounted),
+    noting ``protection``.
 
     For payloads that carry a model, with a known base, ``fn`` sees the change
     ``theta - theta_base`` of each floating tensor and the result is ``theta_base + fn(...)``;
@@ -29,7 +29,7 @@ def transform(payload: Payload, base: dict[str, torch.Tensor] | None,
             out[name] = model_base[name] + fn(name, t - model_base[name])
         else:
             out[name] = fn(name, t)
-    return dataclasses.replace(payload, tensors=out)
+    return payload.with_tensors(out, protection=protection)
 
 
 def payload_generator(seed: int, payload: Payload) -> torch.Generator:

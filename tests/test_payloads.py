@@ -1,12 +1,16 @@
 """Byte counts, the payload store round trip, the capture policy and aggregation."""
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
 import torch
 
-from privbench.errors import ConfigError
+from privbench.errors import ConfigError, StoreError
+from privbench.fl.trainer import SGDTrainer
+from privbench.fl.wire import Wire, WireError
+from privbench.payloads.transform import MessageTransform
 from privbench.fl.aggregate import aggregate
 from privbench.models import LeNet
 from privbench.payloads import CapturePolicy, LocalTraining, Payload, PayloadStore, tensor_bytes
@@ -70,3 +74,56 @@ def test_aggregate_weights_by_samples_and_keeps_unsent_layers():
     assert torch.allclose(out["a"], torch.full((2,), (1 * 1 + 3 * 5) / 4))
     assert torch.allclose(out["b"], torch.full((2,), 3.0))  # only one client sent b
     assert torch.equal(out["c"], base["c"])  # nobody sent c
+
+
+class _Half(MessageTransform):
+    """Sends every uplink tensor in float16: half the bytes."""
+
+    name = "half"
+
+    def protect(self, payload: Payload, base: dict[str, torch.Tensor] | None = None) -> Payload:
+        assert payload.tensors is not None
+        return payload.with_tensors({n: t.half() for n, t in payload.tensors.items()}, protection="float16")
+
+    def describe(self) -> dict[str, str]:
+        return {"defense": self.name}
+
+
+class _Stale(_Half):
+    """Changes the tensors but keeps the old byte count (what ``dataclasses.replace`` would do)."""
+
+    def protect(self, payload: Payload, base: dict[str, torch.Tensor] | None = None) -> Payload:
+        assert payload.tensors is not None
+        return dataclasses.replace(payload, tensors={n: t.half() for n, t in payload.tensors.items()})
+
+
+def _gradient() -> tuple[Payload, SGDTrainer]:
+    trainer = SGDTrainer()
+    model = torch.nn.Linear(3, 2)
+    grad, record = trainer.gradient(model, torch.randn(4, 3), torch.tensor([0, 1, 0, 1]), client="client0", lr=0.1,
+                                    generator=torch.Generator().manual_seed(0))
+    return Payload.from_tensors(kind="gradient", round=0, sender="client0", receiver="server", tensors=grad,
+                                training=record), trainer
+
+
+def test_bytes_follow_the_tensors_a_transform_sends(tmp_path):
+    payload, trainer = _gradient()
+    assert payload.nbytes == (2 * 3 + 2) * 4  # weight and bias in float32
+    wire = Wire(PayloadStore(tmp_path / "p"), CapturePolicy(kinds="all", rounds="all", clients="all"),
+                sends=("gradient",), trainer=trainer, transform=_Half())
+    sent = wire.send(payload)
+    assert sent.nbytes == (2 * 3 + 2) * 2 and sent.dtypes == {"weight": "float16", "bias": "float16"}
+    assert payload.spec.audit_only and not wire.bytes  # the audit gradient is not protocol traffic
+    wire.store.flush()
+    assert PayloadStore.open(tmp_path / "p").load(sent.id).nbytes == 16  # the store checks the recounted figure
+
+
+def test_a_transform_that_does_not_recount_is_refused(tmp_path):
+    payload, trainer = _gradient()
+    wire = Wire(PayloadStore(tmp_path / "p"), CapturePolicy(kinds="all", rounds="all", clients="all"),
+                sends=("gradient",), trainer=trainer, transform=_Stale())
+    with pytest.raises(WireError, match="defense=half: .*declares 32 bytes .* carries 16"):
+        wire.send(payload)
+    stale = dataclasses.replace(payload, nbytes=1)
+    with pytest.raises(StoreError, match="declares 1 bytes"):
+        PayloadStore(tmp_path / "q").add(stale, keep=True)

@@ -103,6 +103,10 @@ class Wire:
             self._received[payload.receiver] = {**self._received.get(payload.receiver, {}), **payload.tensors}
         if self.transform is not None and payload.direction == "up":
             payload = self.transform.protect(payload, self._received.get(payload.sender))
+            try:
+                payload.check_bytes()
+            except ValueError as exc:
+                raise WireError(f"defense={self.transform.name}: {exc}") from None
         return payload
 
     def record(self, payload: Payload, *, truth: Sequence[int] = ()) -> Payload:

@@ -41,6 +41,7 @@ def payloads_in(content: RecordDict) -> list[Payload]:
         payload = Payload.from_record(record, tensors)
         if payload.nbytes != sum(t.numel() * t.element_size() for t in tensors.values()):
             raise ValueError(f"{payload.id}: the message's tensors are not the {payload.nbytes} bytes it declares")
+        payload.check_bytes()  # names, shapes and dtypes as declared too
         out.append(payload)
         i += 1
     return out

@@ -1,6 +1,7 @@
 """Payload: one message on the wire, as named tensors plus what the attacker may know of it."""
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -86,6 +87,34 @@ class Payload:
                    dtypes={n: str(t.dtype).removeprefix("torch.") for n, t in tensors.items()},
                    nbytes=tensor_bytes(tensors), base=base, cluster=cluster, phase=phase, training=training,
                    condensation=condensation, tensors=tensors)
+
+    def with_tensors(self, tensors: dict[str, torch.Tensor], *, protection: str | None = None) -> "Payload":
+        """The same message carrying ``tensors`` instead: names, shapes, dtypes and bytes recounted from them
+        (a transform that changes what is sent changes what it costs). ``protection`` notes what changed.
+
+        Example:
+            >>> p = Payload.from_tensors(kind="gradient", round=0, sender="client0", receiver="server",
+            ...                          tensors={"w": torch.zeros(2, 3)})
+            >>> p.with_tensors({"w": torch.zeros(2, 3, dtype=torch.float16)}, protection="half").nbytes
+            12
+        """
+        tensors = {name: t.detach().to("cpu").contiguous() for name, t in tensors.items()}
+        return dataclasses.replace(self, names=list(tensors), shapes={n: list(t.shape) for n, t in tensors.items()},
+                                   dtypes={n: str(t.dtype).removeprefix("torch.") for n, t in tensors.items()},
+                                   nbytes=tensor_bytes(tensors), tensors=tensors,
+                                   protection=self.protection if protection is None else protection)
+
+    def check_bytes(self) -> None:
+        """Raise ``ValueError`` when the declared names, shapes, dtypes or bytes are not those of the tensors."""
+        if self.tensors is None:
+            return
+        t = self.tensors
+        declared = (self.names, self.shapes, self.dtypes, self.nbytes)
+        actual = (list(t), {n: list(v.shape) for n, v in t.items()},
+                  {n: str(v.dtype).removeprefix("torch.") for n, v in t.items()}, tensor_bytes(t))
+        if declared != actual:
+            raise ValueError(f"{self.id}: declares {self.nbytes} bytes in {self.names}, carries {actual[3]} in "
+                             f"{actual[0]} (a transform must send payload.with_tensors(...))")
 
     @property
     def id(self) -> str:

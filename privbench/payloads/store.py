@@ -86,6 +86,10 @@ class PayloadStore:
         if payload.id in self._records:
             raise ValueError(f"payload {payload.id} recorded twice")
         _check_id(payload.id)
+        try:
+            payload.check_bytes()
+        except ValueError as exc:
+            raise StoreError(str(exc)) from None
         record = payload.record()
         if keep and payload.tensors is not None:
             tmp = self.root / f".{payload.id}.tmp"
