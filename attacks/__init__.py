@@ -1,5 +1,6 @@
-"""Gradient-inversion and projection attacks on recorded payloads."""
-from privbench.attacks.base import Attack, AttackResult, Attempt, GradientInversion
+"""Attacks on recorded payloads: the contract (views in, findings out), gradient inversion, projection."""
+from privbench.attacks.base import Attack, Attempt, GradientInversion
+from privbench.attacks.findings import Finding, InferredLabels, InferredProperty, MembershipScores, Reconstruction
 from privbench.attacks.dlg import DLG
 from privbench.attacks.idlg import IDLG
 from privbench.attacks.ig import InvertingGradients
@@ -7,6 +8,8 @@ from privbench.attacks.labels import recover_labels
 from privbench.attacks.none import NoAttack
 from privbench.attacks.projection import SubspaceProjection
 from privbench.attacks.target import AttackTarget, observed_gradient
+from privbench.attacks.views import BasisView, CohortView, GradientView, ModelView, View
 
-__all__ = ["DLG", "IDLG", "Attack", "AttackResult", "AttackTarget", "Attempt", "GradientInversion",
-           "InvertingGradients", "NoAttack", "SubspaceProjection", "observed_gradient", "recover_labels"]
+__all__ = ["DLG", "IDLG", "Attack", "AttackTarget", "Attempt", "BasisView", "CohortView", "Finding", "GradientInversion",
+           "GradientView", "InferredLabels", "InferredProperty", "InvertingGradients", "MembershipScores", "ModelView",
+           "NoAttack", "Reconstruction", "SubspaceProjection", "View", "observed_gradient", "recover_labels"]

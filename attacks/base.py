@@ -1,4 +1,4 @@
-"""The attack interface, the gradient-inversion restart loop with NaN/stall handling, and result types."""
+"""The attack contract (one call on a typed view, a typed finding back) and the gradient-inversion restart loop."""
 from __future__ import annotations
 
 import math
@@ -8,12 +8,14 @@ from typing import Any, ClassVar
 
 import torch
 
+from privbench.attacks.findings import Finding, Reconstruction
 from privbench.attacks.target import UNKNOWN_LABELS, AttackTarget
+from privbench.attacks.views import ViewKind
 from privbench.errors import AttackNotApplicableError
 from privbench.payloads import kind as payload_kind
 from privbench.payloads.kinds import Carries, kinds_where
 
-__all__ = ["UNKNOWN_LABELS", "Attack", "AttackResult", "Attempt", "GradientInversion"]
+__all__ = ["UNKNOWN_LABELS", "Attack", "Attempt", "GradientInversion", "Reconstruction"]
 
 
 @dataclass
@@ -36,34 +38,33 @@ class Attempt:
     iterations: int
 
 
-@dataclass
-class AttackResult:
-    """The best attempt and the record of all of them."""
-
-    images: torch.Tensor | None
-    labels: torch.Tensor | None
-    objective: float
-    attempts: list[dict[str, Any]] = field(default_factory=list)
-    label_source: str = "optimised"
-    info: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def failed(self) -> bool:
-        """True when every attempt diverged (no reconstruction to score)."""
-        return self.images is None
-
-
 class Attack(ABC):
-    """Anything the audit can point at a recorded payload.
+    """Anything the audit can point at a recorded payload: one call, ``attack(view, seed=...)``.
 
-    Subclasses set ``name`` and ``reads`` (what a payload must carry: ``gradient``,
-    ``model`` or ``basis``); which kinds qualify comes from the payload kinds' specs.
+    Subclasses set ``name``, ``reads`` (what a payload must carry: ``gradient``, ``model`` or
+    ``basis``; which kinds qualify comes from the payload kinds' specs) and ``view`` (the view
+    they take: ``gradient`` an ``AttackTarget``, ``model`` a ``ModelView`` or, for an aggregate,
+    a ``CohortView``, ``basis`` a ``BasisView``), and return a ``Finding`` of their family
+    (``docs/extending.md``).
     """
 
     name: ClassVar[str] = "attack"
     reads: ClassVar[frozenset[Carries]] = frozenset()
+    view: ClassVar[ViewKind] = "gradient"
     #: replay the client's local training (model payloads; gradient inversions only).
     unroll: bool = False
+
+    @abstractmethod
+    def attack(self, view: Any, *, seed: int) -> Finding:
+        """What the attacker infers from ``view`` (what the threat model gives it), drawing randomness from ``seed``."""
+
+    def attack_many(self, views: list[Any], *, seed: int) -> list[Finding]:
+        """``attack`` on each view (several victims); an attack may batch them, with the same results."""
+        return [self.attack(view, seed=seed) for view in views]
+
+    def evaluate(self, view: Any, truth: torch.Tensor) -> dict[str, Any]:
+        """Figures only the evaluator can compute (it holds ``truth``, the private images in [0, 1]); none by default."""
+        return {}
 
     def cannot_read(self, kind: str) -> str | None:
         """Why this attack cannot read a ``kind`` payload, or None if it can."""
@@ -109,7 +110,7 @@ class GradientInversion(Attack):
             raise ValueError("attack.patience must be >= 0")
         self.patience = patience
 
-    def run(self, target: AttackTarget, *, seed: int) -> AttackResult:
+    def attack(self, target: AttackTarget, *, seed: int) -> Reconstruction:
         """Run up to ``restarts`` attempts; keep the one with the lowest finite objective."""
         self.check_size(target)
         attempts: list[Attempt] = []
@@ -130,9 +131,9 @@ class GradientInversion(Attack):
                 break
         return self.result(target, attempts, evaluations)
 
-    def run_many(self, targets: list[AttackTarget], *, seed: int) -> list[AttackResult]:
-        """``run`` on each target (several victims); an attack may batch them, with the same results."""
-        return [self.run(target, seed=seed) for target in targets]
+    def attack_many(self, targets: list[Any], *, seed: int) -> list[Finding]:
+        """``attack`` on each target (several victims); Inverting Gradients batches them, with the same results."""
+        return [self.attack(target, seed=seed) for target in targets]
 
     def check_size(self, target: AttackTarget) -> None:
         """Refuse a target with more images than ``max_images``."""
@@ -141,15 +142,17 @@ class GradientInversion(Attack):
                 f"{target.knowledge.get('payload', 'payload')} holds {target.num_images} private images; attack "
                 f"{self.name} rebuilds at most attack.max_images={self.max_images} at once")
 
-    def result(self, target: AttackTarget, attempts: list[Attempt], evaluations: list[int]) -> AttackResult:
+    def result(self, target: AttackTarget, attempts: list[Attempt], evaluations: list[int]) -> Reconstruction:
         """The attempt with the lowest finite objective, and the log of every attempt."""
         finite = [a for a in attempts if math.isfinite(a.objective) and a.status != "nan"]
         log = [{"objective": a.objective, "status": a.status, "iterations": a.iterations, "evaluations": e}
                for a, e in zip(attempts, evaluations)]
         if not finite:
-            return AttackResult(None, None, math.nan, log, self.label_source(target))
+            return Reconstruction(log, images=None, labels=None, objective=math.nan,
+                                  label_source=self.label_source(target))
         best = min(finite, key=lambda a: a.objective)
-        return AttackResult(best.images, best.labels, best.objective, log, self.label_source(target))
+        return Reconstruction(log, images=best.images, labels=best.labels, objective=best.objective,
+                              label_source=self.label_source(target))
 
     def label_source(self, target: AttackTarget) -> str:
         """How labels are obtained: ``optimised`` (jointly) or ``recovered`` (analytically)."""

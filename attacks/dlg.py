@@ -15,7 +15,7 @@ class DLG(GradientInversion):
     match the observed gradient in squared L2. Labels are the argmax of the logits.
 
     Example:
-        >>> result = DLG(iterations=300, restarts=4).run(target, seed=0)  # doctest: +SKIP
+        >>> result = DLG(iterations=300, restarts=4).attack(target, seed=0)  # doctest: +SKIP
     """
 
     name = "dlg"

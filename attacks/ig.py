@@ -3,11 +3,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-from privbench.attacks.base import AttackResult, Attempt, GradientInversion
+from privbench.attacks.base import Attempt, GradientInversion
+from privbench.attacks.findings import Finding
 from privbench.attacks.labels import recover_labels
 from privbench.attacks.matching import candidate_gradient
 from privbench.attacks.objectives import cosine_distance, total_variation
@@ -91,17 +93,17 @@ class InvertingGradients(GradientInversion):
         together = self._batched([target], generators=generators)
         return None if together is None else together[0]
 
-    def run_many(self, targets: list[AttackTarget], *, seed: int) -> list[AttackResult]:
-        """Every target's restarts in one batched optimisation, each result equal to ``run`` on that target alone."""
+    def attack_many(self, targets: list[Any], *, seed: int) -> list[Finding]:
+        """Every target's restarts in one batched optimisation, each result equal to ``attack`` on that target alone."""
         if len(targets) < 2:
-            return super().run_many(targets, seed=seed)
+            return super().attack_many(targets, seed=seed)
         generators = [torch.Generator().manual_seed(seed * 1000 + k) for k in range(self.restarts)]
         for target in targets:
             self.check_size(target)
         before = [t.evaluations for t in targets]
         together = self._batched(targets, generators=generators)
         if together is None:
-            return super().run_many(targets, seed=seed)
+            return super().attack_many(targets, seed=seed)
         return [self.result(target, attempts, [(target.evaluations - b) // len(attempts)] * len(attempts))
                 for target, attempts, b in zip(targets, together, before)]
 

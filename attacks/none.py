@@ -1,7 +1,10 @@
 """No attack: train, count bytes and score accuracy only (``attack=none``)."""
 from __future__ import annotations
 
+from typing import Any
+
 from privbench.attacks.base import Attack
+from privbench.attacks.findings import Finding
 
 
 class NoAttack(Attack):
@@ -17,3 +20,7 @@ class NoAttack(Attack):
     def cannot_read(self, kind: str) -> str | None:
         """Every payload is acceptable because none is read."""
         return None
+
+    def attack(self, view: Any, *, seed: int) -> Finding:
+        """Never called: the audit reads no payload for ``attack=none``."""
+        raise RuntimeError("attack=none reads no payload")

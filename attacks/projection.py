@@ -7,6 +7,8 @@ import numpy as np
 import torch
 
 from privbench.attacks.base import Attack
+from privbench.attacks.findings import Reconstruction
+from privbench.attacks.views import BasisView, ViewKind
 from privbench.metrics.image import psnr, ssim
 from privbench.payloads.kinds import Carries
 from privbench.pixels import denormalise, normalise
@@ -24,6 +26,16 @@ class SubspaceProjection(Attack):
 
     name = "projection"
     reads: ClassVar[frozenset[Carries]] = frozenset({"basis"})
+    view: ClassVar[ViewKind] = "basis"
+
+    def attack(self, view: BasisView, *, seed: int) -> Reconstruction:
+        """The basis vectors as the attacker's reconstructions (a basis carries no labels)."""
+        images = self.basis_images(view.basis, view.image_shape)
+        return Reconstruction(images=images, labels=torch.full((len(images),), -1), label_source="none", pixels=True)
+
+    def evaluate(self, view: BasisView, truth: torch.Tensor) -> dict[str, Any]:
+        """The evaluator's upper bound: each private image's projection onto the basis."""
+        return self.projections_scored(view.basis, truth, mean=view.mean, std=view.std)
 
     @staticmethod
     def basis_images(basis: torch.Tensor, shape: tuple[int, int, int]) -> torch.Tensor:
@@ -42,7 +54,8 @@ class SubspaceProjection(Attack):
         u = basis.double()
         return denormalise((u @ (u.T @ x)).T.reshape(truth01.shape), mean, std).float()
 
-    def evaluate(self, basis: torch.Tensor, truth01: torch.Tensor, *, mean: tuple[float, ...], std: tuple[float, ...]) -> dict[str, Any]:
+    def projections_scored(self, basis: torch.Tensor, truth01: torch.Tensor, *, mean: tuple[float, ...],
+                           std: tuple[float, ...]) -> dict[str, Any]:
         """Projection metrics of every private image: mean and best PSNR / SSIM."""
         proj = self.projections(basis, truth01, mean, std)
         p = np.array([min(psnr(a, b), 100.0) for a, b in zip(proj, truth01)])

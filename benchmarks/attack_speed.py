@@ -94,7 +94,7 @@ def per_evaluation(args: argparse.Namespace, data: FederatedData) -> None:
                     plain.append((time.perf_counter() - start) / calls * 1e3)
                     target.evaluations = 0
                     start = time.perf_counter()
-                    runner.run(target, seed=0)
+                    runner.attack(target, seed=0)
                     ours.append((time.perf_counter() - start) / target.evaluations * 1e3)
                 best_plain, best_ours = min(plain[1:]), min(ours[1:])  # the first run warms up
                 print(f"{threads:>7} {model_name:>8} {n:>6} {name:>6} {best_plain:>9.2f} {best_ours:>12.2f} "
@@ -116,7 +116,7 @@ def main() -> None:
         "idlg": IDLG(iterations=args.iterations, restarts=1, converged=0.0, stall_at=1.0, stall_tol=float("inf")),
         "ig": InvertingGradients(iterations=args.iterations, restarts=1),
     }
-    attacks["idlg"].run(target_for("lenet", 1, data), seed=0)  # warm-up, untimed
+    attacks["idlg"].attack(target_for("lenet", 1, data), seed=0)  # warm-up, untimed
     if args.only == "restarts":
         for threads in args.threads:
             torch.set_num_threads(threads)
@@ -132,7 +132,7 @@ def main() -> None:
             for name, attack in attacks.items():
                 target = target_for(model_name, n, data)
                 start = time.perf_counter()
-                attack.run(target, seed=0)
+                attack.attack(target, seed=0)
                 wall = time.perf_counter() - start
                 print(f"{model_name:>8} {n:>6} {name:>6} {target.evaluations:>6} {target.evaluations / wall:>8.1f} "
                       f"{wall:>7.2f}", flush=True)
@@ -158,7 +158,7 @@ def restarts_section(args: argparse.Namespace, data: FederatedData) -> None:
                 target = target_for(model_name, images, data)
                 attack = InvertingGradients(iterations=args.iterations, restarts=restarts, batched=batched)
                 start = time.perf_counter()
-                attack.run(target, seed=0)
+                attack.attack(target, seed=0)
                 best.append(time.perf_counter() - start)
             times[label] = min(best)
         print(f"{model_name:>8} {times['one']:>7.2f} {times['batched']:>12.2f} {times['batched'] / times['one']:>6.2f} "

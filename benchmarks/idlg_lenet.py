@@ -35,7 +35,7 @@ def run_seed(data: FederatedData, seed: int, *, iterations: int, restarts: int) 
                                 tensors=batch_gradient(model, x, y), base=base.id)
     target = AttackTarget.from_payload(grad, base=base, model=model, num_images=1, image_shape=(1, 28, 28), num_classes=10)
     start = time.perf_counter()
-    result = IDLG(iterations=iterations, restarts=restarts).run(target, seed=seed)
+    result = IDLG(iterations=iterations, restarts=restarts).attack(target, seed=seed)
     seconds = time.perf_counter() - start
     rec = denormalise(result.images[0], data.train.mean, data.train.std)
     truth = denormalise(x[0], data.train.mean, data.train.std)

@@ -1,4 +1,4 @@
-"""Victims per second: Inverting Gradients on every client of a round, one by one against batched (``run_many``).
+"""Victims per second: Inverting Gradients on every client of a round, one by one against batched (``attack_many``).
 
 Each victim sends a one-step ``gradient`` of one image at the same LeNet (embedded
 Fashion-MNIST); the attack runs ``--restarts`` restarts of ``--iterations`` Adam steps per
@@ -48,17 +48,17 @@ def main() -> None:
     args = parser.parse_args()
     data = FederatedData.build(source="fashion_mnist_subset", num_clients=10, partition="iid")
     attack = InvertingGradients(iterations=args.iterations, restarts=args.restarts)
-    attack.run_many(targets("lenet", 2, data), seed=0)  # warm-up, untimed
+    attack.attack_many(targets("lenet", 2, data), seed=0)  # warm-up, untimed
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; IG, {args.victims} victims x "
           f"{args.restarts} restarts x {args.iterations} iterations")
     print(f"{'model':>8} {'one by one s':>13} {'victims/s':>10} {'batched s':>10} {'victims/s':>10} {'speed-up':>9}")
     for model_name in MODELS:
         start = time.perf_counter()
         for target in targets(model_name, args.victims, data):
-            attack.run(target, seed=0)
+            attack.attack(target, seed=0)
         alone = time.perf_counter() - start
         start = time.perf_counter()
-        attack.run_many(targets(model_name, args.victims, data), seed=0)
+        attack.attack_many(targets(model_name, args.victims, data), seed=0)
         together = time.perf_counter() - start
         print(f"{model_name:>8} {alone:>13.2f} {args.victims / alone:>10.2f} {together:>10.2f} "
               f"{args.victims / together:>10.2f} {alone / together:>8.2f}x", flush=True)

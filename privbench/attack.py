@@ -164,7 +164,7 @@ def attack_file(args: argparse.Namespace) -> dict[str, Any]:
                                            num_images=args.batch_size, image_shape=data.train.shape,
                                            num_classes=data.train.num_classes, mean=data.train.mean,
                                            std=data.train.std)
-        result = attack.run(target, seed=int(cfg.seed))
+        result = attack.attack(target, seed=int(cfg.seed))
         privacy: dict[str, Any] = {"failed": result.failed, "objective": result.objective,
                                    "label_source": result.label_source, "attempts": result.attempts}
         if truth is not None and result.images is not None and result.labels is not None:

@@ -81,7 +81,7 @@ def test_nan_gradient_is_reported_as_failed_not_garbage(fmnist):
     base, gp, _, _ = _payloads(model, fmnist.train.normalised(slice(0, 1)), fmnist.train.labels[:1])
     gp.tensors["body.0.weight"][0, 0, 0, 0] = math.nan
     target = AttackTarget.from_payload(gp, base=base, model=model, num_images=1, image_shape=(1, 28, 28), num_classes=10)
-    result = IDLG(iterations=5, restarts=2).run(target, seed=0)
+    result = IDLG(iterations=5, restarts=2).attack(target, seed=0)
     assert result.failed and [a["status"] for a in result.attempts] == ["nan", "nan"]
 
 
@@ -107,7 +107,7 @@ def test_dlg_reconstructs_one_image(fmnist):
     x, y = fmnist.train.normalised(slice(10, 11)), fmnist.train.labels[10:11]
     base, gp, _, _ = _payloads(model, x, y)
     target = AttackTarget.from_payload(gp, base=base, model=model, num_images=1, image_shape=(1, 28, 28), num_classes=10)
-    result = DLG(iterations=300, restarts=4).run(target, seed=0)
+    result = DLG(iterations=300, restarts=4).attack(target, seed=0)
     assert int(result.labels[0]) == int(y[0])
     mse = F.mse_loss(result.images * 0.353, x * 0.353).item()  # in [0, 1] units
     assert 10 * math.log10(1 / mse) > 25.0
@@ -119,7 +119,7 @@ def test_lbfgs_stops_when_steps_stop_changing_anything_and_records_evaluations(f
     model = LeNet(in_channels=1, image_size=28, num_classes=10)
     base, gp, _, _ = _payloads(model, fmnist.train.normalised(slice(2, 3)), fmnist.train.labels[2:3])
     target = AttackTarget.from_payload(gp, base=base, model=model, num_images=1, image_shape=(1, 28, 28), num_classes=10)
-    result = IDLG(iterations=2000, restarts=1, converged=0.0, stall_at=1.0).run(target, seed=0)
+    result = IDLG(iterations=2000, restarts=1, converged=0.0, stall_at=1.0).attack(target, seed=0)
     attempt = result.attempts[0]
     assert attempt["status"] == "stationary" and attempt["iterations"] < 2000
     assert attempt["evaluations"] == target.evaluations and attempt["evaluations"] < 20 * attempt["iterations"]
@@ -176,9 +176,9 @@ def test_ig_on_several_victims_at_once_equals_each_alone(fmnist, hide_head, stac
         return out
 
     attack = InvertingGradients(iterations=30, restarts=2)
-    alone = [attack.run(t, seed=3) for t in targets()]
+    alone = [attack.attack(t, seed=3) for t in targets()]
     many_targets = targets()
-    together = attack.run_many(many_targets, seed=3)
+    together = attack.attack_many(many_targets, seed=3)
     assert [t.evaluations for t in many_targets] == [2 * 30] * 3
     for a, b in zip(alone, together):
         assert torch.allclose(a.images, b.images, atol=1e-4), float((a.images - b.images).abs().max())
@@ -197,7 +197,7 @@ def test_lbfgs_ends_an_attempt_that_stops_improving_as_plateau(fmnist):
         target = AttackTarget.from_payload(gp, base=base, model=model, num_images=1, image_shape=(1, 28, 28),
                                            num_classes=10)
         runs[patience] = DLG(iterations=iterations, restarts=1, converged=0.0, stall_at=1.0, stall_tol=math.inf,
-                             patience=patience).run(
+                             patience=patience).attack(
             target, seed=0).attempts[0]
     attempt = runs[15]
     assert attempt["status"] == "plateau" and 15 < attempt["iterations"] < 150 and attempt["objective"] > 1e-3

@@ -75,7 +75,7 @@ def test_ig_reconstructs_one_convnet_image(fmnist):
     grad = Payload.from_tensors(kind="gradient", round=0, sender="c", receiver="server", tensors=batch_gradient(model, x, y),
                                 base=base.id)
     target = _target(grad, base, model, 1, fmnist)
-    result = InvertingGradients(iterations=400, restarts=1).run(target, seed=0)
+    result = InvertingGradients(iterations=400, restarts=1).attack(target, seed=0)
     assert result.label_source == "recovered" and int(result.labels[0]) == int(y[0])
     low, high = target.bounds
     assert (result.images >= low - 1e-6).all() and (result.images <= high + 1e-6).all()  # boxed pixels
@@ -89,7 +89,7 @@ def test_unrolled_attack_beats_the_pseudo_gradient_on_a_two_step_update(fmnist):
     truth = client.images.float() / 255
     scores = {}
     for unroll in (False, True):
-        result = InvertingGradients(iterations=500, restarts=1).run(_target(up, base, model, 2, fmnist, unroll), seed=0)
+        result = InvertingGradients(iterations=500, restarts=1).attack(_target(up, base, model, 2, fmnist, unroll), seed=0)
         scores[unroll] = _psnr(result, truth, client.labels, fmnist)["psnr_mean"]
     assert scores[True] > scores[False] + 1.0
 
@@ -102,8 +102,8 @@ def test_masked_learngene_differs_from_the_full_update_and_says_what_it_saw(fmni
                                 tensors={n: up.tensors[n] for n in gene_names}, base=base.id, training=up.training)
     truth, labels = client.images.float() / 255, client.labels
     full_t, gene_t = _target(up, base, model, 1, fmnist), _target(gene, base, model, 1, fmnist)
-    full = IDLG(iterations=100, restarts=2).run(full_t, seed=0)
-    masked = IDLG(iterations=100, restarts=2).run(gene_t, seed=0)
+    full = IDLG(iterations=100, restarts=2).attack(full_t, seed=0)
+    masked = IDLG(iterations=100, restarts=2).attack(gene_t, seed=0)
     assert gene_t.knowledge["visible_names"] == gene_names and full_t.knowledge["visible_fraction"] == 1.0
     assert gene_t.knowledge["visible_fraction"] == pytest.approx((312 + 3612) / 13426)
     assert (full.label_source, masked.label_source) == ("recovered", "unknown: optimised jointly")
@@ -115,9 +115,9 @@ def test_subspace_with_enough_directions_reveals_every_image(fmnist):
     idx = torch.arange(6)
     truth = fmnist.train.images[idx].float() / 255
     basis = client_subspace(fmnist.train.normalised(idx), 6)
-    out = SubspaceProjection().evaluate(basis, truth, mean=fmnist.train.mean, std=fmnist.train.std)
+    out = SubspaceProjection().projections_scored(basis, truth, mean=fmnist.train.mean, std=fmnist.train.std)
     assert out["projection_psnr_mean"] >= 40.0
-    fewer = SubspaceProjection().evaluate(client_subspace(fmnist.train.normalised(idx), 2), truth,
+    fewer = SubspaceProjection().projections_scored(client_subspace(fmnist.train.normalised(idx), 2), truth,
                                           mean=fmnist.train.mean, std=fmnist.train.std)
     assert fewer["projection_psnr_mean"] < out["projection_psnr_mean"]
     images = SubspaceProjection.basis_images(basis, (1, 28, 28))
@@ -166,4 +166,4 @@ def test_cluster_model_aggregate_target(tmp_path):
     # Local training shuffles; with 2 images per client and batch 2, one step per epoch sees both: order-free.
     assert all(torch.allclose(replay[n], target.gradient[n], atol=1e-4) for n in target.gradient)
     with pytest.raises(AttackNotApplicableError, match="max_images=4"):
-        IDLG(max_images=4).run(target, seed=0)
+        IDLG(max_images=4).attack(target, seed=0)

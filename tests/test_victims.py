@@ -64,7 +64,7 @@ def test_a_victim_round_after_round_0_works_for_every_payload_kind(fl, kinds, sm
         count, truth = choice.images(payload, victim), choice.truth(wire.store, payload)
         target = AttackTarget.from_payload(payload, base=base, model=model, num_images=count, image_shape=(1, 28, 28),
                                            num_classes=10)
-        out = IDLG(iterations=5, restarts=1).run(target, seed=0)
+        out = IDLG(iterations=5, restarts=1).attack(target, seed=0)
         assert out.images is not None and torch.isfinite(out.images).all()
         if kind in ("gradient", "gene_gradient"):  # one step on the 2-image victim batch
             assert len(truth) == count == 2

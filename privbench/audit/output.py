@@ -134,6 +134,12 @@ def summary(metrics: dict[str, Any]) -> str:
                           f"{formatted(privacy.get('label_accuracy'), '{:.2f}')}"))
     elif privacy.get("failed"):
         lines.append(("leakage", "attack failed: no reconstruction"))
+    if "label_set_exact" in privacy:
+        lines.append(("labels", f"class set exact {formatted(privacy['label_set_exact'], '{:.0f}')} (prior "
+                                f"{formatted(privacy.get('label_set_exact_chance'), '{:.0f}')}), counts exact "
+                                f"{formatted(privacy.get('label_counts_exact'), '{:.0f}')}, count error per class "
+                                f"{formatted(privacy.get('label_count_error'), '{:.2f}')} (prior "
+                                f"{formatted(privacy.get('label_count_error_chance'), '{:.2f}')})"))
     spread = privacy.get("victims_summary")
     if spread:
         lines.append(("victims", f"{spread['count']} audited, PSNR mean {formatted(spread.get('psnr_mean'), '{:.2f}')} "

@@ -1,15 +1,78 @@
-"""Score a reconstruction against the truth and the chance level, and write its grid and gallery."""
+"""The evaluator: each family of finding scored against the ground truth and its chance level.
+
+Scorers are registered per finding type (``register_scorer``); a new attack family adds its finding
+type and one scorer, and the attack phase needs no change (``docs/extending.md``).
+"""
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
+from privbench.attacks import Attack, Finding, InferredLabels, Reconstruction
 from privbench.audit.output import write_gallery, write_grid
 from privbench.metrics.chance import chance_baseline, gains
+from privbench.metrics.labels import label_scores
 from privbench.metrics.reconstruction import score
+from privbench.pixels import denormalise
 from privbench.progress import phase
+
+F = TypeVar("F", bound=Finding)
+
+
+@dataclass(frozen=True)
+class Truth:
+    """What only the evaluator holds about one attacked message.
+
+    Attributes:
+        images: the private images it was computed from, ``[N, C, H, W]`` in [0, 1] on the CPU.
+        labels: their labels.
+        non_members: images no client holds (the test split), for chance baselines.
+        class_frequencies: each class's share of the training split (what a prior knows).
+        mean: per-channel input mean (to bring reconstructions to [0, 1]).
+        std: per-channel input std.
+    """
+
+    images: torch.Tensor
+    labels: torch.Tensor
+    non_members: torch.Tensor
+    class_frequencies: torch.Tensor
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class Scoring:
+    """How to score: the run's seed, the matching cost, LPIPS on or off, where a scorer writes its files."""
+
+    seed: int
+    match_on: str
+    use_lpips: bool
+    out: Path
+
+
+Scorer = Callable[[Any, Any, Attack, Truth, Scoring], dict[str, Any]]
+SCORERS: dict[type[Finding], Scorer] = {}
+
+
+def register_scorer(kind: type[F]) -> Callable[[Callable[[F, Any, Attack, Truth, Scoring], dict[str, Any]]],
+                                                 Callable[[F, Any, Attack, Truth, Scoring], dict[str, Any]]]:
+    """Register the scorer of findings of type ``kind`` (and its subclasses, unless they have their own)."""
+    def add(fn: Callable[[F, Any, Attack, Truth, Scoring], dict[str, Any]]) -> Callable[[F, Any, Attack, Truth, Scoring], dict[str, Any]]:
+        SCORERS[kind] = fn
+        return fn
+    return add
+
+
+def score_finding(finding: Finding, view: Any, attack: Attack, truth: Truth, how: Scoring) -> dict[str, Any]:
+    """The privacy figures of ``finding`` (by the scorer of its type), plus the attack's evaluator-side figures."""
+    scorer = next((SCORERS[t] for t in type(finding).__mro__ if t in SCORERS), None)
+    if scorer is None:
+        raise TypeError(f"no scorer is registered for {type(finding).__name__} (privbench.audit.score.register_scorer)")
+    return {**scorer(finding, view, attack, truth, how), **attack.evaluate(view, truth.images)}
 
 
 def score_reconstruction(recon: torch.Tensor, labels: torch.Tensor, truth: torch.Tensor, truth_labels: torch.Tensor,
@@ -34,3 +97,31 @@ def score_reconstruction(recon: torch.Tensor, labels: torch.Tensor, truth: torch
                   pairs=pairs, chance=chance_images, chance_pairs=chance_pairs)
     scores.update(chance)
     return {"num_reconstructed": len(recon), "num_true": len(truth), **scores, **gains(scores)}
+
+
+@register_scorer(Reconstruction)
+def _reconstruction(finding: Reconstruction, view: Any, attack: Attack, truth: Truth, how: Scoring) -> dict[str, Any]:
+    """Images: matched against the truth, with the chance baselines (``score_reconstruction``)."""
+    privacy: dict[str, Any] = {"failed": finding.failed}
+    if finding.attempts:
+        privacy.update({"objective": finding.objective})
+    privacy["label_source"] = finding.label_source
+    if finding.attempts:
+        privacy["attempts"] = finding.attempts
+    if finding.images is not None and finding.labels is not None:
+        how.out.mkdir(parents=True, exist_ok=True)
+        recon = finding.images.cpu()
+        if not finding.pixels:
+            recon = denormalise(recon, truth.mean, truth.std)
+        privacy.update(score_reconstruction(recon, finding.labels.cpu(), truth.images, truth.labels,
+                                            non_members=truth.non_members, seed=how.seed, match_on=how.match_on,
+                                            use_lpips=how.use_lpips, out=how.out))
+        if finding.label_source == "none":
+            privacy["label_accuracy"] = float("nan")  # no labels were inferred
+    return privacy
+
+
+@register_scorer(InferredLabels)
+def _labels(finding: InferredLabels, view: Any, attack: Attack, truth: Truth, how: Scoring) -> dict[str, Any]:
+    """Labels: the class set and per-class counts against the truth, and against a class-frequency prior."""
+    return label_scores(finding.counts, truth.labels, truth.class_frequencies)

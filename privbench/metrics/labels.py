@@ -1,0 +1,49 @@
+"""Label inference scored: the class set and per-class counts against the truth and a class-frequency prior."""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+
+
+def prior_counts(frequencies: torch.Tensor, n: int) -> dict[int, int]:
+    """What a prior that knows only the class frequencies guesses for ``n`` images: ``n * frequency`` rounded by
+    largest remainder (the counts sum to ``n``).
+
+    Example:
+        >>> prior_counts(torch.tensor([0.5, 0.3, 0.2]), 4)
+        {0: 2, 1: 1, 2: 1}
+    """
+    share = frequencies.double().numpy() * n
+    counts = np.floor(share).astype(int)
+    for c in np.argsort(-(share - counts), kind="stable")[: n - int(counts.sum())]:
+        counts[c] += 1
+    return {int(c): int(k) for c, k in enumerate(counts)}
+
+
+def _figures(counts: Mapping[int, int], true: Mapping[int, int], classes: int) -> tuple[float, float, float]:
+    predicted = {c for c, k in counts.items() if k > 0}
+    present = {c for c, k in true.items() if k > 0}
+    errors = [abs(counts.get(c, 0) - true.get(c, 0)) for c in range(classes)]
+    return float(predicted == present), float(all(e == 0 for e in errors)), float(np.mean(errors))
+
+
+def label_scores(counts: Mapping[int, int], truth_labels: torch.Tensor, frequencies: torch.Tensor) -> dict[str, Any]:
+    """``label_set_exact`` (1 when the inferred class set is the true one), ``label_counts_exact`` (every count
+    right), ``label_count_error`` (mean absolute count error per class), each also for the prior (``_chance``).
+
+    Example:
+        >>> out = label_scores({3: 2, 5: 1}, torch.tensor([3, 5, 3]), torch.full((10,), 0.1))
+        >>> out["label_set_exact"], out["label_counts_exact"], out["label_set_exact_chance"]
+        (1.0, 1.0, 0.0)
+    """
+    classes = len(frequencies)
+    true = {int(c): int(k) for c, k in zip(*np.unique(truth_labels.numpy(), return_counts=True))}
+    prior = prior_counts(frequencies, len(truth_labels))
+    found, chance = _figures(counts, true, classes), _figures(prior, true, classes)
+    names = ("label_set_exact", "label_counts_exact", "label_count_error")
+    return {**dict(zip(names, found)), **{f"{n}_chance": v for n, v in zip(names, chance)},
+            "inferred_counts": {str(c): int(k) for c, k in sorted(counts.items()) if k},
+            "num_true": len(truth_labels)}
