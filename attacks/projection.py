@@ -12,6 +12,7 @@ from privbench.attacks.views import BasisView, ViewKind
 from privbench.metrics.image import psnr, ssim
 from privbench.payloads.kinds import Carries
 from privbench.pixels import denormalise, normalise
+from privbench.figures import PROJECTION_PSNR_MEAN
 
 
 class SubspaceProjection(Attack):
@@ -60,6 +61,6 @@ class SubspaceProjection(Attack):
         proj = self.projections(basis, truth01, mean, std)
         p = np.array([min(psnr(a, b), 100.0) for a, b in zip(proj, truth01)])
         s = np.array([ssim(a, b) for a, b in zip(proj, truth01)])
-        return {"projection_psnr_mean": float(p.mean()), "projection_psnr_best": float(p.max()),
+        return {PROJECTION_PSNR_MEAN.key: float(p.mean()), "projection_psnr_best": float(p.max()),
                 "projection_ssim_mean": float(s.mean()), "projection_ssim_best": float(s.max()),
                 "basis_dim": int(basis.shape[1]), "client_images": len(truth01)}

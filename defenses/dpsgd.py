@@ -19,6 +19,7 @@ from privbench.fl.genefl.subspace import per_class_subspace
 from privbench.fl.sgd import per_sample_gradients
 from privbench.fl.reads import AUDIT_GRADIENT, COVERABLE, FISHER, LOCAL_SGD, SUBSPACE, PlannedRead
 from privbench.fl.trainer import LocalSGD, Regulariser, Trainer
+from privbench.figures import EPSILON_MAX
 
 ACCOUNTANTS = ("rdp", "prv")
 MECHANISMS = {
@@ -212,4 +213,4 @@ class DPSGD(Trainer):
                 "accountant": self.accountant, "target_epsilon": self.target_epsilon, "cover": list(self.cover),
                 "noise_multiplier": self.noise_multiplier if self.target_epsilon is None else None,
                 "noise_multipliers": dict(sorted(self.sigmas.items())),
-                "epsilon_per_client": eps, "epsilon_max": max(eps.values()) if eps else math.nan}
+                "epsilon_per_client": eps, EPSILON_MAX.key: max(eps.values()) if eps else math.nan}

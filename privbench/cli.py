@@ -15,6 +15,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from privbench.errors import PrivbenchError
+from privbench.figures import PSNR_MEAN
 
 #: What Hydra itself writes into a job folder; a skipped job's folder holding only these is removed.
 HYDRA_FILES = {".hydra", "run.log"}
@@ -94,7 +95,7 @@ def app(cfg: DictConfig) -> float | None:
         from hydra.types import RunMode
 
         _after_skip(out, metrics, results=Path(str(cfg.results_dir)), sweep=hydra_cfg.mode == RunMode.MULTIRUN)
-    return metrics["privacy"].get("psnr_mean")
+    return metrics["privacy"].get(PSNR_MEAN.key)
 
 
 

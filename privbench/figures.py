@@ -1,11 +1,128 @@
-"""How reported figures are shown: one marker for a value that was not measured, one formatter."""
+"""Every reported figure, specified once: its key in ``metrics.json``, label and unit, which direction means
+more leakage, its range and format. The CLI summary, ``metrics.csv``, the multirun table and the report's
+columns, intervals and plots read these specs; no other module spells a figure's key.
+"""
 from __future__ import annotations
 
 import math
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 #: How every output (summary, tables, HTML) shows a value that was not measured.
 MISSING = "-"
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One reported figure.
+
+    Attributes:
+        key: its name in ``metrics.json`` (and a column of ``metrics.csv`` and the report's tables).
+        section: the ``metrics.json`` section it is in (``privacy``, ``utility``, ``bytes``, ``defense``).
+        label: how the report names it, with its unit.
+        unit: its unit (``dB``, ``B``, or empty).
+        fmt: how tables format it.
+        leak: which direction means more leakage (``higher``/``lower``; None for figures that measure no leakage).
+        bounds: ``unit`` (cannot leave [0, 1]) or ``nonnegative``: the range intervals are clipped to.
+        best: ``max``/``min``: aggregated over seeds by the best run, not the mean.
+    """
+
+    key: str
+    section: str
+    label: str
+    unit: str = ""
+    fmt: str = "{:.3g}"
+    leak: Literal["higher", "lower"] | None = None
+    bounds: Literal["unit", "nonnegative"] | None = None
+    best: Literal["max", "min"] | None = None
+
+    def __str__(self) -> str:
+        return self.key
+
+    def of(self, metrics: dict[str, Any]) -> Any:
+        """This figure's value in a ``metrics.json`` (None when it was not measured)."""
+        return metrics.get(self.section, {}).get(self.key)
+
+
+def _privacy(key: str, label: str, **kw: Any) -> Figure:
+    return Figure(key, "privacy", label, **kw)
+
+
+PSNR_MEAN = _privacy("psnr_mean", "PSNR (dB)", unit="dB", fmt="{:.2f}", leak="higher")
+PSNR_CHANCE = _privacy("psnr_chance", "chance PSNR (dB)", unit="dB", fmt="{:.2f}")
+PSNR_GAIN = _privacy("psnr_gain", "PSNR gain over chance (dB)", unit="dB", fmt="{:+.2f}", leak="higher")
+PSNR_BEST = _privacy("psnr_best", "best PSNR (dB)", unit="dB", fmt="{:.2f}", leak="higher", best="max")
+SSIM_MEAN = _privacy("ssim_mean", "SSIM", fmt="{:.3f}", leak="higher")
+SSIM_CHANCE = _privacy("ssim_chance", "chance SSIM", fmt="{:.3f}")
+SSIM_GAIN = _privacy("ssim_gain", "SSIM gain", fmt="{:+.3f}", leak="higher")
+SSIM_BEST = _privacy("ssim_best", "best SSIM", fmt="{:.3f}", leak="higher", best="max")
+LPIPS_MEAN = _privacy("lpips_mean", "LPIPS", fmt="{:.3g}", leak="lower", bounds="nonnegative")
+LPIPS_CHANCE = _privacy("lpips_chance", "chance LPIPS", fmt="{:.3g}", bounds="nonnegative")
+LPIPS_GAIN = _privacy("lpips_gain", "LPIPS gain", fmt="{:+.3g}", leak="higher")
+LPIPS_BEST = _privacy("lpips_best", "best LPIPS", fmt="{:.3g}", leak="lower", best="min")
+MSE_MEAN = _privacy("mse_mean", "MSE", fmt="{:.3g}", leak="lower", bounds="nonnegative")
+NUM_RECONSTRUCTED = _privacy("num_reconstructed", "rebuilt images", fmt="{}", bounds="nonnegative")
+NUM_TRUE = _privacy("num_true", "true images", fmt="{}", bounds="nonnegative")
+LABEL_ACCURACY = _privacy("label_accuracy", "label accuracy", fmt="{:.2f}", leak="higher", bounds="unit")
+PROJECTION_PSNR_MEAN = _privacy("projection_psnr_mean", "projection PSNR (dB)", unit="dB", fmt="{:.2f}", leak="higher")
+LABEL_SET_EXACT = _privacy("label_set_exact", "class set exact", fmt="{:.0f}", leak="higher", bounds="unit")
+LABEL_SET_EXACT_CHANCE = _privacy("label_set_exact_chance", "prior's class set exact", fmt="{:.0f}", bounds="unit")
+LABEL_COUNTS_EXACT = _privacy("label_counts_exact", "counts exact", fmt="{:.0f}", leak="higher", bounds="unit")
+LABEL_COUNTS_EXACT_CHANCE = _privacy("label_counts_exact_chance", "prior's counts exact", fmt="{:.0f}", bounds="unit")
+LABEL_COUNT_ERROR = _privacy("label_count_error", "count error per class", fmt="{:.2f}", leak="lower",
+                             bounds="nonnegative")
+LABEL_COUNT_ERROR_CHANCE = _privacy("label_count_error_chance", "prior's count error per class", fmt="{:.2f}",
+                                    bounds="nonnegative")
+ACCURACY = Figure("accuracy", "utility", "known-client accuracy", fmt="{:.3f}", bounds="unit")
+GLOBAL_ACCURACY = Figure("global_accuracy", "utility", "global-model accuracy", fmt="{:.3f}", bounds="unit")
+PERSONAL_ACCURACY = Figure("personal_accuracy", "utility", "own-model accuracy", fmt="{:.3f}", bounds="unit")
+CLUSTER_RAND_INDEX = Figure("cluster_rand_index", "utility", "clusters vs class sets (Rand)", fmt="{:.3f}",
+                            bounds="unit")
+AGNOSTIC_ACCURACY = Figure("agnostic_accuracy_learngene", "utility", "agnostic accuracy", fmt="{:.3f}", bounds="unit")
+UPLINK_BYTES = Figure("uplink_bytes", "bytes", "uplink (B)", unit="B", fmt="{:,.0f}", bounds="nonnegative")
+DOWNLINK_BYTES = Figure("downlink_bytes", "bytes", "downlink (B)", unit="B", fmt="{:,.0f}", bounds="nonnegative")
+TOTAL_BYTES = Figure("total_bytes", "bytes", "total (B)", unit="B", fmt="{:,.0f}", bounds="nonnegative")
+TOTAL_RATIO = Figure("total_ratio", "bytes", "total bytes vs FedAvg", fmt="{:.3f}", bounds="nonnegative")
+EPSILON = Figure("epsilon", "defense", "victim epsilon", fmt="{:.2f}", bounds="nonnegative")
+EPSILON_MAX = Figure("epsilon_max", "defense", "largest epsilon", fmt="{:.2f}", bounds="nonnegative")
+
+#: The report's figure columns, in order (NaN where a run did not measure one, never 0).
+REPORTED = (PSNR_MEAN, PSNR_CHANCE, PSNR_GAIN, PSNR_BEST, SSIM_MEAN, SSIM_CHANCE, SSIM_GAIN, SSIM_BEST, LPIPS_MEAN,
+            LPIPS_CHANCE, LPIPS_BEST, NUM_TRUE, LABEL_ACCURACY, PROJECTION_PSNR_MEAN, LABEL_SET_EXACT,
+            LABEL_SET_EXACT_CHANCE, LABEL_COUNTS_EXACT, LABEL_COUNT_ERROR, LABEL_COUNT_ERROR_CHANCE, ACCURACY,
+            PERSONAL_ACCURACY, CLUSTER_RAND_INDEX, AGNOSTIC_ACCURACY, UPLINK_BYTES, DOWNLINK_BYTES, TOTAL_BYTES,
+            EPSILON, EPSILON_MAX)
+#: Every figure spec.
+FIGURES = (*REPORTED, LPIPS_GAIN, MSE_MEAN, NUM_RECONSTRUCTED, LABEL_COUNTS_EXACT_CHANCE, GLOBAL_ACCURACY,
+           TOTAL_RATIO)
+
+#: Derived columns of the report's tables: the leak verdict and the number of runs.
+LEAKS = "leaks"
+RUNS = "runs"
+#: ``table.md`` and the HTML summary, in order (all-missing columns are left out); the leak verdict follows the gain.
+TABLE = (PSNR_MEAN, PSNR_CHANCE, PSNR_GAIN, LEAKS, SSIM_MEAN, SSIM_CHANCE, LPIPS_MEAN, LPIPS_CHANCE, LABEL_ACCURACY,
+         LABEL_SET_EXACT, LABEL_COUNT_ERROR, NUM_TRUE, ACCURACY, PERSONAL_ACCURACY, AGNOSTIC_ACCURACY,
+         CLUSTER_RAND_INDEX, UPLINK_BYTES, DOWNLINK_BYTES, TOTAL_BYTES, EPSILON)
+#: The HTML page's runs table.
+RUN_TABLE = (PSNR_MEAN, PSNR_CHANCE, PSNR_GAIN, ACCURACY, TOTAL_BYTES, EPSILON)
+#: The table a multirun ends with: (column, header, format), the leak verdict after the gain.
+MULTIRUN = ((PSNR_MEAN.key, "PSNR", "{:.1f}"), (PSNR_GAIN.key, "gain", "{:+.1f}"), (LEAKS, LEAKS, "{}"),
+            (ACCURACY.key, "acc", "{:.3f}"), (TOTAL_BYTES.key, "bytes", "{:,.0f}"), (EPSILON.key, "eps", "{:.2f}"))
+#: Leakage figures drawn against a swept setting, and utility figures.
+LEAKAGE_PLOTS = (PSNR_MEAN, PSNR_GAIN)
+UTILITY_PLOTS = (ACCURACY, AGNOSTIC_ACCURACY)
+
+BY_KEY = {f.key: f for f in FIGURES}
+
+
+def figure(key: str) -> Figure:
+    """The spec of ``key``.
+
+    Example:
+        >>> figure("psnr_gain").leak, figure("total_bytes").unit
+        ('higher', 'B')
+    """
+    return BY_KEY[key]
 
 
 def formatted(value: Any, fmt: str) -> str:

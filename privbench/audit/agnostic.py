@@ -59,7 +59,7 @@ def evaluate_agnostic(result: ProtocolResult, *, protocol: ClusteredProtocol, ro
                                "gene_layers": list(clustering.genes.get(k, ())), "gene_bytes": gene.nbytes,
                                "tuned_on": len(tune_set(data, a, settings, seed=seed))}
         tuned, = engine.run(protocol, [ClientTask("agnostic_tune", a, round_, (gene,), agnostic=True)], side)
-        row["accuracy_learngene"] = float(tuned.fields["accuracy"])
+        row["accuracy_learngene"] = float(tuned.fields["tuned_accuracy"])
         inits = {"random": result.theta0, "cluster_model": clustering.models[k]}
         if reference is not None:
             inits["fedavg"] = reference

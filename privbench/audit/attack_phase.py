@@ -19,6 +19,10 @@ from privbench.audit.score import Scoring, Truth, score_finding
 from privbench.data import FederatedData
 from privbench.payloads import Payload, PayloadStore
 from privbench.victim import Victim
+from privbench.figures import (
+    LABEL_ACCURACY, LPIPS_CHANCE, LPIPS_MEAN, NUM_RECONSTRUCTED, NUM_TRUE, PSNR_CHANCE, PSNR_GAIN, PSNR_MEAN,
+    SSIM_CHANCE, SSIM_MEAN,
+)
 
 #: How the attacker's view of a payload is built, by the view an attack asks for (``Attack.view``).
 ViewBuilder = Callable[[Plan, Victim, Payload, "Payload | None", nn.Module, FederatedData], Any]
@@ -72,12 +76,12 @@ def attack_victims(p: Plan, store: PayloadStore, model: nn.Module, data: Federat
         return privacy, threat, nbytes
     seconds = time.perf_counter() - start
     rows = [_victim_row(c, one_threat, one) for c, (one, one_threat, _) in zip(clients, scored)]
-    psnrs = [r["psnr_mean"] for r in rows if r.get("psnr_mean") is not None and math.isfinite(r["psnr_mean"])]
+    psnrs = [r[PSNR_MEAN.key] for r in rows if r.get(PSNR_MEAN.key) is not None and math.isfinite(r[PSNR_MEAN.key])]
     privacy["victims"] = rows
     privacy["victims_summary"] = {
-        "count": len(rows), "psnr_mean": float(np.mean(psnrs)) if psnrs else None,
+        "count": len(rows), PSNR_MEAN.key: float(np.mean(psnrs)) if psnrs else None,
         "psnr_min": min(psnrs, default=None), "psnr_max": max(psnrs, default=None),
-        "above_chance": sum(1 for r in rows if (r.get("psnr_gain") or 0) > 0),
+        "above_chance": sum(1 for r in rows if (r.get(PSNR_GAIN.key) or 0) > 0),
         "seconds": seconds, "victims_per_second": len(rows) / seconds}
     return privacy, threat, nbytes
 
@@ -91,8 +95,8 @@ def _audited(victim: Victim, store: PayloadStore) -> list[int]:
 
 
 def _victim_row(client: int, threat: dict[str, Any], privacy: dict[str, Any]) -> dict[str, Any]:
-    keys = ("failed", "objective", "psnr_mean", "psnr_chance", "psnr_gain", "ssim_mean", "ssim_chance", "lpips_mean",
-            "lpips_chance", "label_accuracy", "num_reconstructed", "num_true")
+    keys = ("failed", "objective", PSNR_MEAN.key, PSNR_CHANCE.key, PSNR_GAIN.key, SSIM_MEAN.key, SSIM_CHANCE.key, LPIPS_MEAN.key,
+            LPIPS_CHANCE.key, LABEL_ACCURACY.key, NUM_RECONSTRUCTED.key, NUM_TRUE.key)
     return {"client": client, "payload": threat.get("payload"), **{k: privacy.get(k) for k in keys}}
 
 

@@ -13,9 +13,15 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from privbench.figures import formatted
+from privbench.figures import (
+    ACCURACY, AGNOSTIC_ACCURACY, DOWNLINK_BYTES, EPSILON, EPSILON_MAX, LABEL_ACCURACY, LABEL_COUNTS_EXACT,
+    LABEL_COUNT_ERROR, LABEL_COUNT_ERROR_CHANCE, LABEL_SET_EXACT, LABEL_SET_EXACT_CHANCE, LPIPS_CHANCE, LPIPS_MEAN,
+    NUM_RECONSTRUCTED, NUM_TRUE, PERSONAL_ACCURACY, PSNR_CHANCE, PSNR_GAIN, PSNR_MEAN, SSIM_CHANCE, SSIM_MEAN,
+    TOTAL_RATIO, UPLINK_BYTES, formatted,
+)
 from privbench.io import atomic_write_bytes, atomic_write_text
 from privbench.metrics.image import psnr
+
 
 def flat_row(metrics: dict[str, Any]) -> dict[str, Any]:
     """One CSV row: the scalar entries of every section of ``metrics.json``."""
@@ -122,44 +128,44 @@ def summary(metrics: dict[str, Any]) -> str:
     what = f"{run.get('payload')} by {run.get('attack')}" if run.get("payload") else "no attack"
     lines = [("run", f"{run.get('fl')}, {what}, defense {run.get('defense')}, seed {run.get('seed')}, "
                      f"victim client{run.get('victim_client')} round {run.get('victim_round')}")]
-    if "psnr_mean" in privacy:
-        lines.append(("leakage", f"PSNR {formatted(privacy['psnr_mean'], '{:.2f}')} dB, chance "
-                                 f"{formatted(privacy.get('psnr_chance'), '{:.2f}')}, gain "
-                                 f"{formatted(privacy.get('psnr_gain'), '{:+.2f}')} dB ({privacy.get('num_reconstructed')} "
-                                 f"rebuilt, {privacy.get('num_true')} true)"))
-        lines.append(("", f"SSIM {formatted(privacy.get('ssim_mean'), '{:.3f}')} (chance "
-                          f"{formatted(privacy.get('ssim_chance'), '{:.3f}')}), LPIPS "
-                          f"{formatted(privacy.get('lpips_mean'), '{:.3g}')} (chance "
-                          f"{formatted(privacy.get('lpips_chance'), '{:.3g}')}), labels "
-                          f"{formatted(privacy.get('label_accuracy'), '{:.2f}')}"))
+    if PSNR_MEAN.key in privacy:
+        lines.append(("leakage", f"PSNR {formatted(privacy[PSNR_MEAN.key], '{:.2f}')} dB, chance "
+                                 f"{formatted(privacy.get(PSNR_CHANCE.key), '{:.2f}')}, gain "
+                                 f"{formatted(privacy.get(PSNR_GAIN.key), '{:+.2f}')} dB ({privacy.get(NUM_RECONSTRUCTED.key)} "
+                                 f"rebuilt, {privacy.get(NUM_TRUE.key)} true)"))
+        lines.append(("", f"SSIM {formatted(privacy.get(SSIM_MEAN.key), '{:.3f}')} (chance "
+                          f"{formatted(privacy.get(SSIM_CHANCE.key), '{:.3f}')}), LPIPS "
+                          f"{formatted(privacy.get(LPIPS_MEAN.key), '{:.3g}')} (chance "
+                          f"{formatted(privacy.get(LPIPS_CHANCE.key), '{:.3g}')}), labels "
+                          f"{formatted(privacy.get(LABEL_ACCURACY.key), '{:.2f}')}"))
     elif privacy.get("failed"):
         lines.append(("leakage", "attack failed: no reconstruction"))
-    if "label_set_exact" in privacy:
-        lines.append(("labels", f"class set exact {formatted(privacy['label_set_exact'], '{:.0f}')} (prior "
-                                f"{formatted(privacy.get('label_set_exact_chance'), '{:.0f}')}), counts exact "
-                                f"{formatted(privacy.get('label_counts_exact'), '{:.0f}')}, count error per class "
-                                f"{formatted(privacy.get('label_count_error'), '{:.2f}')} (prior "
-                                f"{formatted(privacy.get('label_count_error_chance'), '{:.2f}')})"))
+    if LABEL_SET_EXACT.key in privacy:
+        lines.append(("labels", f"class set exact {formatted(privacy[LABEL_SET_EXACT.key], '{:.0f}')} (prior "
+                                f"{formatted(privacy.get(LABEL_SET_EXACT_CHANCE.key), '{:.0f}')}), counts exact "
+                                f"{formatted(privacy.get(LABEL_COUNTS_EXACT.key), '{:.0f}')}, count error per class "
+                                f"{formatted(privacy.get(LABEL_COUNT_ERROR.key), '{:.2f}')} (prior "
+                                f"{formatted(privacy.get(LABEL_COUNT_ERROR_CHANCE.key), '{:.2f}')})"))
     spread = privacy.get("victims_summary")
     if spread:
-        lines.append(("victims", f"{spread['count']} audited, PSNR mean {formatted(spread.get('psnr_mean'), '{:.2f}')} "
+        lines.append(("victims", f"{spread['count']} audited, PSNR mean {formatted(spread.get(PSNR_MEAN.key), '{:.2f}')} "
                                  f"(min {formatted(spread.get('psnr_min'), '{:.2f}')}, max "
                                  f"{formatted(spread.get('psnr_max'), '{:.2f}')}), {spread['above_chance']} above "
                                  f"chance, {spread['victims_per_second']:.3g} victims/s"))
-    useful = f"known-client accuracy {formatted(utility.get('accuracy'), '{:.3f}')}"
-    if utility.get("personal_accuracy") is not None:
-        useful += f" (own model {formatted(utility['personal_accuracy'], '{:.3f}')})"
-    if utility.get("agnostic_accuracy_learngene") is not None:
-        useful += f", agnostic {formatted(utility['agnostic_accuracy_learngene'], '{:.3f}')}"
+    useful = f"known-client accuracy {formatted(utility.get(ACCURACY.key), '{:.3f}')}"
+    if utility.get(PERSONAL_ACCURACY.key) is not None:
+        useful += f" (own model {formatted(utility[PERSONAL_ACCURACY.key], '{:.3f}')})"
+    if utility.get(AGNOSTIC_ACCURACY.key) is not None:
+        useful += f", agnostic {formatted(utility[AGNOSTIC_ACCURACY.key], '{:.3f}')}"
     lines.append(("utility", useful))
-    sent = f"up {formatted(nbytes.get('uplink_bytes'), '{:,}')}, down {formatted(nbytes.get('downlink_bytes'), '{:,}')}"
-    if nbytes.get("total_ratio") is not None:
-        sent += f", total vs FedAvg {formatted(nbytes['total_ratio'], '{:.3f}')}"
+    sent = f"up {formatted(nbytes.get(UPLINK_BYTES.key), '{:,}')}, down {formatted(nbytes.get(DOWNLINK_BYTES.key), '{:,}')}"
+    if nbytes.get(TOTAL_RATIO.key) is not None:
+        sent += f", total vs FedAvg {formatted(nbytes[TOTAL_RATIO.key], '{:.3f}')}"
     lines.append(("bytes", sent))
-    if "epsilon" in defense:
+    if EPSILON.key in defense:
         covers = "yes" if defense.get("epsilon_covers_all_reads") else "no"
-        lines.append(("privacy", f"epsilon {formatted(defense['epsilon'], '{:.2f}')} (victim), max "
-                                 f"{formatted(defense.get('epsilon_max'), '{:.2f}')}, covers every read: {covers}"))
+        lines.append(("privacy", f"epsilon {formatted(defense[EPSILON.key], '{:.2f}')} (victim), max "
+                                 f"{formatted(defense.get(EPSILON_MAX.key), '{:.2f}')}, covers every read: {covers}"))
     out = []
     for key, text in lines:  # wrap at 80 columns under a 9-column label
         for i, part in enumerate(textwrap.wrap(text, width=WIDTH - 9, break_on_hyphens=False) or [""]):

@@ -30,6 +30,7 @@ from privbench.payloads.capture import AnyOf
 from privbench.payloads.comm import comm_summary, ratios
 from privbench.progress import OVERALL, log, phase, run_log
 from privbench.provenance import versions
+from privbench.figures import ACCURACY, CLUSTER_RAND_INDEX, EPSILON, GLOBAL_ACCURACY, PERSONAL_ACCURACY, TOTAL_BYTES
 
 def _overrides() -> list[str]:
     try:
@@ -59,7 +60,7 @@ def _defense_summary(p: Plan) -> dict[str, Any]:
            "uncovered_reads": trainer.uncovered_reads()}
     per_client = out.get("epsilon_per_client")
     if per_client is not None:
-        out["epsilon"] = per_client.get(p.victim.name, float("nan"))
+        out[EPSILON.key] = per_client.get(p.victim.name, float("nan"))
         out["epsilon_covers_all_reads"] = not out["uncovered_reads"]
     return out
 
@@ -81,15 +82,15 @@ def _utility(fl: ProtocolResult, agnostic: dict[str, Any], data: FederatedData) 
     grouping of clients by the set of classes they hold (1.0: clients with the same classes
     together, different ones apart; a ground truth only the evaluator has).
     """
-    out: dict[str, Any] = {"accuracy": fl.accuracy}
+    out: dict[str, Any] = {ACCURACY.key: fl.accuracy}
     if fl.global_accuracy is not None:
-        out["global_accuracy"] = fl.global_accuracy
+        out[GLOBAL_ACCURACY.key] = fl.global_accuracy
     if fl.personal_accuracy is not None:
-        out["personal_accuracy"] = fl.personal_accuracy
+        out[PERSONAL_ACCURACY.key] = fl.personal_accuracy
     if fl.clustering is not None:
         out["clusters"] = list(fl.clustering.labels)
         class_sets = [tuple(data.client_classes(c)) for c in range(data.num_clients)]
-        out["cluster_rand_index"] = rand_index(fl.clustering.labels, class_sets)
+        out[CLUSTER_RAND_INDEX.key] = rand_index(fl.clustering.labels, class_sets)
     return {**out, "client_accuracy": {f"client{c}": a for c, a in fl.client_accuracy.items()},
             **{f"agnostic_{k}": v for k, v in agnostic.items() if k.startswith("accuracy_")},
             "agnostic_clients": agnostic.get("clients"), "history": [h.as_dict() for h in fl.history]}
@@ -97,7 +98,7 @@ def _utility(fl: ProtocolResult, agnostic: dict[str, Any], data: FederatedData) 
 
 def _bytes_section(comm: dict[str, Any], payload_bytes: int | None) -> dict[str, Any]:
     """Training bytes by direction, ratios vs FedAvg, the attacked payload's and mean learnGene size."""
-    out = {**comm["training"], "protocol_total_bytes": comm["protocol"]["total_bytes"], "payload_bytes": payload_bytes,
+    out = {**comm["training"], "protocol_total_bytes": comm["protocol"][TOTAL_BYTES.key], "payload_bytes": payload_bytes,
            **comm.get("vs_fedavg", {})}
     if "learngene" in comm["by_kind"]:
         out["learngene_mean_bytes"] = comm["by_kind"]["learngene"] / comm["messages_by_kind"]["learngene"]

@@ -19,6 +19,7 @@ from privbench.metrics.labels import label_scores
 from privbench.metrics.reconstruction import score
 from privbench.pixels import denormalise
 from privbench.progress import phase
+from privbench.figures import LABEL_ACCURACY, NUM_RECONSTRUCTED, NUM_TRUE, PSNR_CHANCE, PSNR_MEAN
 
 F = TypeVar("F", bound=Finding)
 
@@ -86,17 +87,17 @@ def score_reconstruction(recon: torch.Tensor, labels: torch.Tensor, truth: torch
     with phase("scoring", total=2, unit="set") as bar:
         scores = score(recon, truth, recon_labels=labels, truth_labels=truth_labels, match_on=match_on,
                        use_lpips=use_lpips)
-        bar.update(1, psnr=scores.get("psnr_mean"))
+        bar.update(1, psnr=scores.get(PSNR_MEAN.key))
         chance = chance_baseline(truth, truth_labels, count=len(recon), test_images=non_members, seed=seed,
                                  match_on=match_on, use_lpips=use_lpips)
-        bar.update(1, chance=chance.get("psnr_chance"))
+        bar.update(1, chance=chance.get(PSNR_CHANCE.key))
     pairs = scores["matched"]
     write_grid(out / "grid.png", truth[[m["truth"] for m in pairs]], recon[[m["recon"] for m in pairs]])
     chance_images, chance_pairs = chance.pop("chance_images")
     write_gallery(out / "gallery.npz", truth=truth, recon=recon, truth_labels=truth_labels, recon_labels=labels,
                   pairs=pairs, chance=chance_images, chance_pairs=chance_pairs)
     scores.update(chance)
-    return {"num_reconstructed": len(recon), "num_true": len(truth), **scores, **gains(scores)}
+    return {NUM_RECONSTRUCTED.key: len(recon), NUM_TRUE.key: len(truth), **scores, **gains(scores)}
 
 
 @register_scorer(Reconstruction)
@@ -117,7 +118,7 @@ def _reconstruction(finding: Reconstruction, view: Any, attack: Attack, truth: T
                                             non_members=truth.non_members, seed=how.seed, match_on=how.match_on,
                                             use_lpips=how.use_lpips, out=how.out))
         if finding.label_source == "none":
-            privacy["label_accuracy"] = float("nan")  # no labels were inferred
+            privacy[LABEL_ACCURACY.key] = float("nan")  # no labels were inferred
     return privacy
 
 

@@ -7,12 +7,11 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from privbench.figures import formatted
+from privbench.figures import MULTIRUN, RUNS, formatted
 
-#: (column, header, format) of the combined table, after the setting's keys and n.
-FIGURES = [("psnr_mean", "PSNR", "{:.1f}"), ("psnr_gain", "gain", "{:+.1f}"),
-           ("leaks", "leaks", "{}"), ("accuracy", "acc", "{:.3f}"), ("total_bytes", "bytes", "{:,.0f}"),
-           ("epsilon", "eps", "{:.2f}")]
+
+#: (column, header, format) of the combined table, after the setting's keys and n (``privbench.figures``).
+FIGURES = MULTIRUN
 
 
 def combined_table(root: Path) -> str:
@@ -28,7 +27,7 @@ def combined_table(root: Path) -> str:
     keys = list(table.attrs["keys"])
     shown = [(c, h, f) for c, h, f in FIGURES if c in table and not table[c].isna().all()]
     header = [k.rsplit(".", 1)[-1] for k in keys] + ["n"] + [h for _, h, _ in shown]
-    rows = [[formatted(r[k], "{}") for k in keys] + [str(r["runs"])] + [formatted(r[c], f) for c, _, f in shown]
+    rows = [[formatted(r[k], "{}") for k in keys] + [str(r[RUNS])] + [formatted(r[c], f) for c, _, f in shown]
             for _, r in table.iterrows()]
     widths = [max(len(x) for x in column) for column in zip(header, *rows)]
     lines = [" ".join(x.rjust(w) if i >= len(keys) else x.ljust(w) for i, (x, w) in enumerate(zip(row, widths)))

@@ -12,6 +12,7 @@ from privbench.fl.trainer import Trainer
 from privbench.payloads import CapturePolicy, Payload, PayloadStore
 from privbench.payloads.capture import AnyOf
 from privbench.payloads.transform import MessageTransform
+from privbench.figures import DOWNLINK_BYTES, TOTAL_BYTES, UPLINK_BYTES
 
 
 class Sender(Protocol):
@@ -40,8 +41,8 @@ class Totals:
         return self.uplink_bytes + self.downlink_bytes
 
     def as_dict(self) -> dict[str, int]:
-        return {"uplink_bytes": self.uplink_bytes, "downlink_bytes": self.downlink_bytes,
-                "total_bytes": self.total_bytes}
+        return {UPLINK_BYTES.key: self.uplink_bytes, DOWNLINK_BYTES.key: self.downlink_bytes,
+                TOTAL_BYTES.key: self.total_bytes}
 
 
 class Wire:

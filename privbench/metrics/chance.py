@@ -8,6 +8,9 @@ import numpy as np
 import torch
 
 from privbench.metrics.reconstruction import score
+from privbench.figures import (
+    LPIPS_CHANCE, LPIPS_GAIN, LPIPS_MEAN, PSNR_CHANCE, PSNR_GAIN, PSNR_MEAN, SSIM_CHANCE, SSIM_GAIN, SSIM_MEAN,
+)
 
 #: The uninformed reconstructions: the mean image of the test split, and random test images (non-members).
 BASELINES = ("mean_image", "non_member")
@@ -42,14 +45,14 @@ def chance_baseline(truth: torch.Tensor, truth_labels: torch.Tensor, *, count: i
     for name, images in chance_images(count, test_images, seed=seed).items():
         s = score(images, truth, recon_labels=unknown, truth_labels=truth_labels, match_on=match_on,
                   use_lpips=use_lpips)
-        per[name] = {"psnr_mean": s["psnr_mean"], "ssim_mean": s["ssim_mean"], "lpips_mean": s["lpips_mean"]}
+        per[name] = {PSNR_MEAN.key: s[PSNR_MEAN.key], SSIM_MEAN.key: s[SSIM_MEAN.key], LPIPS_MEAN.key: s[LPIPS_MEAN.key]}
         pairs[name] = (images, s["matched"])
-    lpips = [v["lpips_mean"] for v in per.values() if not math.isnan(v["lpips_mean"])]
-    strongest = max(per, key=lambda k: per[k]["psnr_mean"])
+    lpips = [v[LPIPS_MEAN.key] for v in per.values() if not math.isnan(v[LPIPS_MEAN.key])]
+    strongest = max(per, key=lambda k: per[k][PSNR_MEAN.key])
     return {"chance": per, "chance_strongest": strongest, "chance_images": pairs[strongest],
-            "psnr_chance": per[strongest]["psnr_mean"],
-            "ssim_chance": max(v["ssim_mean"] for v in per.values()),
-            "lpips_chance": min(lpips) if lpips else math.nan}
+            PSNR_CHANCE.key: per[strongest][PSNR_MEAN.key],
+            SSIM_CHANCE.key: max(v[SSIM_MEAN.key] for v in per.values()),
+            LPIPS_CHANCE.key: min(lpips) if lpips else math.nan}
 
 
 def gains(privacy: dict[str, Any]) -> dict[str, float]:
@@ -61,6 +64,6 @@ def gains(privacy: dict[str, Any]) -> dict[str, float]:
         17.5
     """
     nan = math.nan
-    return {"psnr_gain": privacy.get("psnr_mean", nan) - privacy.get("psnr_chance", nan),
-            "ssim_gain": privacy.get("ssim_mean", nan) - privacy.get("ssim_chance", nan),
-            "lpips_gain": privacy.get("lpips_chance", nan) - privacy.get("lpips_mean", nan)}
+    return {PSNR_GAIN.key: privacy.get(PSNR_MEAN.key, nan) - privacy.get(PSNR_CHANCE.key, nan),
+            SSIM_GAIN.key: privacy.get(SSIM_MEAN.key, nan) - privacy.get(SSIM_CHANCE.key, nan),
+            LPIPS_GAIN.key: privacy.get(LPIPS_CHANCE.key, nan) - privacy.get(LPIPS_MEAN.key, nan)}

@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from privbench.figures import LABEL_COUNTS_EXACT, LABEL_COUNT_ERROR, LABEL_SET_EXACT, NUM_TRUE
 
 
 def prior_counts(frequencies: torch.Tensor, n: int) -> dict[int, int]:
@@ -43,7 +44,7 @@ def label_scores(counts: Mapping[int, int], truth_labels: torch.Tensor, frequenc
     true = {int(c): int(k) for c, k in zip(*np.unique(truth_labels.numpy(), return_counts=True))}
     prior = prior_counts(frequencies, len(truth_labels))
     found, chance = _figures(counts, true, classes), _figures(prior, true, classes)
-    names = ("label_set_exact", "label_counts_exact", "label_count_error")
+    names = (LABEL_SET_EXACT.key, LABEL_COUNTS_EXACT.key, LABEL_COUNT_ERROR.key)
     return {**dict(zip(names, found)), **{f"{n}_chance": v for n, v in zip(names, chance)},
             "inferred_counts": {str(c): int(k) for c, k in sorted(counts.items()) if k},
-            "num_true": len(truth_labels)}
+            NUM_TRUE.key: len(truth_labels)}

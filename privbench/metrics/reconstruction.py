@@ -10,6 +10,9 @@ from scipy.optimize import linear_sum_assignment
 
 from privbench.metrics.image import mse, psnr, ssim
 from privbench.metrics.lpips_metric import lpips_distance
+from privbench.figures import (
+    LABEL_ACCURACY, LPIPS_BEST, LPIPS_MEAN, MSE_MEAN, PSNR_BEST, PSNR_MEAN, SSIM_BEST, SSIM_MEAN,
+)
 
 MATCH_ON = ("mse", "ssim", "lpips")
 
@@ -55,14 +58,14 @@ def score(recon: torch.Tensor, truth: torch.Tensor, *, recon_labels: torch.Tenso
 
     lp = col("lpips")
     out = {
-        "psnr_mean": float(np.mean(np.minimum(col("psnr"), 100.0))),
-        "psnr_best": float(np.max(col("psnr"))),
-        "ssim_mean": float(np.mean(col("ssim"))),
-        "ssim_best": float(np.max(col("ssim"))),
-        "mse_mean": float(np.mean(col("mse"))),
-        "lpips_mean": float(np.mean(lp)) if not np.isnan(lp).all() else math.nan,
-        "lpips_best": float(np.min(lp)) if not np.isnan(lp).all() else math.nan,
-        "label_accuracy": float(np.mean(col("label_ok"))),
+        PSNR_MEAN.key: float(np.mean(np.minimum(col("psnr"), 100.0))),
+        PSNR_BEST.key: float(np.max(col("psnr"))),
+        SSIM_MEAN.key: float(np.mean(col("ssim"))),
+        SSIM_BEST.key: float(np.max(col("ssim"))),
+        MSE_MEAN.key: float(np.mean(col("mse"))),
+        LPIPS_MEAN.key: float(np.mean(lp)) if not np.isnan(lp).all() else math.nan,
+        LPIPS_BEST.key: float(np.min(lp)) if not np.isnan(lp).all() else math.nan,
+        LABEL_ACCURACY.key: float(np.mean(col("label_ok"))),
         "matched": rows,
     }
     return out

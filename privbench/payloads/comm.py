@@ -6,6 +6,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from privbench.payloads.kinds import kind
+from privbench.figures import DOWNLINK_BYTES, TOTAL_BYTES, TOTAL_RATIO, UPLINK_BYTES
 
 
 def _client(record: dict[str, Any]) -> str:
@@ -37,7 +38,7 @@ def comm_summary(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
         by_client[_client(rec)][key] += rec["nbytes"]
     for section in ("protocol", "training", "audit_only"):
         s = out[section]
-        s["total_bytes"] = s["uplink_bytes"] + s["downlink_bytes"]  # defaultdict: absent directions read 0
+        s[TOTAL_BYTES.key] = s[UPLINK_BYTES.key] + s[DOWNLINK_BYTES.key]  # defaultdict: absent directions read 0
     out["by_round"] = {str(r): dict(v) for r, v in sorted(by_round.items())}
     out["by_client"] = {c: dict(v) for c, v in sorted(by_client.items())}
     return {k: dict(v) if isinstance(v, defaultdict) else v for k, v in out.items()}
@@ -46,7 +47,7 @@ def comm_summary(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
 def ratios(training: dict[str, int], reference: dict[str, int]) -> dict[str, float]:
     """This protocol's training bytes over a reference's (e.g. GENE-FL / FedAvg), uplink-only and total."""
     return {
-        "uplink_ratio": training["uplink_bytes"] / reference["uplink_bytes"],
-        "downlink_ratio": training["downlink_bytes"] / reference["downlink_bytes"],
-        "total_ratio": training["total_bytes"] / reference["total_bytes"],
+        "uplink_ratio": training[UPLINK_BYTES.key] / reference[UPLINK_BYTES.key],
+        "downlink_ratio": training[DOWNLINK_BYTES.key] / reference[DOWNLINK_BYTES.key],
+        TOTAL_RATIO.key: training[TOTAL_BYTES.key] / reference[TOTAL_BYTES.key],
     }

@@ -8,14 +8,12 @@ from typing import Any
 
 import pandas as pd
 from omegaconf import OmegaConf
+from privbench.figures import REPORTED
 
 #: The config groups a run chose (from ``metrics.json``), in the order the report names them.
 CHOICES = ["payload", "attack", "defense", "fl", "model", "data"]
 #: Measured figures, one column each (NaN when the run did not measure it, never 0).
-FIGURES = ["psnr_mean", "psnr_chance", "psnr_gain", "psnr_best", "ssim_mean", "ssim_chance", "ssim_gain", "ssim_best",
-           "lpips_mean", "lpips_chance", "lpips_best", "num_true", "label_accuracy", "projection_psnr_mean",
-           "accuracy", "personal_accuracy", "cluster_rand_index", "agnostic_accuracy_learngene", "uplink_bytes",
-           "downlink_bytes", "total_bytes", "epsilon", "epsilon_max"]
+FIGURES = [str(f) for f in REPORTED]
 #: The pointer a resumed sweep leaves for a skipped job (``privbench.cli``).
 RESUMED = "resumed.json"
 COLUMNS = [*CHOICES, "seed", *FIGURES, "training_key", "run_dir"]

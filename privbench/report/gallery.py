@@ -12,6 +12,7 @@ import pandas as pd
 
 from privbench.report.grouping import token
 from privbench.report.table import cell
+from privbench.figures import PSNR_CHANCE, PSNR_GAIN, PSNR_MEAN
 
 #: Pairs shown per setting, and how much each image is enlarged (nearest neighbour).
 PAIRS, SCALE = 4, 4
@@ -90,12 +91,12 @@ def gallery_page(table: pd.DataFrame, runs: pd.DataFrame, *, root: Path, title: 
              "image; labels as recovered by the attack (? when it recovers none).</p>"]
     for _, row in table.iterrows():
         group = members(runs, keys, row).sort_values("seed")
-        if group.empty or group["psnr_mean"].isna().all():
+        if group.empty or group[PSNR_MEAN.key].isna().all():
             continue
-        run = group[group["psnr_mean"].notna()].iloc[0]
+        run = group[group[PSNR_MEAN.key].notna()].iloc[0]
         name = ", ".join(f"{k}={row[k]}" for k in keys) or "all runs"
-        summary = (f"seed {run['seed']} shown; over n={row['runs']} seeds: PSNR {cell(row, 'psnr_mean')} dB, "
-                   f"chance {cell(row, 'psnr_chance')} dB, gain {cell(row, 'psnr_gain')} dB, leaks: {row['leaks']}")
+        summary = (f"seed {run['seed']} shown; over n={row['runs']} seeds: PSNR {cell(row, PSNR_MEAN.key)} dB, "
+                   f"chance {cell(row, PSNR_CHANCE.key)} dB, gain {cell(row, PSNR_GAIN.key)} dB, leaks: {row['leaks']}")
         parts.append(setting_html(Path(root) / run["run_dir"], name, summary))
     parts.append("</body></html>")
     return "\n".join(parts)

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pandas as pd
 
+from privbench.figures import MISSING, RUN_TABLE
 from privbench.report.gallery import style
-from privbench.figures import MISSING
 from privbench.report.table import LABELS, caption, to_html
 
 #: Columns of the per-run table (after the grouping keys and the seed).
-RUN_COLUMNS = ["psnr_mean", "psnr_chance", "psnr_gain", "accuracy", "total_bytes", "epsilon"]
+RUN_COLUMNS = [str(f) for f in RUN_TABLE]
 
 
 def _img(path: Path, alt: str) -> str:

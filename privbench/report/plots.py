@@ -12,14 +12,18 @@ import pandas as pd
 from privbench.io import atomic_write_bytes
 from privbench.report.grouping import is_attack_side, token, training_keys
 from privbench.report.table import summarise
+from privbench.figures import (
+    ACCURACY, AGNOSTIC_ACCURACY, DOWNLINK_BYTES, LEAKAGE_PLOTS, PSNR_CHANCE, PSNR_GAIN, PSNR_MEAN, TOTAL_BYTES,
+    UPLINK_BYTES, UTILITY_PLOTS,
+)
 
 #: Axis labels of swept config keys (others are shown by their key).
 KEY_LABELS = {"defense.target_epsilon": "target epsilon of DP-SGD (delta 1e-5)",
               "victim.num_images": "victim batch (images)", "victim.round": "victim round",
               "fl.gene.gamma": "gene layers (gamma)", "defense.sigma": "noise sigma (gradient units)",
               "defense.p": "pruned fraction"}
-LEAKAGE = [("psnr_mean", "PSNR of the rebuilt image (dB)"), ("psnr_gain", "PSNR gain over chance (dB)")]
-UTILITY = [("accuracy", "known-client accuracy"), ("agnostic_accuracy_learngene", "agnostic-client accuracy")]
+LEAKAGE = [(f.key, f.label) for f in LEAKAGE_PLOTS]
+UTILITY = [(f.key, f.label) for f in UTILITY_PLOTS]
 MARKERS = "osD^v<>pX*"
 
 
@@ -125,8 +129,8 @@ def curve(runs: pd.DataFrame, keys: list[str], x: str, panels: list[tuple[str, s
                 if pts[y].notna().any():
                     ax.plot(pts["_x"], pts[y], "o-", color=colour, label=name, ms=4)
                     ax.fill_between(pts["_x"], pts[f"{y}_lo"], pts[f"{y}_hi"], color=colour, alpha=0.15, lw=0)
-                    if y == "psnr_mean" and "psnr_chance" in pts and pts["psnr_chance"].notna().any():
-                        ax.plot(pts["_x"], pts["psnr_chance"], ":", color=colour, lw=1.2,
+                    if y == PSNR_MEAN.key and PSNR_CHANCE.key in pts and pts[PSNR_CHANCE.key].notna().any():
+                        ax.plot(pts["_x"], pts[PSNR_CHANCE.key], ":", color=colour, lw=1.2,
                                 label="chance of each line (dotted)" if i == 0 else None)
                 for _, ref in part[part["_x"].isna()].iterrows():
                     if not math.isnan(ref[y]):
@@ -135,7 +139,7 @@ def curve(runs: pd.DataFrame, keys: list[str], x: str, panels: list[tuple[str, s
                         ax.axhline(ref[y], color=colour, ls="--", lw=1, label=ref_label)
                         if not math.isnan(ref[f"{y}_lo"]):
                             ax.axhspan(ref[f"{y}_lo"], ref[f"{y}_hi"], color=colour, alpha=0.05, lw=0)
-            if y == "psnr_gain":
+            if y == PSNR_GAIN.key:
                 ax.axhline(0.0, color="k", ls=":", lw=1, label="chance")
             if log_x:
                 ax.set_xscale("log")
@@ -157,35 +161,35 @@ def bytes_figure(runs: pd.DataFrame, keys: list[str]) -> bytes | None:
     one shared legend names the settings."""
     train = training_keys(keys)
     table = summarise(_one_per_training(runs, keys), train) if train else None
-    if table is None or table["total_bytes"].dropna().nunique() < 2:
+    if table is None or table[TOTAL_BYTES.key].dropna().nunique() < 2:
         return None
     leak = summarise(runs, keys)
     plt = _plt()
     fig = plt.figure(figsize=(13, 4.5 + 0.28 * len(table)))
     grid = fig.add_gridspec(2, 2, height_ratios=[0.28 * len(table) + 0.8, 3.2])
     bars = fig.add_subplot(grid[0, :])
-    order = table.sort_values("total_bytes")
+    order = table.sort_values(TOTAL_BYTES.key)
     labels = [_label(r, train) for _, r in order.iterrows()]
-    bars.barh(labels, order["uplink_bytes"] / 1e6, label="uplink")
-    bars.barh(labels, order["downlink_bytes"] / 1e6, left=order["uplink_bytes"] / 1e6, label="downlink")
+    bars.barh(labels, order[UPLINK_BYTES.key] / 1e6, label="uplink")
+    bars.barh(labels, order[DOWNLINK_BYTES.key] / 1e6, left=order[UPLINK_BYTES.key] / 1e6, label="downlink")
     bars.set_xlabel("bytes sent in training (MB, 10^6 B)")
     bars.legend(fontsize=8, loc="lower right")
     bars.tick_params(axis="y", labelsize=7)
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     style = {label: (colours[i % 10], MARKERS[(i // 10) % len(MARKERS)]) for i, label in enumerate(labels)}
-    for c, (source, y, label) in enumerate([(leak, "psnr_gain", "PSNR gain over chance (dB)"),
-                                            (table, "accuracy", "known-client accuracy")]):
+    for c, (source, y, label) in enumerate([(leak, PSNR_GAIN.key, PSNR_GAIN.label),
+                                            (table, ACCURACY.key, ACCURACY.label)]):
         ax = fig.add_subplot(grid[1, c])
-        for _, r in source.sort_values("total_bytes").iterrows():
+        for _, r in source.sort_values(TOTAL_BYTES.key).iterrows():
             name = _label(r, train)
             if math.isnan(r[y]) or name not in style:
                 continue
             err = None if math.isnan(r[f"{y}_lo"]) else [[r[y] - r[f"{y}_lo"]], [r[f"{y}_hi"] - r[y]]]
             colour, marker = style[name]
-            ax.errorbar([r["total_bytes"] / 1e6], [r[y]], yerr=err, fmt=marker, color=colour, capsize=3, label=name)
-        if _spans_decades(source["total_bytes"]):
+            ax.errorbar([r[TOTAL_BYTES.key] / 1e6], [r[y]], yerr=err, fmt=marker, color=colour, capsize=3, label=name)
+        if _spans_decades(source[TOTAL_BYTES.key]):
             ax.set_xscale("log")
-        if y == "psnr_gain":
+        if y == PSNR_GAIN.key:
             ax.axhline(0.0, color="k", ls=":", lw=1)
         ax.set_xlabel("total bytes, up + down (MB)")
         ax.set_ylabel(label)
@@ -198,9 +202,9 @@ def bytes_figure(runs: pd.DataFrame, keys: list[str]) -> bytes | None:
     return _png(fig)
 
 
-def pareto_front(table: pd.DataFrame, *, leakage: str = "psnr_gain") -> pd.Series:
+def pareto_front(table: pd.DataFrame, *, leakage: str = PSNR_GAIN.key) -> pd.Series:
     """Rows not dominated on (lower ``leakage``, higher accuracy, fewer total bytes); NaN rows are never on it."""
-    cols = table[[leakage, "accuracy", "total_bytes"]].to_numpy(dtype=float)
+    cols = table[[leakage, ACCURACY.key, TOTAL_BYTES.key]].to_numpy(dtype=float)
     ok = ~np.isnan(cols).any(1)
     points = np.column_stack([cols[:, 0], -cols[:, 1], cols[:, 2]])  # all three: lower is better
     on = np.zeros(len(table), dtype=bool)
@@ -212,7 +216,7 @@ def pareto_front(table: pd.DataFrame, *, leakage: str = "psnr_gain") -> pd.Serie
 
 def pareto_figure(table: pd.DataFrame, keys: list[str]) -> bytes | None:
     """Leakage (PSNR gain over chance) against known-client accuracy, coloured by total bytes; the front circled."""
-    data = table.dropna(subset=["psnr_gain", "accuracy", "total_bytes"])
+    data = table.dropna(subset=[PSNR_GAIN.key, ACCURACY.key, TOTAL_BYTES.key])
     if data.empty:
         return None
     from matplotlib.colors import LogNorm, Normalize
@@ -220,21 +224,21 @@ def pareto_figure(table: pd.DataFrame, keys: list[str]) -> bytes | None:
     plt = _plt()
     fig, ax = plt.subplots(figsize=(8, 5))
     front = pareto_front(data)
-    megabytes = data["total_bytes"] / 1e6
+    megabytes = data[TOTAL_BYTES.key] / 1e6
     lo, hi = float(megabytes.min()), float(megabytes.max())
     title = "Leakage vs accuracy vs bytes: settings on the Pareto front are circled"
     if hi > lo:
         norm = LogNorm(lo, hi) if _spans_decades(megabytes) else Normalize(lo, hi)
-        points = ax.scatter(data["accuracy"], data["psnr_gain"], c=megabytes, norm=norm, cmap="viridis",
+        points = ax.scatter(data[ACCURACY.key], data[PSNR_GAIN.key], c=megabytes, norm=norm, cmap="viridis",
                             s=36, zorder=2)
         colourbar = fig.colorbar(points, ax=ax, label="total bytes, up + down (MB)")
         colourbar.formatter.set_useOffset(False)
         colourbar.update_ticks()
     else:
-        ax.scatter(data["accuracy"], data["psnr_gain"], s=36, zorder=2)
+        ax.scatter(data[ACCURACY.key], data[PSNR_GAIN.key], s=36, zorder=2)
         title += f"\n(every setting sends {lo * 1e6:,.0f} B)"
-    for i, (_, r) in enumerate(data[front].sort_values("accuracy").iterrows()):
-        ax.scatter([r["accuracy"]], [r["psnr_gain"]], facecolors="none", edgecolors="k", s=160,
+    for i, (_, r) in enumerate(data[front].sort_values(ACCURACY.key).iterrows()):
+        ax.scatter([r[ACCURACY.key]], [r[PSNR_GAIN.key]], facecolors="none", edgecolors="k", s=160,
                    marker=MARKERS[i % len(MARKERS)], label=_label(r, keys), zorder=3)
     ax.axhline(0.0, color="k", ls=":", lw=1)
     ax.set_xlabel("known-client accuracy")

@@ -7,33 +7,23 @@ import math
 import numpy as np
 import pandas as pd
 
-from privbench.figures import MISSING
 from scipy import stats
 
+from privbench.figures import FIGURES as FIGURES_SPEC
+from privbench.figures import LEAKS, MISSING, PSNR_GAIN, RUNS, TABLE
 from privbench.report.collect import FIGURES
 from privbench.report.grouping import group_keys
 
 #: How the report names each figure (units included); ``table.csv`` keeps the raw names.
-LABELS = {
-    "psnr_mean": "PSNR (dB)", "psnr_chance": "chance PSNR (dB)", "psnr_gain": "PSNR gain over chance (dB)",
-    "psnr_best": "best PSNR (dB)", "ssim_mean": "SSIM", "ssim_chance": "chance SSIM", "ssim_gain": "SSIM gain",
-    "ssim_best": "best SSIM", "lpips_mean": "LPIPS", "lpips_chance": "chance LPIPS", "lpips_best": "best LPIPS",
-    "num_true": "true images", "label_accuracy": "label accuracy", "projection_psnr_mean": "projection PSNR (dB)",
-    "accuracy": "known-client accuracy", "personal_accuracy": "own-model accuracy",
-    "cluster_rand_index": "clusters vs class sets (Rand)", "agnostic_accuracy_learngene": "agnostic accuracy",
-    "uplink_bytes": "uplink (B)", "downlink_bytes": "downlink (B)", "total_bytes": "total (B)",
-    "epsilon": "victim epsilon", "epsilon_max": "largest epsilon", "leaks": "leaks", "runs": "n",
-}
+LABELS = {**{f.key: f.label for f in FIGURES_SPEC}, LEAKS: "leaks", RUNS: "n"}
 #: Figures shown in ``table.md`` and the HTML page, in order (all-missing columns are left out).
-SHOWN = ["psnr_mean", "psnr_chance", "psnr_gain", "leaks", "ssim_mean", "ssim_chance", "lpips_mean", "lpips_chance",
-         "label_accuracy", "num_true", "accuracy", "personal_accuracy", "agnostic_accuracy_learngene",
-         "cluster_rand_index", "uplink_bytes", "downlink_bytes", "total_bytes", "epsilon"]
+SHOWN = [str(f) for f in TABLE]
 INTERVAL = "95% Student-t interval of the mean over seeds, clipped to the figure's range"
-#: Figures that cannot leave [0, 1] (their interval bounds are clipped to it); LPIPS, bytes and epsilon are >= 0.
-UNIT_RANGE = {"label_accuracy", "accuracy", "personal_accuracy", "cluster_rand_index",
-              "agnostic_accuracy_learngene"}
-NON_NEGATIVE = {"lpips_mean", "lpips_chance", "num_true", "uplink_bytes", "downlink_bytes", "total_bytes", "epsilon",
-                "epsilon_max"}
+#: Figures that cannot leave [0, 1] (their interval bounds are clipped to it), and those that are >= 0.
+UNIT_RANGE = {f.key for f in FIGURES_SPEC if f.bounds == "unit"}
+NON_NEGATIVE = {f.key for f in FIGURES_SPEC if f.bounds == "nonnegative"}
+#: Figures aggregated over seeds by the best run ("max" or "min"), not the mean.
+BEST = {f.key: f.best for f in FIGURES_SPEC if f.best}
 
 
 def t_interval(values: pd.Series, *, level: float = 0.95) -> tuple[float, float]:
@@ -77,17 +67,17 @@ def summarise(runs: pd.DataFrame, keys: list[str] | None = None) -> pd.DataFrame
     keys = group_keys(runs) if keys is None else keys
     figures = [c for c in FIGURES if c in runs.columns]
     if runs.empty:
-        return pd.DataFrame(columns=[*keys, "runs", *figures])
+        return pd.DataFrame(columns=[*keys, RUNS, *figures])
     frame = runs.copy()
     frame["_all"] = "all"
     by = keys or ["_all"]
     groups = frame.groupby(by, dropna=False, sort=False)
     agg = {c: "mean" for c in figures}
-    agg.update({"psnr_best": "max", "ssim_best": "max", "lpips_best": "min"})
+    agg.update(BEST)
     table = groups.agg({c: f for c, f in agg.items() if c in figures})
-    table.insert(0, "runs", groups.size())
+    table.insert(0, RUNS, groups.size())
     for name in figures:
-        if name.endswith("_best"):
+        if name in BEST:
             continue
         bounds = groups[name].apply(t_interval)
         low, high = np.array([b[0] for b in bounds]), np.array([b[1] for b in bounds])
@@ -96,7 +86,7 @@ def summarise(runs: pd.DataFrame, keys: list[str] | None = None) -> pd.DataFrame
         if name in UNIT_RANGE:
             high = np.minimum(high, 1.0)
         table[f"{name}_lo"], table[f"{name}_hi"] = low, high
-    table["leaks"] = [leaks(lo, m) for lo, m in zip(table["psnr_gain_lo"], table["psnr_gain"])]
+    table[LEAKS] = [leaks(lo, m) for lo, m in zip(table[f"{PSNR_GAIN}_lo"], table[PSNR_GAIN.key])]
     table = table.reset_index()
     if not keys:
         table = table.drop(columns="_all")
@@ -140,7 +130,7 @@ def shown_columns(table: pd.DataFrame) -> list[str]:
     """The grouping keys, n and the ``SHOWN`` figures that have at least one value."""
     keys = list(table.attrs.get("keys", []))
     figures = [c for c in SHOWN if c in table.columns and not (table[c].isna().all() or (table[c] == "-").all())]
-    return [*keys, "runs", *figures]
+    return [*keys, RUNS, *figures]
 
 
 def caption(table: pd.DataFrame) -> str:

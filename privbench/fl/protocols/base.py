@@ -23,6 +23,7 @@ from privbench.fl.vectorised import LocalJob
 from privbench.fl.wire import Totals, Wire
 from privbench.payloads import LocalTraining, Payload
 from privbench.victim import Victim
+from privbench.figures import ACCURACY, GLOBAL_ACCURACY, PERSONAL_ACCURACY
 
 T = TypeVar("T")
 #: A client task's implementation: the requests (all of that task) on a client side, one reply each.
@@ -41,11 +42,11 @@ class RoundRecord:
 
     def as_dict(self) -> dict[str, float | int | None]:
         """JSON-ready fields (``global_accuracy``, ``personal_accuracy`` only where measured)."""
-        out: dict[str, float | int | None] = {"round": self.round, "accuracy": self.accuracy}
+        out: dict[str, float | int | None] = {"round": self.round, ACCURACY.key: self.accuracy}
         if self.global_accuracy is not None:
-            out["global_accuracy"] = self.global_accuracy
+            out[GLOBAL_ACCURACY.key] = self.global_accuracy
         if self.personal_accuracy is not None:
-            out["personal_accuracy"] = self.personal_accuracy
+            out[PERSONAL_ACCURACY.key] = self.personal_accuracy
         return {**out, **self.totals.as_dict()}
 
 

@@ -145,7 +145,7 @@ class ClusteredProtocol(FederatedProtocol):
             assert gene is not None, "the cluster learnGene carries its tensors"
             acc = finetuned_accuracy(side.model, {**side.theta0, **gene}, side.data, r.client, self.agnostic,
                                      seed=side.seed)
-            out.append(TaskReply({"accuracy": acc}))
+            out.append(TaskReply({"tuned_accuracy": acc}))
         return out
 
     def remote_state(self, side: ClientSide) -> ClusterRun:
