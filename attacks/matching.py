@@ -67,8 +67,8 @@ def _replay(target: AttackTarget, spec: Unroll, part: Part, start: dict[str, tor
         sub_labels = labels[batch] if labels is not None else None
         sub_logits = label_logits[batch] if label_logits is not None else None
         loss = _loss(functional_call(target.model, params, (images[batch],)), sub_labels, sub_logits)
-        if spec.lambda1:
-            loss = loss + spec.lambda1 * sum(((params[n] - start[n]) ** 2).sum() for n in names)
+        if spec.proximal:
+            loss = loss + spec.proximal * sum(((params[n] - start[n]) ** 2).sum() for n in names)
         grads = torch.autograd.grad(loss, [params[n] for n in names], create_graph=True, allow_unused=True)
         new = {}
         for n, g in zip(names, grads):

@@ -75,8 +75,9 @@ class Unroll:
         lr: SGD learning rate.
         steps: the step count that scales the pseudo-gradient (as for the observed payload).
         momentum: SGD momentum.
-        lambda1: weight of GENE-FL's smooth-update term (data-independent, so known). The
-            Fisher-elastic term depends on the private data and is not replayed.
+        proximal: weight of a data-independent ``||theta - Theta||^2`` term of the declared penalty
+            (GENE-FL's smooth-update term), replayed; a term that depends on private data (the
+            Fisher-elastic one) is not.
         parts: one ``Part`` per client in the payload (one for an upload; the cluster's
             participants for a ``cluster_model`` aggregate, averaged per name by weight).
     """
@@ -84,7 +85,7 @@ class Unroll:
     lr: float
     steps: int
     momentum: float = 0.0
-    lambda1: float = 0.0
+    proximal: float = 0.0
     parts: tuple[Part, ...] = ()
 
     @classmethod
@@ -96,7 +97,7 @@ class Unroll:
             start += p.images
         if not parts:  # one client's upload: all candidates are its data
             parts.append(Part(0, num_images, training.steps, training.batch_size))
-        return cls(float(training.lr), int(training.steps), float(training.momentum), float(training.lambda1),
+        return cls(float(training.lr), int(training.steps), float(training.momentum), float(training.proximal),
                    parts=tuple(parts))
 
 
@@ -170,7 +171,7 @@ class AttackTarget:
             "training": payload.training.hyperparameters() if payload.training else None,
             "matching": "unrolled local training" if spec else ("gradient" if payload.spec.carries == "gradient"
                                                                  else "pseudo-gradient -(delta)/(lr*steps)"),
-            "replayed_regularisers": (["lambda1 * ||theta - Theta||^2"] if spec and spec.lambda1 else []),
+            "replayed_regularisers": ([f"{spec.proximal:g} * ||theta - Theta||^2"] if spec and spec.proximal else []),
             "visible_names": list(gradient),
             "visible_fraction": visible / total,
         }

@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 
 import privbench
-import privbench.fl.genefl.fisher as fisher_module
+import privbench.fl.fisher as fisher_module
 import privbench.fl.trainer as trainer_module
 from privbench.models import LeNet
 

@@ -5,7 +5,7 @@ import torch
 from torch import nn
 
 from privbench.data.dataset import ImageDataset
-from privbench.fl.genefl.fisher import squared_gradients
+from privbench.fl.fisher import squared_gradients
 
 
 def dp_fisher_diagonal(model: nn.Module, data: ImageDataset, *, clip: float, sigma: float,

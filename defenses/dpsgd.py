@@ -15,7 +15,7 @@ from privbench.defenses.calibration import Event, events, noise_multiplier
 from privbench.defenses.dp_reads import dp_fisher_diagonal, dp_subspace
 from privbench.data.dataset import ImageDataset
 from privbench.errors import ConfigError
-from privbench.fl.genefl.subspace import per_class_subspace
+from privbench.fl.clustering.subspace import per_class_subspace
 from privbench.fl.sgd import per_sample_gradients
 from privbench.fl.reads import AUDIT_GRADIENT, COVERABLE, FISHER, LOCAL_SGD, SUBSPACE, PlannedRead
 from privbench.fl.trainer import LocalSGD, Regulariser, Trainer

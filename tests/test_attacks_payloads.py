@@ -15,7 +15,7 @@ from privbench.data import FederatedData, denormalise
 from privbench.errors import AttackNotApplicableError
 from privbench.fl.protocols.genefl import GeneFL
 from privbench.fl.sgd import batch_gradient, local_train, parameters_of
-from privbench.fl.genefl.subspace import client_subspace
+from privbench.fl.clustering.subspace import client_subspace
 from privbench.victim import Victim
 from privbench.fl.wire import Wire
 from privbench.metrics.reconstruction import score

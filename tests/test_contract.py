@@ -149,7 +149,8 @@ def test_training_record_round_trips_through_the_store(tmp_path):
     sent = next(wire.store.records(kind="learngene", sender="client0"))
     loaded = PayloadStore.open(tmp_path).load(sent["id"])
     assert loaded.training == LocalTraining.from_dict(sent["training"])
-    assert (loaded.training.lr, loaded.training.lambda1, loaded.training.lambda2) == (0.1, 0.01, 1.0)
+    assert (loaded.training.lr, loaded.training.penalty["lambda1"], loaded.training.penalty["lambda2"]) == (0.1, 0.01, 1.0)
+    assert loaded.training.proximal == 0.01
     assert loaded.training.steps == loaded.training.epochs * -(-loaded.training.num_samples // 32) >= 1
     assert loaded.condensation is not None and set(loaded.condensation.layers) <= set(loaded.condensation.xi)
     assert {r["phase"] for r in wire.store.records()} == {"training"}

@@ -14,7 +14,7 @@ from privbench.defenses.calibration import epsilon, events, noise_multiplier
 from privbench.defenses.dp_reads import dp_fisher_diagonal, dp_subspace
 from privbench.defenses.dpsgd import DPSGD
 from privbench.errors import ConfigError
-from privbench.fl.genefl.fisher import fisher_diagonal, squared_gradients
+from privbench.fl.fisher import fisher_diagonal, squared_gradients
 from privbench.fl.protocols.fedavg import FedAvg
 from privbench.fl.protocols.genefl import GeneFL
 from privbench.fl.reads import PlannedRead

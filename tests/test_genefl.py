@@ -16,10 +16,12 @@ from privbench.errors import ConfigError
 from privbench.audit.reference import fedavg_reference
 from privbench.audit.agnostic import evaluate_agnostic
 from privbench.payloads.comm import comm_summary
-from privbench.fl.genefl.fisher import fisher_diagonal, gene_regulariser
+from privbench.fl.fisher import fisher_diagonal
+from privbench.fl.genefl.fisher import gene_regulariser
 from privbench.fl.protocols.genefl import GeneFL
-from privbench.fl.genefl.learngene import cluster_gene, gene_size, layers, select_layers, xi_scores
-from privbench.fl.genefl.subspace import client_subspace, cluster, nearest_cluster, per_class_subspace, proximity
+from privbench.fl.genefl.learngene import cluster_gene, gene_size, select_layers, xi_scores
+from privbench.fl.layers import layers
+from privbench.fl.clustering.subspace import client_subspace, cluster, nearest_cluster, per_class_subspace, proximity
 from privbench.victim import Victim
 from privbench.fl.wire import Wire
 from privbench.models import LeNet

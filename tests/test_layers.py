@@ -149,6 +149,13 @@ def test_layer_rule(source, forbidden):
     assert not offenders, f"{source} must not import {forbidden}: {offenders}"
 
 
+def test_only_genefl_uses_genefl_s_room():
+    """GENE-FL's names (the learnGene, the Fisher-elastic penalty) stay in ``fl/genefl``; shared machinery
+    (clustering, layers, the Fisher read, the trainer's generic penalty) lives outside it."""
+    users = {m for m, deps in IMPORTS.items() if any(d.startswith("privbench.fl.genefl") for d in deps)}
+    assert users <= {"privbench.fl.protocols.genefl", *_modules("privbench.fl.genefl")}, sorted(users)
+
+
 def test_entry_points_are_imported_by_no_module_of_the_package():
     importers = {m: sorted(e for e in IMPORTS[m] if e in ENTRY_POINTS) for m in IMPORTS}
     # ``python -m privbench`` is a two-line shim over the CLI

@@ -8,7 +8,8 @@ import torch
 from torch import nn
 
 from privbench.data import FederatedData
-from privbench.fl.genefl.fisher import GeneRegulariser, fisher_diagonal
+from privbench.fl.fisher import fisher_diagonal
+from privbench.fl.genefl.fisher import GeneRegulariser
 from privbench.fl.protocols import FedAvg, GeneFL
 from privbench.fl.sgd import local_train
 from privbench.fl.trainer import LocalSGD, SGDTrainer

@@ -9,9 +9,9 @@ from torch import nn
 
 from privbench.data import FederatedData
 from privbench.fl.engine import ClientSide, ClientTask, Engine, InProcess
-from privbench.fl.genefl.agnostic import finetuned_accuracy, tune_set
-from privbench.fl.genefl.settings import AgnosticSettings
-from privbench.fl.genefl.subspace import nearest_cluster
+from privbench.fl.clustering.agnostic import finetuned_accuracy, tune_set
+from privbench.fl.clustering.agnostic import AgnosticSettings
+from privbench.fl.clustering.subspace import nearest_cluster
 from privbench.fl.protocols import ProtocolResult
 from privbench.fl.protocols.clustered import ClusteredProtocol
 from privbench.fl.reads import AGNOSTIC_FINETUNE, SUBSPACE, PlannedRead

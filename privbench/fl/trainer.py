@@ -11,8 +11,8 @@ import torch
 from torch import nn
 
 from privbench.data.dataset import ImageDataset
-from privbench.fl.genefl.fisher import fisher_diagonal
-from privbench.fl.genefl.subspace import client_subspace, per_class_subspace
+from privbench.fl.fisher import fisher_diagonal
+from privbench.fl.clustering.subspace import client_subspace, per_class_subspace
 from privbench.fl.reads import AUDIT_GRADIENT, FISHER, LOCAL_SGD, SUBSPACE, PlannedRead, Read
 from privbench.fl.sgd import batch_gradient, local_train
 from privbench.fl.vectorised import LocalJob, stacked_local_train, why_not_stacked
@@ -48,18 +48,17 @@ class LocalSGD:
 
 
 class Regulariser(Protocol):
-    """A penalty added to the local loss (GENE-FL's ``lambda1``/``lambda2`` terms) that reads no data.
+    """A penalty added to the local loss that reads no data (a protocol's own, e.g. GENE-FL's Fisher-elastic one).
 
     ``penalty(params, tensors())`` is the same value as ``regulariser(model)``, written
-    functionally so that several clients' penalties can be vmapped together.
+    functionally so that several clients' penalties can be vmapped together. ``settings()``
+    are its declared weights (recorded in the training record); ``proximal()`` is the weight
+    ``mu`` of a data-independent term ``mu ||theta - anchor||^2`` it contains (0: none), which an
+    attacker who knows the settings can replay.
     """
 
-    @property
-    def lambda1(self) -> float: ...
-    @property
-    def lambda2(self) -> float: ...
-    @property
-    def eps(self) -> float: ...
+    def settings(self) -> dict[str, float]: ...
+    def proximal(self) -> float: ...
 
     def tensors(self) -> dict[str, dict[str, torch.Tensor]]: ...
     def penalty(self, params: Mapping[str, torch.Tensor],
@@ -127,10 +126,10 @@ class Trainer(ABC):
     def _trained(self, data: ImageDataset, *, steps: int, sgd: LocalSGD,
                  regulariser: Regulariser | None) -> LocalTraining:
         self.declare_read(LOCAL_SGD, **self._protection(LOCAL_SGD))
-        lambda1, lambda2, eps = (regulariser.lambda1, regulariser.lambda2, regulariser.eps) if regulariser else (0, 0, 0)
+        penalty, proximal = (regulariser.settings(), regulariser.proximal()) if regulariser else ({}, 0.0)
         return self._issue(LocalTraining(lr=sgd.lr, steps=steps, batch_size=sgd.batch_size, num_samples=len(data),
-                                         epochs=sgd.epochs, momentum=sgd.momentum, lambda1=lambda1, lambda2=lambda2,
-                                         eps=eps))
+                                         epochs=sgd.epochs, momentum=sgd.momentum, penalty=penalty,
+                                         proximal=proximal))
 
     def _train_stacked(self, jobs: Sequence[LocalJob], *, sgd: LocalSGD) -> list[int] | None:
         """Train all jobs as one stacked model and return their steps, or None where this trainer cannot."""

@@ -46,7 +46,7 @@ def why_not_stacked(jobs: Sequence[LocalJob]) -> str | None:
     if len({type(job.regulariser) for job in jobs}) > 1:
         return "the clients' regularisers differ"
     with_reg = [job.regulariser for job in jobs if job.regulariser is not None]
-    if with_reg and len({(r.lambda1, r.lambda2, r.eps) for r in with_reg}) > 1:
+    if with_reg and len({tuple(sorted(r.settings().items())) for r in with_reg}) > 1:
         return "the clients' regulariser weights differ"
     return None
 

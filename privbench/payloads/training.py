@@ -1,7 +1,7 @@
 """Typed records a payload carries: how the sender trained locally, and which layers it condensed."""
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 
@@ -37,9 +37,8 @@ class LocalTraining:
         num_samples: samples trained on.
         epochs: local epochs.
         momentum: SGD momentum.
-        lambda1: weight of GENE-FL's smooth-update term (0 for other protocols).
-        lambda2: weight of GENE-FL's Fisher-elastic term.
-        eps: Fisher threshold of the elastic term.
+        penalty: the declared settings of a penalty added to the local loss (GENE-FL's weights; empty: none).
+        proximal: the weight ``mu`` of a data-independent ``mu ||theta - theta_received||^2`` in that penalty.
         parts: for an aggregate, each contributing client's training (else empty).
 
     Example:
@@ -54,9 +53,8 @@ class LocalTraining:
     num_samples: int
     epochs: int = 1
     momentum: float = 0.0
-    lambda1: float = 0.0
-    lambda2: float = 0.0
-    eps: float = 0.0
+    penalty: dict[str, float] = field(default_factory=dict)
+    proximal: float = 0.0
     parts: tuple[AggregatePart, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
@@ -72,8 +70,9 @@ class LocalTraining:
         return cls(**{**values, "parts": parts})
 
     def hyperparameters(self) -> dict[str, Any]:
-        """The scalar settings (no parts), as recorded in the threat model."""
-        return {k: v for k, v in self.to_dict().items() if k != "parts"}
+        """The scalar settings and the penalty's, as recorded in the threat model."""
+        out = {k: v for k, v in self.to_dict().items() if k not in ("parts", "penalty", "proximal")}
+        return {**out, **self.penalty}
 
 
 @dataclass(frozen=True)

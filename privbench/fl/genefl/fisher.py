@@ -1,4 +1,4 @@
-"""Diagonal empirical Fisher of log p(y|x) and GENE-FL's elastic regulariser."""
+"""GENE-FL's Fisher-elastic penalty around the received model (the Fisher itself: ``privbench.fl.fisher``)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -7,44 +7,6 @@ from functools import cached_property
 
 import torch
 from torch import nn
-
-from privbench.data.dataset import ImageDataset
-from privbench.fl.sgd import per_sample_gradients
-
-#: Per-sample gradients held at once, in floats (512 MiB): caps the batch for large models.
-MAX_FLOATS = 2**27
-
-
-def squared_gradients(model: nn.Module, data: ImageDataset, *, batch_size: int = 256,
-                      clip: float | None = None) -> dict[str, torch.Tensor]:
-    """``sum_i g_i^2`` with ``g_i = d log p(y_i | x_i; theta) / d theta`` over the samples of ``data``.
-
-    With ``clip``, each per-sample gradient is first scaled to L2 norm at most ``clip`` (over
-    all parameters), so one sample changes the sum by at most ``clip^2`` in L2 norm. The model
-    is evaluated in eval mode (BatchNorm uses running statistics, so samples stay independent);
-    the sign of the log-likelihood's gradient does not matter once squared. Batches shrink
-    so that their per-sample gradients fit ``MAX_FLOATS`` (ResNet-18: 11 samples at a time).
-    """
-    was_training = model.training
-    model.eval()
-    total = {n: torch.zeros_like(p) for n, p in model.named_parameters()}
-    batch_size = max(1, min(batch_size, MAX_FLOATS // max(1, sum(p.numel() for p in total.values()))))
-    for start in range(0, len(data), batch_size):
-        stop = min(start + batch_size, len(data))
-        grads = per_sample_gradients(model, data.normalised(slice(start, stop)), data.labels[start:stop], clip=clip)
-        for k, g in grads.items():
-            total[k] += (g.detach() ** 2).sum(0)
-    model.train(was_training)
-    return total
-
-
-def fisher_diagonal(model: nn.Module, data: ImageDataset, *, batch_size: int = 256) -> dict[str, torch.Tensor]:
-    """``F_j = mean_i (d log p(y_i | x_i; theta) / d theta_j)^2`` over the client's samples.
-
-    Example:
-        >>> fisher = fisher_diagonal(model, client_data)  # doctest: +SKIP
-    """
-    return {k: v / len(data) for k, v in squared_gradients(model, data, batch_size=batch_size).items()}
 
 
 def elastic_weight(fisher: Mapping[str, torch.Tensor], eps: float) -> dict[str, torch.Tensor]:
@@ -122,6 +84,14 @@ class GeneRegulariser:
 
     def __call__(self, model: nn.Module) -> torch.Tensor:
         return self.penalty(dict(model.named_parameters()), self.tensors())
+
+    def settings(self) -> dict[str, float]:
+        """The declared weights: ``lambda1``, ``lambda2`` and the Fisher threshold ``eps``."""
+        return {"lambda1": float(self.lambda1), "lambda2": float(self.lambda2), "eps": float(self.eps)}
+
+    def proximal(self) -> float:
+        """``lambda1``: the smooth-update term ``lambda1 ||theta - Theta||^2`` reads no data."""
+        return float(self.lambda1)
 
     def add_gradient_(self, model: nn.Module) -> None:
         """Add the penalty's gradient ``2 (lambda1 + lambda2 w) (theta - Theta)`` to each parameter's ``.grad``.

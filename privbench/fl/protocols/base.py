@@ -15,7 +15,7 @@ from torch import nn
 from privbench.data import FederatedData, ImageDataset
 from privbench.errors import ConfigError
 from privbench.fl.engine import ClientSide, ClientTask, Engine, InProcess, TaskReply
-from privbench.fl.genefl.learngene import state_names
+from privbench.fl.layers import state_names
 from privbench.fl.sgd import State, client_accuracy, model_with, parameters_of
 from privbench.fl.reads import AUDIT_GRADIENT, LOCAL_SGD, PlannedRead
 from privbench.fl.trainer import LocalSGD, Regulariser, SGDTrainer, Trainer

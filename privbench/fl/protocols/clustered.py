@@ -14,12 +14,12 @@ from torch import nn
 from privbench.data import FederatedData, ImageDataset
 from privbench.errors import ConfigError
 from privbench.fl.aggregate import aggregate
-from privbench.fl.genefl.learngene import layers, state_names
-from privbench.fl.genefl.settings import AgnosticSettings
-from privbench.fl.genefl.subspace import SUBSPACES, cluster, proximity
+from privbench.fl.layers import layers, state_names
+from privbench.fl.clustering.agnostic import AgnosticSettings
+from privbench.fl.clustering.subspace import SUBSPACES, cluster, proximity
 from privbench.fl.reads import SUBSPACE, PlannedRead
 from privbench.fl.engine import ClientSide, ClientTask, Engine, TaskReply
-from privbench.fl.genefl.agnostic import finetuned_accuracy
+from privbench.fl.clustering.agnostic import finetuned_accuracy
 from privbench.fl.protocols.base import (Clustering, FederatedProtocol, PendingUpload, ProtocolResult,
                                          RoundRecord, TaskHandler, Upload)
 from privbench.fl.settings import settings

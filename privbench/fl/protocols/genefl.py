@@ -11,7 +11,8 @@ from privbench.data import ImageDataset
 from privbench.errors import ConfigError
 from privbench.fl.engine import ClientSide, ClientTask
 from privbench.fl.genefl.fisher import GeneRegulariser
-from privbench.fl.genefl.learngene import cluster_gene, gene_size, layers, select_layers, state_names, xi_scores
+from privbench.fl.genefl.learngene import cluster_gene, gene_size, select_layers, xi_scores
+from privbench.fl.layers import layers, state_names
 from privbench.fl.genefl.settings import GeneSettings
 from privbench.fl.protocols.base import ClientRound, PendingUpload, Upload
 from privbench.fl.protocols.clustered import ClusteredProtocol, ClusterRun

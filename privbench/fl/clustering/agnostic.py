@@ -1,13 +1,35 @@
-"""An agnostic client's side: what it fine-tunes on, and its accuracy after fine-tuning from a given state."""
+"""Agnostic clients: their fine-tuning settings (``fl.agnostic.*``), what they fine-tune on, and their accuracy
+after fine-tuning from a given state."""
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 from torch import nn
 
 from privbench.data import FederatedData, ImageDataset
-from privbench.fl.genefl.settings import AgnosticSettings
+from privbench.errors import ConfigError
 from privbench.fl.sgd import State, client_accuracy, local_train, model_with
+
+
+@dataclass(frozen=True)
+class AgnosticSettings:
+    """Agnostic clients' fine-tuning budget, and whether to train a FedAvg reference to compare.
+
+    ``samples`` limits fine-tuning to that many of the client's images (0: all of them),
+    the few-shot regime in which an initialisation matters.
+    """
+
+    epochs: int = 1
+    lr: float = 0.05
+    batch_size: int = 32
+    samples: int = 0
+    fedavg_reference: bool = True
+
+    def __post_init__(self) -> None:
+        if self.epochs < 0 or self.lr <= 0 or self.batch_size < 1 or self.samples < 0:
+            raise ConfigError("fl.agnostic: epochs and samples must be >= 0, lr > 0, batch_size >= 1")
 
 
 def tune_set(data: FederatedData, a: int, settings: AgnosticSettings, *, seed: int) -> ImageDataset:
