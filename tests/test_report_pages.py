@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-DOCS = Path(__file__).resolve().parents[1] / "docs"
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "studies"
 PAGES = sorted(p for pattern in ("*/audit.html", "*/gallery.html") for p in DOCS.glob(pattern))
 BROWSERS = ("chromium-headless-shell", "chromium", "google-chrome")
 WIDTH = 1280
