@@ -12,7 +12,7 @@ from privbench.defenses.dpsgd import DPSGD
 from privbench.data import FederatedData
 from privbench.errors import ConfigError
 from privbench.fl.protocols import ClusterFedAvg, FedAvg, GeneFL, LocalOnly
-from privbench.fl.protocols.base import ClientRound
+from privbench.fl.protocols.round import ClientRound
 from privbench.fl.sgd import local_train
 from privbench.fl.wire import Wire, WireError
 from privbench.models import LeNet

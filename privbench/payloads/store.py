@@ -55,10 +55,7 @@ class PayloadStore:
         index = root / INDEX
         if not index.is_file():
             raise StoreError(f"{index} not found: not a payload store")
-        raw = index.read_bytes()
-        digest = root / INDEX_SHA256
-        if digest.is_file() and digest.read_text().strip() != _sha256(raw):
-            raise StoreError(f"{index} was changed after it was written (its sha256 does not match {INDEX_SHA256})")
+        raw = _verified(index, root / INDEX_SHA256)
         try:
             records = json.loads(raw)
             ids = [str(record["id"]) for record in records]
@@ -70,10 +67,7 @@ class PayloadStore:
         store._records = dict(zip(ids, records))
         truth = root / TRUTH
         if truth.is_file():
-            raw_truth = truth.read_bytes()
-            truth_digest = root / TRUTH_SHA256
-            if truth_digest.is_file() and truth_digest.read_text().strip() != _sha256(raw_truth):
-                raise StoreError(f"{truth} was changed after it was written (its sha256 does not match {TRUTH_SHA256})")
+            raw_truth = _verified(truth, root / TRUTH_SHA256)
             try:
                 table = json.loads(raw_truth)
                 store._truth = {str(k): [int(i) for i in v] for k, v in table.items()}
@@ -142,6 +136,14 @@ class PayloadStore:
         payload = Payload.from_record(record, tensors={n: tensors[n] for n in record["names"]})
         self._cache[payload_id] = payload
         return payload
+
+
+def _verified(path: Path, digest: Path) -> bytes:
+    """``path``'s bytes, refused when its recorded sha256 (``digest``, if present) does not match them."""
+    raw = path.read_bytes()
+    if digest.is_file() and digest.read_text().strip() != _sha256(raw):
+        raise StoreError(f"{path} was changed after it was written (its sha256 does not match {digest.name})")
+    return raw
 
 
 def _check_id(payload_id: str) -> None:

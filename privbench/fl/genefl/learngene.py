@@ -6,7 +6,6 @@ import math
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from privbench.errors import ConfigError
 

@@ -1,11 +1,10 @@
-"""What every federated protocol shares: settings, its trainer, sampling, the server loop and its hooks, the result."""
+"""What every federated protocol shares: settings, its trainer, sampling, the server loop and its hooks, the client
+side's round and the evaluator's ground truth."""
 from __future__ import annotations
 
 import copy
-import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
 import numpy as np
@@ -15,186 +14,19 @@ from torch import nn
 from privbench.data import FederatedData, ImageDataset
 from privbench.errors import ConfigError
 from privbench.fl.engine import ClientSide, ClientTask, Engine, InProcess, TaskReply
-from privbench.fl.layers import state_names
 from privbench.fl.sgd import State, client_accuracy, model_with, parameters_of
 from privbench.fl.reads import AUDIT_GRADIENT, LOCAL_SGD, PlannedRead
 from privbench.fl.trainer import LocalSGD, Regulariser, SGDTrainer, Trainer
+from privbench.fl.protocols.result import ProtocolResult, RoundRecord
+from privbench.fl.protocols.round import ClientRound, ClientStart, PendingUpload, Upload, VictimStep
 from privbench.fl.vectorised import LocalJob
-from privbench.fl.wire import Totals, Wire
+from privbench.fl.wire import Wire
 from privbench.payloads import LocalTraining, Payload
 from privbench.victim import Victim
-from privbench.figures import ACCURACY, GLOBAL_ACCURACY, PERSONAL_ACCURACY
 
 T = TypeVar("T")
 #: A client task's implementation: the requests (all of that task) on a client side, one reply each.
 TaskHandler = Callable[[Sequence[ClientTask], ClientSide], list[TaskReply]]
-
-
-@dataclass(frozen=True)
-class RoundRecord:
-    """Known-client accuracy and protocol bytes so far, after one round."""
-
-    round: int
-    accuracy: float
-    totals: Totals
-    global_accuracy: float | None = None
-    personal_accuracy: float | None = None
-
-    def as_dict(self) -> dict[str, float | int | None]:
-        """JSON-ready fields (``global_accuracy``, ``personal_accuracy`` only where measured)."""
-        out: dict[str, float | int | None] = {"round": self.round, ACCURACY.key: self.accuracy}
-        if self.global_accuracy is not None:
-            out[GLOBAL_ACCURACY.key] = self.global_accuracy
-        if self.personal_accuracy is not None:
-            out[PERSONAL_ACCURACY.key] = self.personal_accuracy
-        return {**out, **self.totals.as_dict()}
-
-
-@dataclass(frozen=True)
-class Clustering:
-    """What a clustered protocol ends with: clusters, their models and learnGenes.
-
-    Attributes:
-        labels: each known client's cluster.
-        bases: each known client's subspace basis ``U_i`` (as the server received it).
-        models: each cluster's final model ``Theta_k``.
-        genes: each cluster's learnGene layers ``Theta_k^G`` (layer names).
-        layers: the model's layers and their state names.
-    """
-
-    labels: tuple[int, ...]
-    bases: tuple[np.ndarray, ...]
-    models: dict[int, State]
-    genes: dict[int, tuple[str, ...]]
-    layers: dict[str, list[str]]
-
-    def gene_names(self, k: int) -> list[str]:
-        """State names of cluster ``k``'s learnGene."""
-        return state_names(self.layers, self.genes.get(k, ()))
-
-
-@dataclass(frozen=True)
-class ProtocolResult:
-    """Outcome of a federated run.
-
-    Attributes:
-        theta0: the shared initialisation.
-        final: the model the victim ends with (global, cluster or own model).
-        accuracy: known-client accuracy: each known client's model on the test images of
-            its own classes, pooled over those images.
-        client_accuracy: each known client's accuracy on its own classes.
-        history: one record per round.
-        global_accuracy: the global model's accuracy on all known classes (FedAvg only).
-        clustering: clusters, cluster models and learnGenes (clustered protocols only).
-        personal_accuracy: known-client accuracy of each client's own trained model, when
-            measured besides ``accuracy`` (``fl.eval=both``).
-        personal_client_accuracy: each client's own-model accuracy (``fl.eval=both``).
-    """
-
-    theta0: State
-    final: State
-    accuracy: float
-    client_accuracy: dict[int, float]
-    history: tuple[RoundRecord, ...]
-    global_accuracy: float | None = None
-    clustering: Clustering | None = None
-    personal_accuracy: float | None = None
-    personal_client_accuracy: dict[int, float] | None = None
-
-
-@dataclass(frozen=True)
-class ClientRound:
-    """Who trains when: client ``client`` of cluster ``cluster`` in round ``round``."""
-
-    client: int
-    round: int
-    seed: int
-    victim: Victim
-    wire: Wire
-    cluster: int | None = None
-
-    @property
-    def name(self) -> str:
-        return f"client{self.client}"
-
-    @property
-    def is_victim(self) -> bool:
-        return self.round == self.victim.round and self.victim.audits(self.client)
-
-
-@dataclass(frozen=True)
-class VictimStep:
-    """The victim's audit gradient and what it then trains on.
-
-    Attributes:
-        gradient: the gradient as sent (after the trainer's protection).
-        record: its training record.
-        batch_truth: train-set indices of the victim batch (the gradient's images).
-        data: what the victim trains on this round.
-        truth: train-set indices of ``data``.
-    """
-
-    gradient: dict[str, torch.Tensor]
-    record: LocalTraining
-    batch_truth: np.ndarray
-    data: ImageDataset
-    truth: np.ndarray
-
-
-@dataclass(frozen=True)
-class ClientStart:
-    """What the server sent a client this round: who, the state it starts from, that message's id."""
-
-    at: ClientRound
-    received: State
-    base_id: str
-
-
-@dataclass(frozen=True)
-class Upload:
-    """What a client's round returns to the server loop: its weight, the payload it uploaded, its layers."""
-
-    num_samples: int
-    payload: Payload
-    layers: list[str]
-
-    @property
-    def tensors(self) -> State:
-        """The uploaded tensors, as sent."""
-        assert self.payload.tensors is not None, f"{self.payload.id}: an upload carries its tensors"
-        return self.payload.tensors
-
-    def reply(self) -> TaskReply:
-        """The upload as a client's answer to the ``round`` task."""
-        return TaskReply({"num_samples": self.num_samples, "layers": json.dumps(self.layers)}, self.payload)
-
-    @classmethod
-    def from_reply(cls, reply: TaskReply) -> "Upload":
-        """The upload a ``round`` reply carries."""
-        if reply.payload is None:
-            raise ValueError("a round's reply carries its upload")
-        return cls(int(reply.fields["num_samples"]), reply.payload, list(json.loads(str(reply.fields["layers"]))))
-
-
-@dataclass(frozen=True)
-class PendingUpload:
-    """A client between its download and its upload: its local training job and what the upload needs.
-
-    Attributes:
-        at: the client and round.
-        job: its local training (model trained in place, data, generator, penalty).
-        truth: train-set indices of what it trains on.
-        base_id: id of the model message it trains from.
-        received: the state it started from.
-        step: its audit gradient, when it is the victim this round.
-    """
-
-    at: ClientRound
-    job: LocalJob
-    truth: np.ndarray
-    base_id: str
-    received: State
-    step: VictimStep | None = None
 
 
 class FederatedProtocol(ABC):

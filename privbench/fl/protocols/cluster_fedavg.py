@@ -1,7 +1,7 @@
 """Cluster-FedAvg baseline: GENE-FL's clusters, but full-model local training and averaging."""
 from __future__ import annotations
 
-from privbench.fl.protocols.base import PendingUpload, Upload
+from privbench.fl.protocols.round import PendingUpload, Upload
 from privbench.fl.protocols.clustered import ClusteredProtocol, ClusterRun
 from privbench.fl.sgd import parameters_of
 from privbench.payloads import LocalTraining, Payload

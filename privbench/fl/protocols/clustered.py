@@ -20,8 +20,9 @@ from privbench.fl.clustering.subspace import SUBSPACES, cluster, proximity
 from privbench.fl.reads import SUBSPACE, PlannedRead
 from privbench.fl.engine import ClientSide, ClientTask, Engine, TaskReply
 from privbench.fl.clustering.agnostic import finetuned_accuracy
-from privbench.fl.protocols.base import (Clustering, FederatedProtocol, PendingUpload, ProtocolResult,
-                                         RoundRecord, TaskHandler, Upload)
+from privbench.fl.protocols.base import FederatedProtocol, TaskHandler
+from privbench.fl.protocols.result import Clustering, ProtocolResult, RoundRecord
+from privbench.fl.protocols.round import PendingUpload, Upload
 from privbench.fl.settings import settings
 from privbench.fl.sgd import State
 from privbench.fl.wire import Wire

@@ -9,7 +9,9 @@ from torch import nn
 
 from privbench.fl.aggregate import aggregate
 from privbench.fl.engine import ClientSide, ClientTask, TaskReply
-from privbench.fl.protocols.base import FederatedProtocol, PendingUpload, ProtocolResult, RoundRecord, Upload
+from privbench.fl.protocols.base import FederatedProtocol
+from privbench.fl.protocols.result import ProtocolResult, RoundRecord
+from privbench.fl.protocols.round import PendingUpload, Upload
 from privbench.fl.sgd import State, accuracy, parameters_of
 from privbench.fl.wire import Wire
 from privbench.payloads import LocalTraining, Payload

@@ -14,7 +14,7 @@ from privbench.fl.genefl.fisher import GeneRegulariser
 from privbench.fl.genefl.learngene import cluster_gene, gene_size, select_layers, xi_scores
 from privbench.fl.layers import layers, state_names
 from privbench.fl.genefl.settings import GeneSettings
-from privbench.fl.protocols.base import ClientRound, PendingUpload, Upload
+from privbench.fl.protocols.round import ClientRound, PendingUpload, Upload
 from privbench.fl.protocols.clustered import ClusteredProtocol, ClusterRun
 from privbench.fl.reads import FISHER, LOCAL_SGD, PlannedRead
 from privbench.fl.settings import settings

@@ -8,7 +8,9 @@ from typing import Any
 from torch import nn
 
 from privbench.fl.engine import ClientSide, ClientTask, TaskReply
-from privbench.fl.protocols.base import ClientRound, FederatedProtocol, ProtocolResult, RoundRecord
+from privbench.fl.protocols.base import FederatedProtocol
+from privbench.fl.protocols.result import ProtocolResult, RoundRecord
+from privbench.fl.protocols.round import ClientRound
 from privbench.fl.reads import PlannedRead
 from privbench.fl.sgd import State, model_with, parameters_of
 from privbench.fl.wire import Wire
