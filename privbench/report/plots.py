@@ -13,7 +13,7 @@ from privbench.io import atomic_write_bytes
 from privbench.report.grouping import is_attack_side, token, training_keys
 from privbench.report.table import summarise
 from privbench.figures import (
-    ACCURACY, AGNOSTIC_ACCURACY, DOWNLINK_BYTES, LEAKAGE_PLOTS, PSNR_CHANCE, PSNR_GAIN, PSNR_MEAN, TOTAL_BYTES,
+    ACCURACY, DOWNLINK_BYTES, LEAKAGE_PLOTS, PSNR_CHANCE, PSNR_GAIN, PSNR_MEAN, TOTAL_BYTES,
     UPLINK_BYTES, UTILITY_PLOTS,
 )
 
