@@ -18,6 +18,7 @@ from privbench.fl.fisher import fisher_diagonal, squared_gradients
 from privbench.fl.protocols.fedavg import FedAvg
 from privbench.fl.protocols.genefl import GeneFL
 from privbench.fl.reads import PlannedRead
+from privbench.fl.sgd import per_sample_gradients
 from privbench.fl.trainer import LocalSGD
 from privbench.fl.wire import Wire
 from privbench.models import LeNet
@@ -136,3 +137,31 @@ def test_unknown_cover_is_a_config_error():
     with pytest.raises(ConfigError, match="defense.cover"):
         DPSGD(cover=["gradient"])
     assert np.isclose(noise_multiplier([], target_epsilon=1.0, delta=1e-5), 0.0)
+
+
+def test_two_victims_audit_gradients_carry_independent_noise(three_small_clients, tmp_path):
+    """Released under DP-SGD, two victims' audit gradients differ by noise of std sqrt(2) sigma C per coordinate
+    (the same noise on both would cancel, and their difference would reveal their clipped gradients' exactly)."""
+    dp = DPSGD(target_epsilon=8.0, delta=1e-5, max_grad_norm=1.0)
+    protocol = FedAvg(rounds=1, participants=3, local_epochs=1, lr=0.1, batch_size=16, trainer=dp)
+    torch.manual_seed(0)
+    model = LeNet(in_channels=1, image_size=28, num_classes=10)
+    victim = Victim(client=0, round=0, num_images=2, clients=[1])
+    policy = CapturePolicy.build(kinds="all", rounds="all", clients="all", victim_round=0, victim_client=0)
+    wire = Wire.for_protocol(protocol, PayloadStore(tmp_path), policy)
+    protocol.run(model=model, data=three_small_clients, victim=victim, wire=wire, seed=0)
+    noise = []
+    for c in (0, 1):
+        released = wire.store.load(f"r0000-gradient-client{c}-server")
+        start = LeNet(in_channels=1, image_size=28, num_classes=10)
+        start.load_state_dict(wire.store.load(released.base).tensors)
+        index = torch.tensor(wire.store.truth(released.id))
+        train = three_small_clients.train
+        clean = per_sample_gradients(start, train.normalised(index), train.labels[index], clip=1.0)
+        noise.append(torch.cat([(released.tensors[n] * len(index) - clean[n].sum(0)).flatten() for n in clean]))
+    sigma = dp.sigmas["client0"]
+    assert dp.sigmas["client1"] == pytest.approx(sigma)  # the same schedule, the same calibration
+    for n in noise:  # each release: N(0, (sigma C)^2) per coordinate
+        assert n.std().item() == pytest.approx(sigma, rel=0.05)
+    assert (noise[0] - noise[1]).std().item() == pytest.approx(math.sqrt(2) * sigma, rel=0.05)
+    assert abs(float(torch.corrcoef(torch.stack(noise))[0, 1])) < 0.05

@@ -174,7 +174,7 @@ class FederatedProtocol(ABC):
         batch = torch.from_numpy(pos)
         x, y = client_data.normalised(batch), client_data.labels[batch]
         grad, record = self.trainer.gradient(local, x, y, client=at.name, lr=self.sgd.lr,
-                                             generator=torch.Generator().manual_seed(at.seed * 7 + 1))
+                                             generator=self.read_seed(at, AUDIT_GRADIENT))
         at.wire.send(Payload.from_tensors(kind="gradient", round=at.round, sender=at.name, receiver="server",
                                           tensors=grad, base=base_id, training=record), truth=truth[pos].tolist())
         if victim.update_data == "batch":
@@ -212,6 +212,13 @@ class FederatedProtocol(ABC):
             per_client[c] = acc
             correct, total = correct + acc * n, total + n
         return correct / max(total, 1), per_client
+
+    @staticmethod
+    def read_seed(at: ClientRound, read: str) -> torch.Generator:
+        """Generator for the randomness of one read of private data (a DP mechanism's noise), fixed by
+        ``(seed, round, client, read)``: two clients, rounds or reads never share a draw."""
+        seed = int(np.random.SeedSequence([at.seed, at.round, at.client, *read.encode()]).generate_state(1)[0])
+        return torch.Generator().manual_seed(seed)
 
     @staticmethod
     def client_seed(at: ClientRound) -> torch.Generator:
