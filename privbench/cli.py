@@ -19,6 +19,9 @@ from privbench.figures import PSNR_MEAN
 
 #: What Hydra itself writes into a job folder; a skipped job's folder holding only these is removed.
 HYDRA_FILES = {".hydra", "run.log"}
+#: Hydra's options that load files outside privbench's checks: the rerun unpickles its file; the others replace
+#: privbench's config tree (``--config-dir`` and ``hydra.searchpath`` add to it, and are checked).
+REFUSED_OPTIONS = ("--experimental-rerun", "--config-path", "-cp", "--config-name", "-cn")
 #: In a sweep, a skipped job's folder keeps only this pointer to the run that finished the same config.
 RESUMED = "resumed.json"
 
@@ -106,6 +109,12 @@ def main() -> None:
 
     register()
 
+    refused = next((a for a in sys.argv[1:] if a.split("=", 1)[0] in REFUSED_OPTIONS), None)
+    if refused is not None:
+        print(f"privbench: error: {refused.split('=', 1)[0]}: not accepted (it loads a config or a pickled job from a "
+              "file outside privbench's checks); add configs through hydra.searchpath or --config-dir",
+              file=sys.stderr)
+        raise SystemExit(2)
     args = [a for a in sys.argv[1:] if not a.startswith("-") and "=" in a]
     if not any(a in ("--help", "-h", "--hydra-help", "--info", "-i") for a in sys.argv[1:]):
         try:

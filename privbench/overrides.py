@@ -5,6 +5,7 @@ import copy
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from functools import lru_cache
+from typing import Any
 from importlib import resources
 
 from omegaconf import DictConfig, OmegaConf
@@ -85,9 +86,8 @@ def check_overrides(args: list[str]) -> None:
     alternatives: list[tuple[int, str]] = []  # (position in first, override) for other values of group sweeps
     for o in parsed:
         values = list(o.sweep_string_iterator()) if o.is_sweep_override() else [o.get_value_element_as_str()]
-        if o.is_hydra_override() and o.key_or_group != "hydra.searchpath":
-            continue
         if o.is_hydra_override():
+            check_hydra_override(o.key_or_group, values)
             first.append(str(o.input_line))
             continue
         first.append(f"{o.get_key_element()}={values[0]}" if values else o.get_key_element())
@@ -124,8 +124,6 @@ NAME_LIMIT = 120
 
 def check_destination(cfg: DictConfig) -> None:
     """``results_dir`` must be a folder privbench can create and write; ``name`` a short folder name."""
-    import os
-    from pathlib import Path
 
     from omegaconf.errors import OmegaConfBaseException
 
@@ -137,17 +135,25 @@ def check_destination(cfg: DictConfig) -> None:
     if name is not None and (len(str(name)) > NAME_LIMIT or "/" in str(name) or str(name) in (".", "..")):
         raise ConfigError(f"name={shown(name)}: must be a folder name of at most {NAME_LIMIT} characters, no '/'")
     raw = OmegaConf.select(cfg, "results_dir", default=None)
+    _check_folder("results_dir", raw)
+
+
+def _check_folder(key: str, raw: Any) -> None:
+    """``raw`` must name a folder privbench can create and write (``key`` names it in the error)."""
+    import os
+    from pathlib import Path
+
     if raw is None or not str(raw).strip():
-        raise ConfigError("results_dir: must name a folder (empty would write under the filesystem root)")
+        raise ConfigError(f"{key}: must name a folder (empty would write under the filesystem root)")
     if len(str(raw)) > 1000:
-        raise ConfigError(f"results_dir={shown(raw)}: too long")
+        raise ConfigError(f"{key}={shown(raw)}: too long")
     folder = Path(str(raw)).expanduser()
     existing = next((p for p in [folder, *folder.absolute().parents] if p.exists()), None)
     if folder.exists() and not folder.is_dir():
-        raise ConfigError(f"results_dir={shown(str(raw))}: is a file, not a folder")
+        raise ConfigError(f"{key}={shown(str(raw))}: is a file, not a folder")
     if existing is None or not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK) \
             or str(existing.absolute()).startswith(("/proc", "/sys", "/dev")):
-        raise ConfigError(f"results_dir={shown(str(raw))}: cannot be created or written (nearest existing folder: "
+        raise ConfigError(f"{key}={shown(str(raw))}: cannot be created or written (nearest existing folder: "
                           f"{existing})")
 
 
@@ -155,23 +161,88 @@ def check_destination(cfg: DictConfig) -> None:
 ALLOW_KEY = "allow_targets"
 
 
-def check_targets(overrides: list[str], cfg: DictConfig) -> None:
-    """A ``_target_`` given on the command line must be one the config tree uses, or under ``allow_targets``.
+#: ``hydra.*`` keys an override may not set: they instantiate callbacks or write logs where they say.
+HYDRA_REFUSED = ("hydra.callbacks", "hydra.job_logging", "hydra.hydra_logging")
+#: ``hydra.*`` keys that name folders Hydra writes into: checked like ``results_dir``.
+HYDRA_FOLDERS = ("hydra.run.dir", "hydra.sweep.dir")
+#: ``hydra.*`` keys that name a subfolder of those: relative, no ``..``.
+HYDRA_SUBFOLDERS = ("hydra.sweep.subdir", "hydra.output_subdir")
 
-    Configs added through ``hydra.searchpath`` may name any target; the command line may not
-    (``payload._target_=builtins.open`` would run arbitrary callables).
+
+def check_hydra_override(key: str, values: list[str]) -> None:
+    """Refuse ``hydra.*`` overrides that instantiate code or write files outside privbench's checks.
+
+    Example:
+        >>> check_hydra_override("hydra.callbacks.x._target_", ["pathlib.Path.write_text"])
+        Traceback (most recent call last):
+        ...
+        privbench.errors.ConfigError: hydra.callbacks.x._target_: hydra.callbacks, hydra.job_logging and hydra.hydra_logging cannot be set from the command line (they instantiate code or write files); choose a config option instead
     """
-    given = [(o.split("=", 1)[0].lstrip("+~"), o.split("=", 1)[1]) for o in overrides
-             if "=" in o and o.split("=", 1)[0].lstrip("+~").split(".")[-1] == "_target_"]
-    if not given:
-        return
+    if any(key == k or key.startswith(k + ".") for k in HYDRA_REFUSED):
+        raise ConfigError(f"{key}: {', '.join(HYDRA_REFUSED[:-1])} and {HYDRA_REFUSED[-1]} cannot be set from the "
+                          "command line (they instantiate code or write files); choose a config option instead")
+    if key.split(".")[-1] == "_target_":
+        raise ConfigError(f"{key}: a hydra _target_ cannot be set from the command line; choose a launcher option "
+                          "(hydra/launcher=...)")
+    for value in values:
+        if key in HYDRA_FOLDERS and not value.startswith("${"):
+            _check_folder(key, value)
+        if key in HYDRA_SUBFOLDERS and (value.startswith("/") or ".." in value.split("/")):
+            raise ConfigError(f"{key}={shown(value)}: must be a relative folder name without '..'")
+
+
+def config_targets(node: Any, prefix: str = "") -> list[tuple[str, str]]:
+    """Every ``(key, _target_)`` in a config (a container from ``OmegaConf.to_container``), nested values included."""
+    out: list[tuple[str, str]] = []
+    if isinstance(node, dict):
+        for key, value in node.items():
+            name = f"{prefix}{key}"
+            if key == "_target_" and isinstance(value, str):
+                out.append((name, value))
+            else:
+                out += config_targets(value, f"{name}.")
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            out += config_targets(value, f"{prefix}{i}.")
+    return out
+
+
+def _allowed(target: str, allowed: set[str], prefixes: list[str]) -> bool:
+    return target in allowed or any(target == p or target.startswith(p.rstrip(".") + ".") for p in prefixes)
+
+
+def check_received_targets(cfg: DictConfig, *, allow: Sequence[str] = ()) -> None:
+    """A config that arrived from elsewhere (a Flower message) may instantiate only privbench's own targets, or
+    ones under ``allow`` (the receiver's choice; the config's own ``allow_targets`` is not trusted)."""
     allowed = tree_targets()
+    plain = OmegaConf.to_container(cfg, resolve=False)
+    for key, target in config_targets(plain):
+        if not _allowed(target, allowed, list(allow)):
+            raise ConfigError(f"{key}={shown(target)}: the received config names a _target_ privbench's configs do "
+                              "not use; refused")
+
+
+def check_targets(overrides: list[str], cfg: DictConfig) -> None:
+    """Every ``_target_`` the composed config will instantiate, nested values and ``hydra.*`` included, must come
+    from a config file (privbench's, or one added through ``hydra.searchpath``), or start with an entry of
+    ``allow_targets``; a target that only the command line put there is refused
+    (``payload._target_=builtins.open``, ``victim.clients={_target_:builtins.open}`` would run arbitrary callables).
+    """
+    plain = OmegaConf.to_container(cfg, resolve=False)
+    files = OmegaConf.to_container(compose_with_hydra(_file_overrides(overrides)), resolve=False)
+    allowed = tree_targets() | {t for _, t in config_targets(files)}
     extra = [str(p) for p in (OmegaConf.select(cfg, ALLOW_KEY, default=None) or [])]
-    for key, value in given:
-        if value not in allowed and not any(value == p or value.startswith(p.rstrip(".") + ".") for p in extra):
+    for key, value in config_targets(plain):
+        if not _allowed(value, allowed, extra):
             raise ConfigError(f"{key}={shown(value)}: a _target_ given on the command line must be one the configs "
-                              f"use (e.g. {sorted(allowed)[0]}) or start with an entry of {ALLOW_KEY}; add a config "
-                              "option through hydra.searchpath for your own classes")
+                              f"use (e.g. {sorted(tree_targets())[0]}) or start with an entry of {ALLOW_KEY}; add a "
+                              "config option through hydra.searchpath for your own classes")
+
+
+def _file_overrides(overrides: list[str]) -> list[str]:
+    """The overrides that only choose config files: group options and ``hydra.searchpath``."""
+    return [o for o in overrides if o.split("=", 1)[0].lstrip("+~") in GROUPS or o.startswith("hydra.searchpath")
+            or o.split("=", 1)[0].lstrip("+~").startswith("hydra/")]
 
 
 def tree_targets() -> set[str]:

@@ -328,3 +328,21 @@ def test_a_loopback_deployment_is_captured_and_attacked(tmp_path):
     deployed = json.loads((run / "metrics.json").read_text())
     assert deployed["threat_model"]["payload"] == "r0000-learngene-client0-server"
     assert deployed["privacy"]["psnr_gain"] > 10
+
+
+def test_a_clientapp_refuses_a_config_that_names_a_foreign_target(monkeypatch):
+    from omegaconf import OmegaConf
+
+    from privbench.flower.client_app import ClientSession
+
+    cfg = api.compose([*SMALL, *CLUSTERED, "engine=flower"])
+    hostile = OmegaConf.to_container(cfg, resolve=True)
+    hostile["victim"]["clients"] = {"_target_": "builtins.open", "file": "/tmp/pb-hostile", "mode": "w"}
+    with pytest.raises(ConfigError, match=r"victim.clients._target_='builtins.open': the received config names"):
+        ClientSession.build(OmegaConf.to_yaml(OmegaConf.create(hostile)))
+    hostile["victim"]["clients"] = None
+    hostile["allow_targets"] = ["builtins"]  # the sender's own allowance is not trusted
+    hostile["attack"]["_target_"] = "builtins.print"
+    with pytest.raises(ConfigError, match="attack._target_='builtins.print'"):
+        ClientSession.build(OmegaConf.to_yaml(OmegaConf.create(hostile)))
+    assert not Path("/tmp/pb-hostile").exists()

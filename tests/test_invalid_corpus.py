@@ -83,6 +83,15 @@ CORPUS: list[tuple[list[str], str]] = [
     (["attack.unroll=true", "payload=gradient", "fl=fedavg"], "attack.unroll"),
     (["payload._target_=builtins.open"], "payload._target_"), (["attack._target_=os.system"], "attack._target_"),
     (["model._target_=subprocess.Popen"], "model._target_"),
+    # targets hidden in nested values, and hydra overrides that instantiate or write
+    (["victim.clients={_target_:builtins.open,file:/tmp/pb-x,mode:w}"], "victim.clients._target_"),
+    (["+victim.extra={_target_:os.system,command:true}"], "_target_"),
+    (["capture.kinds=[{_target_:builtins.exec,source:x}]"], "capture.kinds.0._target_"),
+    (["+hydra.callbacks.x._target_=pathlib.Path.write_text"], "hydra.callbacks"),
+    (["hydra.job_logging.handlers.file.filename=/etc/x"], "hydra.job_logging"),
+    (["hydra.launcher._target_=os.system"], "hydra.launcher._target_"),
+    (["hydra.run.dir=/proc/x"], "hydra.run.dir"), (["hydra.sweep.dir=/dev/null"], "hydra.sweep.dir"),
+    (["hydra.sweep.subdir=../../x"], "hydra.sweep.subdir"), (["hydra.output_subdir=/etc"], "hydra.output_subdir"),
     # where results go, and long values
     (["results_dir=/proc/x"], "results_dir"), (["results_dir="], "results_dir"), (["results_dir=/dev/null"], "results_dir"),
     ([f"name={LONG}"], "name"), ([f"fl.lr={LONG}"], "fl.lr"), (["fl.lr=${nope}"], "fl.lr"),
@@ -101,13 +110,15 @@ def test_invalid_invocation_is_refused_before_training_in_one_line(overrides, na
     assert "\n" not in message and names in message and len(message) < 600, message
 
 
-SAMPLE = [0, 20, 35, 45, 118, 121]
+SAMPLE = [0, 20, 35, 45, 118, 121, 129, 132]
+#: Hydra's command-line options that load files outside privbench's checks (the rerun unpickles its file).
+CLI_OPTIONS = [(["--experimental-rerun", "config.pickle"], "--experimental-rerun"),
+               (["--config-path", "/tmp"], "--config-path"), (["-cn", "other"], "-cn")]
 
 
 @pytest.mark.slow
 def test_the_cli_exits_2_with_one_line_for_a_sample(tmp_path):
-    for i in SAMPLE:
-        overrides, names = CORPUS[i]
+    for overrides, names in [*(CORPUS[i] for i in SAMPLE), *CLI_OPTIONS]:
         out = subprocess.run([sys.executable, "-m", "privbench", *overrides], cwd=tmp_path, capture_output=True,
                              text=True, timeout=300, env={**os.environ, "HYDRA_FULL_ERROR": "0"})
         lines = [line for line in out.stderr.splitlines() if line.strip()]

@@ -12,13 +12,17 @@ from flwr.clientapp import ClientApp
 from omegaconf import DictConfig, OmegaConf
 
 from privbench.audit.plan import Plan, plan, prepare
+from privbench.errors import ConfigError
 from privbench.fl.engine import ClientSide, ClientTask
 from privbench.fl.sgd import parameters_of
 from privbench.fl.wire import Outbox
 from privbench.flower.codec import TASK, payloads_in, put_payloads, task
 from privbench.flower.engine import ENVELOPE
+from privbench.overrides import check_received_targets
 
 app = ClientApp()
+#: Module prefixes (comma-separated) beyond privbench's own that this node lets a received config instantiate.
+ALLOW_ENV = "PRIVBENCH_ALLOW_TARGETS"
 
 
 @dataclass
@@ -31,7 +35,10 @@ class ClientSession:
     @classmethod
     def build(cls, config: str) -> "ClientSession":
         cfg = OmegaConf.create(config)
-        assert isinstance(cfg, DictConfig)
+        if not isinstance(cfg, DictConfig):
+            raise ConfigError("the received config is not a mapping")
+        # a server may send anything: this node instantiates only privbench's own targets (or the operator's)
+        check_received_targets(cfg, allow=[t for t in os.environ.get(ALLOW_ENV, "").split(",") if t])
         cfg.metrics.lpips = False  # the attack runs on the server, not here
         p = plan(cfg)
         data, model, _ = prepare(p)
