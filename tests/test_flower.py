@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import signal
@@ -346,3 +347,68 @@ def test_a_clientapp_refuses_a_config_that_names_a_foreign_target(monkeypatch):
     with pytest.raises(ConfigError, match="attack._target_='builtins.print'"):
         ClientSession.build(OmegaConf.to_yaml(OmegaConf.create(hostile)))
     assert not Path("/tmp/pb-hostile").exists()
+
+
+class HostileGrid(LoopbackGrid):
+    """Client 1's round-0 reply is changed by ``tamper(fields, payloads)`` on its way back."""
+
+    def __init__(self, num_clients: int, tamper) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(num_clients)
+        self.tamper = tamper
+
+    def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> list[Message]:
+        replies = []
+        for m, reply in zip(messages := list(messages), super().send_and_receive(messages, timeout=timeout)):
+            fields = dict(reply.content.config_records["privbench"]) if "privbench" in reply.content else {}
+            sent = payloads_in(reply.content)
+            if m.metadata.message_type == MessageType.TRAIN and fields.get("num_samples") is not None \
+                    and any(p.sender == "client1" and p.kind == "learngene" for p in sent):
+                fields, sent = self.tamper(fields, sent)
+                content = RecordDict({"privbench": ConfigRecord(fields)})
+                put_payloads(content, sent)
+                reply = Message(content, reply_to=m)
+            replies.append(reply)
+        return replies
+
+
+def _gene(sent: list[Payload], change) -> list[Payload]:  # type: ignore[no-untyped-def]
+    return [p.with_tensors(change(dict(p.tensors))) if p.kind == "learngene" else p for p in sent]
+
+
+def _first_nan(tensors: dict) -> dict:  # type: ignore[type-arg]
+    name = next(iter(tensors))
+    bad = tensors[name].clone()
+    bad.view(-1)[0] = float("nan")
+    return {**tensors, name: bad}
+
+
+@pytest.mark.parametrize("tamper, message", [
+    (lambda f, s: (f, _gene(s, _first_nan)), "holds NaN or infinite values"),
+    (lambda f, s: (f, _gene(s, lambda t: {**t, next(iter(t)): torch.zeros(1)})), r"is float32 \[1\], the model's is"),
+    (lambda f, s: ({**f, "num_samples": 10**12}, s), "claims num_samples=1000000000000; the server planned"),
+    (lambda f, s: ({**f, "num_samples": -50}, s), "claims num_samples=-50"),
+    (lambda f, s: (f, [dataclasses.replace(p, sender="client3") for p in s]), "only uploads from client1"),
+    (lambda f, s: (f, _gene(s, lambda t: {**t, "body.0.weight": t[next(iter(t))].long()})), "not a floating tensor"),
+])
+def test_a_hostile_reply_ends_the_run_naming_the_client_and_nothing_of_it_is_recorded(tmp_path, task_identity,
+                                                                                        tamper, message):
+    cfg = api.compose([*SMALL, *CLUSTERED, "engine=flower", "attack=none", "victim.round=0", "capture.rounds=all",
+                       "capture.clients=all", f"results_dir={tmp_path}"])
+    with pytest.raises(FlowerClientError, match=rf"client1 \(node 101\) sent a reply the server refuses: .*{message}"):
+        run_audit(cfg, tmp_path / "run", launcher=FlowerGrid(HostileGrid(7, tamper)))
+    payloads = tmp_path / "run" / "payloads"
+    index = json.loads((payloads / "index.json").read_text()) if (payloads / "index.json").exists() else []
+    refused_round = 1 + max([r["round"] for r in index if r["kind"] == "learngene"], default=-1)
+    # the refused batch of replies left nothing: no upload of that round in the index or as a file
+    assert not [r for r in index if r["direction"] == "up" and r["round"] >= refused_round and r["phase"] == "training"
+                and r["kind"] != "subspace"]
+    assert not list(payloads.glob(f"r{refused_round:04d}-*-client*-server.safetensors"))
+
+
+def test_two_nodes_claiming_one_partition_are_refused_by_name(tmp_path, task_identity):
+    grid = LoopbackGrid(7)
+    grid.contexts[107] = Context(run_id=1, node_id=107, node_config={"partition-id": 2, "num-partitions": 7},
+                                 state=RecordDict(), run_config={})
+    cfg = api.compose([*SMALL, *CLUSTERED, "engine=flower", "attack=none", f"results_dir={tmp_path}"])
+    with pytest.raises(FlowerClientError, match="nodes 102 and 107 both claim partition 2"):
+        run_audit(cfg, tmp_path / "run", launcher=FlowerGrid(grid))

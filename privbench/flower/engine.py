@@ -9,7 +9,8 @@ from flwr.app import ConfigRecord, Message, MessageType, RecordDict
 from privbench.fl.engine import ClientSide, ClientTask, ClientTasks, Engine, TaskReply
 from privbench.fl.wire import Outbox, Wire
 from privbench.flower.capture import CapturingGrid, FlowerClientError
-from privbench.flower.codec import TASK, payloads_in, put_payloads, task
+from privbench.flower.codec import TASK, put_payloads, task
+from privbench.payloads import Payload
 
 #: Seconds to wait for every client's SuperNode to connect before the run fails.
 NODE_WAIT_S = 60.0
@@ -51,8 +52,13 @@ class FlowerEngine(Engine):
             time.sleep(0.5)
             nodes = self.grid.node_ids()
         hello = [Message(RecordDict({TASK: ConfigRecord({"task": "hello"})}), n, MessageType.QUERY) for n in nodes]
-        held = {int(task(r.content)["partition"]): int(r.metadata.src_node_id)
-                for r in self.grid.send_and_receive(hello)}
+        held: dict[int, int] = {}
+        for r in self.grid.send_and_receive(hello):
+            partition, node = int(task(r.content)["partition"]), int(r.metadata.src_node_id)
+            if partition in held:
+                raise FlowerClientError(f"nodes {held[partition]} and {node} both claim partition {partition}: one "
+                                        "client per node; refusing to pick one")
+            held[partition] = node
         missing = [c for c in range(num_nodes) if c not in held]
         if missing:
             who = (f"client {missing[0]}" if missing[0] < self.num_clients
@@ -82,12 +88,21 @@ class FlowerEngine(Engine):
         """One message per request; the replies in the order of ``requests``."""
         if self._post is not None:
             self._post.sent.clear()  # the downloads travel in the requests' messages
-        by_node = {int(r.metadata.src_node_id): r for r in self.grid.send_and_receive([self._message(q)
-                                                                                       for q in requests])}
-        replies = []
-        for q in requests:
-            reply = by_node[self.nodes[self.partition(q)]]
-            fields, sent = task(reply.content), payloads_in(reply.content)
-            index = fields.pop("payload", None)
-            replies.append(TaskReply(fields, None if index is None else sent[int(index)]))
-        return replies
+        replies: list[TaskReply | None] = [None] * len(requests)
+
+        def check(i: int, message: Message, reply: Message, sent: Sequence[Payload]) -> None:
+            q = requests[i]
+            try:
+                fields = task(reply.content)
+                index = fields.pop("payload", None)
+                if index is not None and not (isinstance(index, int) and 0 <= index < len(sent)):
+                    raise ValueError(f"its reply points at payload {index!r} of {len(sent)}")
+                answer = TaskReply(fields, None if index is None else sent[int(index)])
+                protocol.check_reply(q, answer, sent, side)
+            except (ValueError, KeyError, TypeError) as exc:
+                raise FlowerClientError(f"{q.name} (node {reply.metadata.src_node_id}) sent a reply the server "
+                                        f"refuses: {exc}") from None
+            replies[i] = answer
+
+        self.grid.send_and_receive([self._message(q) for q in requests], check=check)
+        return [r for r in replies if r is not None]

@@ -9,7 +9,8 @@ from flwr.serverapp import Grid
 
 from privbench.fl.engine.base import Engine, Launcher, T
 from privbench.fl.wire import Wire
-from privbench.flower.capture import CapturingGrid
+from privbench.errors import ConfigError
+from privbench.flower.capture import REPLY_TIMEOUT_S, CapturingGrid
 from privbench.flower.engine import FlowerEngine
 
 
@@ -26,13 +27,15 @@ class FlowerGrid(Launcher):
 
     name = "flower"
 
-    def __init__(self, grid: Grid) -> None:
-        self.grid = grid
+    def __init__(self, grid: Grid, *, reply_timeout: float = REPLY_TIMEOUT_S) -> None:
+        if not reply_timeout > 0:
+            raise ConfigError(f"engine.reply_timeout={reply_timeout!r}: must be a number of seconds > 0")
+        self.grid, self.reply_timeout = grid, float(reply_timeout)
 
     def problem(self, protocol: Any) -> str | None:
         return flower_problem(protocol)
 
     def launch(self, session: Callable[[Engine], T], *, config: str, wire: Wire, num_clients: int,
                num_agnostic: int) -> T:
-        return session(FlowerEngine(CapturingGrid(self.grid, wire), config=config, num_clients=num_clients,
-                                    num_agnostic=num_agnostic))
+        return session(FlowerEngine(CapturingGrid(self.grid, wire, timeout=self.reply_timeout), config=config,
+                                    num_clients=num_clients, num_agnostic=num_agnostic))

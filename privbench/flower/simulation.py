@@ -15,6 +15,7 @@ from hydra.utils import get_object
 from privbench.errors import ConfigError
 from privbench.fl.engine.base import Engine, Launcher, T
 from privbench.fl.wire import Wire
+from privbench.flower.capture import REPLY_TIMEOUT_S
 from privbench.flower.launch import FlowerGrid, flower_problem
 
 
@@ -44,11 +45,16 @@ class FlowerSimulation(Launcher):
     Args:
         client_app: the ClientApp as a Flower app reference (``module:attribute``), loaded
             when the simulation starts, as a SuperNode loads the one its app names.
+        reply_timeout: seconds to wait for a round's replies before the run fails.
     """
 
     name = "flower"
 
-    def __init__(self, client_app: str = "privbench.flower.client_app:app") -> None:
+    def __init__(self, client_app: str = "privbench.flower.client_app:app",
+                 reply_timeout: float = REPLY_TIMEOUT_S) -> None:
+        if not reply_timeout > 0:
+            raise ConfigError(f"engine.reply_timeout={reply_timeout!r}: must be a number of seconds > 0")
+        self.reply_timeout = float(reply_timeout)
         module, _, attribute = client_app.partition(":")
         if not module or not attribute:
             raise ConfigError(f"engine.client_app={client_app!r}: expected module:attribute")
@@ -65,7 +71,7 @@ class FlowerSimulation(Launcher):
         @server_app.main()
         def main(grid: Grid, context: Context) -> None:
             try:
-                outcome["result"] = FlowerGrid(grid).launch(session, config=config, wire=wire, num_clients=num_clients,
+                outcome["result"] = FlowerGrid(grid, reply_timeout=self.reply_timeout).launch(session, config=config, wire=wire, num_clients=num_clients,
                                                             num_agnostic=num_agnostic)
             except BaseException as exc:  # re-raised in the caller's thread
                 outcome["error"] = exc

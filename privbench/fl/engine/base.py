@@ -88,6 +88,10 @@ class ClientTasks(Protocol):
         """Run ``task`` for every request (the same task) on ``side``; one reply per request, in order."""
         ...
 
+    def check_reply(self, request: ClientTask, reply: TaskReply, sent: Sequence[Payload], side: ClientSide) -> None:
+        """Raise ``ValueError`` (the reason) for a reply from another process that is not what was asked."""
+        ...
+
 
 class Engine(ABC):
     """Runs client tasks and hands back the replies; records every message once."""

@@ -3,6 +3,7 @@ side's round and the evaluator's ground truth."""
 from __future__ import annotations
 
 import copy
+import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, ClassVar, TypeVar
@@ -14,6 +15,7 @@ from torch import nn
 from privbench.data import FederatedData, ImageDataset
 from privbench.errors import ConfigError
 from privbench.fl.engine import ClientSide, ClientTask, Engine, InProcess, TaskReply
+from privbench.fl.layers import layers
 from privbench.fl.sgd import State, client_accuracy, model_with, parameters_of
 from privbench.fl.reads import AUDIT_GRADIENT, LOCAL_SGD, PlannedRead
 from privbench.fl.trainer import LocalSGD, Regulariser, SGDTrainer, Trainer
@@ -287,6 +289,49 @@ class FederatedProtocol(ABC):
         if handler is None:
             raise ValueError(f"{self.name} has no client task {task!r}; it has {', '.join(self.client_tasks())}")
         return handler(requests, side)
+
+    def check_reply(self, request: ClientTask, reply: TaskReply, sent: Sequence[Payload], side: ClientSide) -> None:
+        """Refuse (``ValueError``, the reason) a reply from another process that is not what the server asked for:
+        only the asked client's uploads of kinds this protocol sends, for the asked round; floating, finite tensors
+        with the model's names, shapes and dtypes; for a ``round``, the upload it names and the sample count the
+        server planned for it."""
+        state = side.model.state_dict()
+        for p in sent:
+            if p.kind not in self.sends:
+                raise ValueError(f"it sent a {p.kind}; fl={self.name} sends {', '.join(self.sends)}")
+            if p.direction != "up" or p.sender != request.name or p.receiver != "server":
+                raise ValueError(f"it sent {p.id}: only uploads from {request.name} to the server are accepted")
+            if p.round != request.round:
+                raise ValueError(f"{p.id} is for round {p.round}, not {request.round}")
+            if p.tensors is None:
+                raise ValueError(f"{p.id} carries no tensors")
+            for name, t in p.tensors.items():
+                if not t.is_floating_point():
+                    raise ValueError(f"{p.id}: {name} is {t.dtype}, not a floating tensor")
+                if not bool(torch.isfinite(t).all()):
+                    raise ValueError(f"{p.id}: {name} holds NaN or infinite values")
+                if p.spec.carries in ("model", "gradient"):
+                    if name not in state:
+                        raise ValueError(f"{p.id}: {name} is not a tensor of the model")
+                    if list(t.shape) != list(state[name].shape) or t.dtype != state[name].dtype:
+                        raise ValueError(f"{p.id}: {name} is {str(t.dtype).removeprefix('torch.')} {list(t.shape)}, "
+                                         f"the model's is {str(state[name].dtype).removeprefix('torch.')} "
+                                         f"{list(state[name].shape)}")
+        if request.task == "round":
+            self._check_upload(request, reply, sent, side)
+
+    def _check_upload(self, request: ClientTask, reply: TaskReply, sent: Sequence[Payload], side: ClientSide) -> None:
+        upload = reply.payload
+        if upload is None or not any(upload is p for p in sent) or upload.spec.carries != "model":
+            raise ValueError("its reply names no model upload")
+        planned = len(self.truth_of(upload, side.data, side.victim, seed=side.seed))
+        claimed = reply.fields.get("num_samples")
+        if not isinstance(claimed, int) or isinstance(claimed, bool) or claimed != planned:
+            raise ValueError(f"it claims num_samples={claimed!r}; the server planned {planned} for it")
+        uploaded = json.loads(str(reply.fields.get("layers", "[]")))
+        model_layers = set(layers(side.model))
+        if not isinstance(uploaded, list) or not all(isinstance(x, str) and x in model_layers for x in uploaded):
+            raise ValueError(f"it names layers {str(uploaded)[:80]} that the model does not have")
 
     def remote_state(self, side: ClientSide) -> Any:
         """The client-side state a node that runs this protocol's clients keeps (None: none)."""

@@ -149,6 +149,20 @@ class ClusteredProtocol(FederatedProtocol):
             out.append(TaskReply({"tuned_accuracy": acc}))
         return out
 
+    def check_reply(self, request: ClientTask, reply: TaskReply, sent: Sequence[Payload], side: ClientSide) -> None:
+        """Also: a subspace is one ``[C*H*W, d]`` basis ``U``; a fine-tuned accuracy a number in [0, 1]."""
+        super().check_reply(request, reply, sent, side)
+        if request.task == "subspace":
+            c, h, w = side.data.train.shape
+            tensors = reply.payload.tensors if reply.payload is not None else None
+            u = tensors.get("U") if tensors is not None and list(tensors) == ["U"] else None
+            if u is None or u.dim() != 2 or u.shape[0] != c * h * w:
+                raise ValueError(f"its subspace is not one [{c * h * w}, d] basis U")
+        if request.task == "agnostic_tune":
+            acc = reply.fields.get("tuned_accuracy")
+            if not isinstance(acc, float) or not 0.0 <= acc <= 1.0:
+                raise ValueError(f"it reports an accuracy of {acc!r}")
+
     def remote_state(self, side: ClientSide) -> ClusterRun:
         """A node keeps the model's layers, the learnGene size and its client's own model (no cluster state)."""
         return self.start(side.model, np.zeros(side.data.num_clients, dtype=int), side.theta0)
