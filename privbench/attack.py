@@ -14,8 +14,10 @@ Example:
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,33 +39,76 @@ class Recorded:
     base: Payload | None
 
 
-def _tensors(path: Path) -> dict[str, torch.Tensor]:
-    """Named tensors from a ``.safetensors`` file or a ``torch.save``d dict (``weights_only``)."""
+#: Most bytes a tensor file may inflate to (a torch.save file is a zip; its entries are checked before reading).
+MAX_FILE_BYTES = 4 * 2**30
+
+
+def _inflated_size(path: Path) -> int:
+    """What a ``torch.save`` zip holds once inflated (its entries' declared sizes); the file's size otherwise."""
+    if zipfile.is_zipfile(path):
+        with zipfile.ZipFile(path) as archive:
+            return sum(entry.file_size for entry in archive.infolist())
+    return path.stat().st_size
+
+
+def _tensors(path: Path, *, integer: tuple[str, ...] = ()) -> dict[str, torch.Tensor]:
+    """Named tensors from a ``.safetensors`` file or a ``torch.save``d dict, checked before use: at most
+    ``MAX_FILE_BYTES`` once inflated, loaded with ``weights_only`` (tensors only, no code), every tensor dense,
+    at least one-dimensional, floating (``integer`` names may be integer) and finite."""
     if not path.is_file():
         raise ConfigError(f"{path}: no such file")
+    size = _inflated_size(path)
+    if size > MAX_FILE_BYTES:
+        raise ConfigError(f"{path}: inflates to {size:,} bytes, more than the {MAX_FILE_BYTES:,} a message may hold")
     try:
         if path.suffix == ".safetensors":
             from safetensors.torch import load_file
 
-            return dict(load_file(str(path)))
-        loaded = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # unreadable or not a tensor file
-        raise ConfigError(f"{path}: not a tensor file ({str(exc).splitlines()[0][:200]})") from None
+            loaded: object = dict(load_file(str(path)))
+        else:
+            loaded = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # unreadable, or not tensors only
+        text = str(exc).splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+        reason = ("it holds objects other than tensors, which privbench does not load" if "weights_only" in str(exc)
+                  else text)
+        raise ConfigError(f"{path}: not a file of named tensors ({reason})") from None
     if isinstance(loaded, torch.Tensor):
         raise ConfigError(f"{path} holds one tensor; save a dict of named tensors ({{name: tensor}}), "
                           "e.g. {n: p.grad for n, p in model.named_parameters()}")
-    if not isinstance(loaded, dict) or not all(isinstance(v, torch.Tensor) for v in loaded.values()):
+    if not isinstance(loaded, dict) or not loaded or not all(isinstance(v, torch.Tensor) for v in loaded.values()):
         raise ConfigError(f"{path} must hold a dict of named tensors")
-    return {str(k): v for k, v in loaded.items()}
+    out = {str(k): v for k, v in loaded.items()}
+    for name, t in out.items():
+        if t.layout != torch.strided or t.dim() == 0:
+            raise ConfigError(f"{path}: {name} must be a dense tensor of at least one dimension")
+        if name in integer and not t.is_floating_point():
+            continue
+        if not t.is_floating_point():
+            raise ConfigError(f"{path}: {name} is {str(t.dtype).removeprefix('torch.')}, not a floating tensor")
+        if not bool(torch.isfinite(t).all()):
+            raise ConfigError(f"{path}: {name} holds NaN or infinite values")
+    return out
+
+
+def check_names(tensors: dict[str, torch.Tensor], expected: dict[str, list[int]], *, what: str) -> None:
+    """``tensors`` must carry some of the ``expected`` names (the model's), each with its shape, and nothing else."""
+    unknown = [n for n in tensors if n not in expected]
+    if unknown or not tensors:
+        raise ConfigError(f"{what}: its names {sorted(tensors)[:6]} are not the model's ({sorted(expected)[:6]}"
+                          f"{', ...' if len(expected) > 6 else ''}); check model= and how the names were saved")
+    wrong = [n for n, t in tensors.items() if list(t.shape) != expected[n]]
+    if wrong:
+        n = wrong[0]
+        raise ConfigError(f"{what}: {n} is {list(tensors[n].shape)}, the model's is {expected[n]}")
 
 
 def recorded(source: Path, *, payload_id: str | None, kind: str, base: Path | None,
-             training: LocalTraining | None, batch_size: int) -> Recorded:
+             training: LocalTraining | None, batch_size: int, trusted: bool = False) -> Recorded:
     """The message in ``source`` (a store folder plus ``payload_id``, or a tensor file) and its base."""
     if source.is_dir():
         if payload_id is None:
             raise ConfigError(f"{source} is a payload store: give --id (one of the ids in its index.json)")
-        store = PayloadStore.open(source)
+        store = PayloadStore.open(source, trusted=trusted)
         payload = store.load(payload_id)
         base_payload = store.load(payload.base) if payload.base and base is None else None
     else:
@@ -86,7 +131,7 @@ def recorded(source: Path, *, payload_id: str | None, kind: str, base: Path | No
 
 def _truth(path: Path) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``images`` (``[N, C, H, W]`` in [0, 1]) and optional ``labels`` from a tensor file."""
-    tensors = _tensors(path)
+    tensors = _tensors(path, integer=("labels",))
     if "images" not in tensors:
         raise ConfigError(f"{path}: needs a tensor named 'images' ([N, C, H, W] in [0, 1]) and optionally 'labels'")
     images = tensors["images"].float()
@@ -114,13 +159,15 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--non-members", type=Path, help="images the client never had, for the chance level "
                    "(default: the test split of data=)")
     p.add_argument("--out", type=Path, default=Path("results/attack"), help="output folder (default results/attack)")
+    p.add_argument("--trusted-store", action="store_true", help="open a payload store that lacks its sha256 records "
+                   "(only one whose origin you know)")
     return p
 
 
 def _training(args: argparse.Namespace) -> LocalTraining | None:
     if args.lr is None and args.steps is None:
         return None
-    if args.lr is None or args.steps is None or args.lr <= 0 or args.steps < 1:
+    if args.lr is None or args.steps is None or not math.isfinite(args.lr) or args.lr <= 0 or args.steps < 1:
         raise ConfigError("--lr and --steps go together: a positive learning rate and at least one step")
     return LocalTraining(lr=args.lr, steps=args.steps, batch_size=args.batch_size, num_samples=args.batch_size)
 
@@ -146,7 +193,7 @@ def attack_file(args: argparse.Namespace) -> dict[str, Any]:
         raise ConfigError(f"attack={type(attack).__name__.lower()} cannot read a recorded message; "
                           "use dlg, idlg or ig")
     message = recorded(args.file, payload_id=args.payload_id, kind=args.kind, base=args.base,
-                       training=_training(args), batch_size=args.batch_size)
+                       training=_training(args), batch_size=args.batch_size, trusted=args.trusted_store)
     reason = attack.cannot_read(message.payload.kind)
     if reason:
         raise ConfigError(f"attack={attack.name} cannot attack a {message.payload.kind}: {reason}")
@@ -156,6 +203,15 @@ def attack_file(args: argparse.Namespace) -> dict[str, Any]:
     c, h, _ = data.train.shape
     torch.manual_seed(int(cfg.seed))
     model = build("model", cfg.model, in_channels=c, image_size=h, num_classes=data.train.num_classes)
+    assert message.payload.tensors is not None
+    check_names(message.payload.tensors, {n: list(p.shape) for n, p in model.named_parameters()},
+                what=str(args.file))
+    if message.base is not None and message.base.tensors is not None:
+        check_names(message.base.tensors, {n: list(t.shape) for n, t in model.state_dict().items()},
+                    what=str(args.base or "its base"))
+    if truth is not None and tuple(truth[0].shape[1:]) != tuple(data.train.shape):
+        raise ConfigError(f"{args.truth}: 'images' are {list(truth[0].shape[1:])}, data= images are "
+                          f"{list(data.train.shape)}")
     if message.base is None:  # a gradient computed at weights the attacker does not have
         print("privbench.attack: no --base: the gradient is matched at the model's initial weights", file=sys.stderr)
     args.out.mkdir(parents=True, exist_ok=True)

@@ -74,14 +74,36 @@ def test_a_message_from_an_audits_payload_store(tmp_path):
     (["grads.pt", "--lr", "0.1"], "--lr and --steps go together"),
     (["grads.pt", "attack=projection"], "cannot read a recorded message"),
     (["grads.pt", "attack=nope"], "attack=nope: unknown option"),
-    (["store", "--id", "../../etc/passwd"], "is not allowed"),
+    (["store", "--id", "../../etc/passwd", "--trusted-store"], "is not allowed"),
+    (["store", "--id", "r0000-gradient-client0-server"], "index.json.sha256 is missing"),
     (["store"], "give --id"),
+    (["nan.pt"], "w holds NaN or infinite values"),
+    (["int.pt"], "w is int64, not a floating tensor"),
+    (["sparse.pt"], "must be a dense tensor"),
+    (["scalar.pt"], "must be a dense tensor of at least one dimension"),
+    (["obj.pt"], "holds objects other than tensors"),
+    (["big.pt"], "inflates to"),
+    (["grads.pt", "--lr", "nan", "--steps", "1"], "--lr and --steps go together"),
+    (["named.pt", "model=lenet", "attack=idlg"], "are not the model's"),
+    (["shaped.pt", "model=lenet", "attack=idlg"], "fc.bias is [3], the model's is [10]"),
+    (["shaped.pt", "--truth", "truth.pt", "model=lenet", "attack=idlg"], "fc.bias is [3]"),
 ])
 def test_bad_input_is_one_line(tmp_path, monkeypatch, capsys, args, message):
+    from privbench import attack as attack_module
     from privbench.attack import main
 
     torch.save({"w": torch.zeros(2)}, tmp_path / "grads.pt")
     torch.save(torch.zeros(2), tmp_path / "one.pt")
+    torch.save({"w": torch.tensor([1.0, float("nan")])}, tmp_path / "nan.pt")
+    torch.save({"w": torch.arange(3)}, tmp_path / "int.pt")
+    torch.save({"w": torch.eye(3).to_sparse()}, tmp_path / "sparse.pt")
+    torch.save({"w": torch.tensor(1.0)}, tmp_path / "scalar.pt")
+    torch.save({"w": torch.zeros(2), "f": torch.nn.Linear(2, 2)}, tmp_path / "obj.pt")
+    torch.save({"w": torch.zeros(64)}, tmp_path / "big.pt")
+    torch.save({"conv1.weight": torch.zeros(2)}, tmp_path / "named.pt")
+    torch.save({"fc.bias": torch.zeros(3)}, tmp_path / "shaped.pt")
+    torch.save({"images": torch.zeros(1, 1, 28, 28)}, tmp_path / "truth.pt")
+    monkeypatch.setattr(attack_module, "MAX_FILE_BYTES", 10_000 if args[0] != "big.pt" else 100)
     (tmp_path / "store").mkdir()
     (tmp_path / "store" / "index.json").write_text("[]")
     monkeypatch.chdir(tmp_path)

@@ -1,6 +1,7 @@
 """Faults: damaged or edited payload stores, concurrent first use of LPIPS, killed sweeps, threads, resumed sweeps."""
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -53,12 +54,20 @@ def test_an_edited_index_is_refused(tmp_path):
     (root / "index.json").write_text(json.dumps(index))
     with pytest.raises(StoreError, match="changed after it was written"):
         PayloadStore.open(root)
-    # without the index's own sha256, an entry that disagrees with the file is still refused
+    # without the index's own sha256 the store is refused, unless trusted; then an entry that disagrees with the
+    # file is still refused
     (root / "index.json.sha256").unlink()
+    with pytest.raises(StoreError, match="index.json.sha256 is missing"):
+        PayloadStore.open(root)
     index[0]["shapes"]["w"] = [3, 2]
     (root / "index.json").write_text(json.dumps(index))
     with pytest.raises(StoreError, match="the file holds float32 \\[2, 3\\]"):
-        PayloadStore.open(root).load(pid)
+        PayloadStore.open(root, trusted=True).load(pid)
+    del index[0]["sha256"]  # a kept payload without its sha256 (and an index signed after the edit): loads anything
+    (root / "index.json").write_text(json.dumps(index))
+    (root / "index.json.sha256").write_text(hashlib.sha256((root / "index.json").read_bytes()).hexdigest() + "\n")
+    with pytest.raises(StoreError, match="has no sha256 in the index"):
+        PayloadStore.open(root)
 
 
 @pytest.mark.parametrize("bad", ["../outside", "/etc/passwd", "a/b", "..", ".hidden/../x"])
@@ -71,7 +80,7 @@ def test_ids_that_name_paths_are_refused(tmp_path, bad):
     (root / "index.json").write_text(json.dumps(index))
     (root / "index.json.sha256").unlink()
     with pytest.raises(StoreError, match="is not allowed"):
-        PayloadStore.open(root)
+        PayloadStore.open(root, trusted=True)
 
 
 def test_threads_are_shared_out_among_parallel_jobs(monkeypatch):

@@ -49,7 +49,7 @@ def test_store_round_trip(tmp_path):
     assert loaded.nbytes == 4 * 15
     index = json.loads((tmp_path / "p" / "index.json").read_text())
     assert [r["stored"] for r in index] == [True, False] and index[1]["nbytes"] == 60
-    with pytest.raises(KeyError, match="not kept"):
+    with pytest.raises(StoreError, match="not kept"):
         reopened.load(counted.id)
     assert not list((tmp_path / "p").glob("*.tmp"))
 

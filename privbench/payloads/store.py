@@ -45,16 +45,22 @@ class PayloadStore:
         self._cache: dict[str, Payload] = {}
 
     @classmethod
-    def open(cls, root: Path) -> "PayloadStore":
+    def open(cls, root: Path, *, trusted: bool = False) -> "PayloadStore":
         """Open an existing store: read its index after checking the index's sha256 and every id.
 
+        A store without its integrity records (the index's sha256, a kept payload's sha256) is
+        refused unless ``trusted`` (the user vouches for where it came from).
+
         Raises:
-            StoreError: no index, an index whose sha256 does not match, or an unsafe payload id.
+            StoreError: no index, a missing or mismatched sha256, or an unsafe payload id.
         """
         root = Path(root)
         index = root / INDEX
         if not index.is_file():
             raise StoreError(f"{index} not found: not a payload store")
+        if not trusted and not (root / INDEX_SHA256).is_file():
+            raise StoreError(f"{root}: {INDEX_SHA256} is missing, so the index cannot be checked; open it as trusted "
+                             "only if you know where it came from (python -m privbench.attack --trusted-store)")
         raw = _verified(index, root / INDEX_SHA256)
         try:
             records = json.loads(raw)
@@ -63,6 +69,10 @@ class PayloadStore:
             raise StoreError(f"{index} is not a payload index") from None
         for payload_id in ids:
             _check_id(payload_id)
+        unsigned = [r["id"] for r in records if r.get("stored") and "sha256" not in r]
+        if unsigned and not trusted:
+            raise StoreError(f"{root}: payload {unsigned[0]} has no sha256 in the index; open the store as trusted only "
+                             "if you know where it came from")
         store = cls(root)
         store._records = dict(zip(ids, records))
         truth = root / TRUTH
@@ -123,7 +133,7 @@ class PayloadStore:
             raise StoreError(f"payload {payload_id!r} is not in the store {self.root}")
         record = self._records[payload_id]
         if not record["stored"]:
-            raise KeyError(f"payload {payload_id} was counted but its tensors were not kept (see capture policy)")
+            raise StoreError(f"payload {payload_id} was counted but its tensors were not kept (see capture policy)")
         path = self.root / f"{payload_id}.safetensors"
         try:
             raw = path.read_bytes()
