@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from privbench.defenses.calibration import Event, events, noise_multiplier
+from privbench.defenses.calibration import Event, epsilon, events, noise_multiplier
 from privbench.defenses.dp_reads import dp_fisher_diagonal, dp_subspace
 from privbench.data.dataset import ImageDataset
 from privbench.errors import ConfigError
@@ -92,9 +92,26 @@ class DPSGD(Trainer):
                               "use a GroupNorm model (model.norm=gn for resnet18, or model=convnet/lenet)")
 
     def plan(self, client: str, reads: Sequence[PlannedRead]) -> None:
-        """Fix ``client``'s noise multiplier for its planned schedule of releases."""
+        """Fix ``client``'s noise multiplier for its planned schedule of releases.
+
+        Refuses, before any compute, a ``delta`` of at least ``1/n`` for a client of ``n`` samples (it would
+        let a mechanism release a record outright, and RDP conversion reports a negative epsilon) and a
+        noise multiplier whose planned epsilon is no number.
+        """
+        largest = max((r.num_samples for r in reads), default=0)
+        if largest and self.delta >= 1 / largest:
+            raise ConfigError(f"defense.delta={self.delta:g}: must be below 1/n = {1 / largest:.3g} for {client}'s "
+                              f"{largest} samples")
         schedule = events(reads, covered=self.cover)
         if self.target_epsilon is None:
+            if self.noise_multiplier > 0:
+                try:
+                    spent = epsilon(self.noise_multiplier, schedule, delta=self.delta, accountant=self.accountant)
+                except (ArithmeticError, ValueError):  # the accountant's arithmetic breaks down
+                    spent = math.nan
+                if not math.isfinite(spent) or spent < 0:
+                    raise ConfigError(f"defense.noise_multiplier={self.noise_multiplier:g}: {client}'s planned epsilon "
+                                      f"cannot be computed ({spent}); use 0 (no noise) or a multiplier in [1e-3, 1e4]")
             self.sigmas[client] = self.noise_multiplier
             return
         key = tuple(schedule)

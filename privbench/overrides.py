@@ -91,16 +91,18 @@ def check_overrides(args: list[str]) -> None:
             first.append(str(o.input_line))
             continue
         first.append(f"{o.get_key_element()}={values[0]}" if values else o.get_key_element())
-        if o.key_or_group in GROUPS and not o.is_delete():
+        if not o.is_delete():
             alternatives += [(len(first) - 1, f"{o.get_key_element()}={v}") for v in values[1:]]
     for position, override in [(-1, ""), *alternatives]:
         overrides = list(first)
         if position >= 0:
             overrides[position] = override
-        _check_composes(overrides)
+        cfg = _check_composes(overrides)
+        if position >= 0:  # every value of a sweep, not only the first job's, is checked before any job runs
+            _check_values(cfg)
 
 
-def _check_composes(overrides: list[str]) -> None:
+def _check_composes(overrides: list[str]) -> DictConfig:
     from hydra.errors import HydraException
 
     try:
@@ -116,6 +118,15 @@ def _check_composes(overrides: list[str]) -> None:
         raise ConfigError(str(exc).splitlines()[0]) from None
     check_destination(cfg)
     check_targets(overrides, cfg)
+    return cfg
+
+
+def _check_values(full: DictConfig) -> None:
+    """``privbench.values.check_values`` on a composed config (its job part; ``name`` is Hydra's to resolve)."""
+    from privbench.values import check_values
+
+    job = OmegaConf.masked_copy(full, [str(k) for k in full if k != "hydra"])
+    check_values(job)
 
 
 #: Longest run name (it becomes a folder name).

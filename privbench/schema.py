@@ -99,6 +99,9 @@ COUNT = Number(integer=True, low=0)
 POSITIVE = Number(low=0, open_low=True)
 NON_NEGATIVE = Number(low=0)
 FRACTION = Number(low=0, high=1)
+#: Rates and weights beyond these are finite but no run can use them (training diverges, the noise drowns all).
+RATE = Number(low=0, open_low=True, high=100)
+WEIGHT = Number(low=0, high=1e6)
 
 RULES: dict[str, Any] = {
     "victim.client": COUNT, "victim.round": Number(integer=True, low=-1), "victim.num_images": POSITIVE_INT,
@@ -107,17 +110,20 @@ RULES: dict[str, Any] = {
     "data.agnostic_classes": IntList(), "data.num_agnostic_clients": COUNT,
     "model.width": POSITIVE_INT, "model.min_size": COUNT,
     "fl.rounds": POSITIVE_INT, "fl.participants": POSITIVE_INT, "fl.local_epochs": POSITIVE_INT,
-    "fl.lr": POSITIVE, "fl.batch_size": POSITIVE_INT, "fl.momentum": Number(low=0, high=1, open_high=True),
-    "fl.num_clusters": POSITIVE_INT, "fl.subspace_dim": POSITIVE_INT, "fl.lambda1": NON_NEGATIVE, "fl.lambda2": NON_NEGATIVE,
+    "fl.lr": RATE, "fl.batch_size": POSITIVE_INT, "fl.momentum": Number(low=0, high=1, open_high=True),
+    "fl.num_clusters": POSITIVE_INT, "fl.subspace_dim": POSITIVE_INT, "fl.lambda1": WEIGHT, "fl.lambda2": WEIGHT,
     "fl.eps": NON_NEGATIVE, "fl.vectorise": Flag(),
     "fl.gene.gamma": Gamma(),
-    "fl.agnostic.epochs": COUNT, "fl.agnostic.lr": POSITIVE, "fl.agnostic.batch_size": POSITIVE_INT,
+    "fl.agnostic.epochs": COUNT, "fl.agnostic.lr": RATE, "fl.agnostic.batch_size": POSITIVE_INT,
     "fl.agnostic.samples": COUNT,
-    "attack.iterations": POSITIVE_INT, "attack.restarts": POSITIVE_INT, "attack.converged": NON_NEGATIVE,
+    "attack.iterations": Number(integer=True, low=1, high=10**7), "attack.restarts": Number(integer=True, low=1, high=10**4), "attack.converged": NON_NEGATIVE,
     "attack.stall_at": FRACTION, "attack.stall_tol": NON_NEGATIVE, "attack.max_images": POSITIVE_INT, "attack.patience": COUNT,
-    "attack.lr": POSITIVE, "attack.tv": NON_NEGATIVE, "attack.components": POSITIVE_INT,
-    "defense.noise_multiplier": NON_NEGATIVE, "defense.target_epsilon": Number(low=0, open_low=True, nullable=True),
-    "defense.max_grad_norm": POSITIVE, "defense.delta": Number(low=0, high=1, open_low=True, open_high=True), "defense.sigma": NON_NEGATIVE, "defense.p": FRACTION,
+    "attack.lr": RATE, "attack.tv": WEIGHT, "attack.components": POSITIVE_INT,
+    "defense.noise_multiplier": Number(low=0, high=1e4),
+    "defense.target_epsilon": Number(low=0, open_low=True, high=1e6, nullable=True),
+    "defense.max_grad_norm": Number(low=0, open_low=True, high=1e6),
+    "defense.delta": Number(low=0, high=1, open_low=True, open_high=True), "defense.sigma": Number(low=0, high=1e6),
+    "defense.p": FRACTION,
 }
 
 

@@ -92,6 +92,13 @@ CORPUS: list[tuple[list[str], str]] = [
     (["hydra.launcher._target_=os.system"], "hydra.launcher._target_"),
     (["hydra.run.dir=/proc/x"], "hydra.run.dir"), (["hydra.sweep.dir=/dev/null"], "hydra.sweep.dir"),
     (["hydra.sweep.subdir=../../x"], "hydra.sweep.subdir"), (["hydra.output_subdir=/etc"], "hydra.output_subdir"),
+    # later values of a sweep, finite extremes, cross-key limits and sizes, all before training
+    (["seed=0,-1"], "seed=-1"), (["fl.lr=0.1,1e300"], "fl.lr"), (["fl.lr=1e300"], "fl.lr"),
+    (["defense=dpsgd", "defense.delta=0.999999"], "defense.delta"),
+    (["defense=dpsgd", "defense.noise_multiplier=1e300"], "defense.noise_multiplier"),
+    (["defense=dpsgd", "defense.noise_multiplier=1e-300", "defense.target_epsilon=null"], "defense.noise_multiplier"),
+    (["victim.num_images=100"], "attack.max_images=64"), (["attack=ig", "attack.restarts=100000000"], "attack.restarts"),
+    (["fl.lambda2=1e300"], "fl.lambda2"), (["defense=noise", "defense.sigma=1e300"], "defense.sigma"),
     # where results go, and long values
     (["results_dir=/proc/x"], "results_dir"), (["results_dir="], "results_dir"), (["results_dir=/dev/null"], "results_dir"),
     ([f"name={LONG}"], "name"), ([f"fl.lr={LONG}"], "fl.lr"), (["fl.lr=${nope}"], "fl.lr"),

@@ -1,6 +1,7 @@
 """An audit's plan: every key and value checked and every part built from the config, before any compute."""
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 import torch
@@ -147,7 +148,45 @@ def prepare(p: Plan) -> tuple[FederatedData, nn.Module, CapturePolicy]:
     policy = build("capture", OmegaConf.merge({"_target_": "privbench.payloads.CapturePolicy.build"}, cfg.capture),
                    victim_round=p.victim.round, victim_client=p.victim.client)
     policy.check(sends=p.protocol.sends, rounds=p.protocol.rounds, clients=data.num_clients)
+    p.protocol.plan_reads(data, p.victim)  # a DP trainer calibrates here: its accounting errors come before training
+    _check_attack_size(p, data, model)
     return data, model, policy
+
+
+#: Share of the machine's memory an attack's estimated working set may take.
+MEMORY_SHARE = 0.5
+
+
+def _available_memory() -> int:
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return 0
+
+
+def _check_attack_size(p: Plan, data: FederatedData, model: nn.Module) -> None:
+    """The images the attack rebuilds must fit ``attack.max_images``, and its restarts the machine's memory."""
+    max_images = getattr(p.attack, "max_images", None)
+    if not p.attacking or max_images is None or p.choice.spec.aggregate:
+        return
+    images = p.victim.num_images
+    if p.attack.unroll and p.victim.update_data == "all":
+        images = len(data.clients[p.victim.client])
+    if images > max_images:
+        raise ConfigError(f"victim.num_images={p.victim.num_images}: the attack would rebuild {images} images, more "
+                          f"than attack.max_images={max_images}")
+    restarts = int(getattr(p.attack, "restarts", 1))
+    victims = len(p.victim.listed) if p.victim.clients != "all" else p.protocol.participants
+    params = sum(t.numel() for t in model.parameters())
+    c, h, w = data.train.shape
+    # per problem (restart x victim): its images, a copy of the weights and their gradients, and Adam's two
+    # moments, in float32, times 4 for activations and autograd's buffers: an estimate, not a measurement
+    estimate = 4 * 4 * restarts * victims * (images * c * h * w * 3 + params * 2)
+    available = _available_memory()
+    if available and estimate > MEMORY_SHARE * available:
+        raise ConfigError(f"attack.restarts={restarts}: {restarts} restarts x {victims} victims x {images} images "
+                          f"would need about {estimate / 2**30:.1f} GiB (estimated), more than half of the "
+                          f"{available / 2**30:.1f} GiB this machine has free")
 
 
 def preflight(cfg: DictConfig) -> Plan:
