@@ -6,7 +6,8 @@ import tempfile
 from pathlib import Path
 
 
-def _umask() -> int:
+def umask() -> int:
+    """This process's umask (read without changing it)."""
     mask = os.umask(0)
     os.umask(mask)
     return mask
@@ -26,7 +27,7 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())
+        os.chmod(tmp, 0o666 & ~umask())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -36,3 +37,58 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
 def atomic_write_text(path: Path, text: str) -> None:
     """Write ``text`` (UTF-8) to ``path`` atomically."""
     atomic_write_bytes(path, text.encode("utf-8"))
+
+
+#: The file that marks a run folder as held by a running process (its pid inside).
+LOCK = ".privbench.lock"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def claim(folder: Path) -> Path:
+    """A run folder no running process holds: ``folder``, else ``folder-2``, ``folder-3``, ...
+
+    The claim is a lock file made with ``O_EXCL`` holding this process's pid; one left by a process that is
+    gone is taken over. Two runs that get the same folder (same name, same second) never share it.
+    """
+    folder = Path(folder)
+    for i in range(1, 10_000):
+        candidate = folder if i == 1 else folder.with_name(f"{folder.name}-{i}")
+        candidate.mkdir(parents=True, exist_ok=True)
+        lock = candidate / LOCK
+        try:
+            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666 & ~umask())
+        except FileExistsError:
+            try:
+                holder = int(lock.read_text().strip() or 0)
+            except (OSError, ValueError):
+                holder = 0
+            if holder == os.getpid() or (holder and _alive(holder)):
+                continue
+            lock.unlink(missing_ok=True)  # left by a run that is gone
+            try:
+                fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666 & ~umask())
+            except FileExistsError:
+                continue
+        with os.fdopen(fd, "w") as handle:
+            handle.write(f"{os.getpid()}\n")
+        return candidate
+    raise RuntimeError(f"no free run folder next to {folder}")
+
+
+def release(folder: Path) -> None:
+    """Give up this process's claim on ``folder``."""
+    lock = Path(folder) / LOCK
+    try:
+        if int(lock.read_text().strip() or 0) == os.getpid():
+            lock.unlink()
+    except (OSError, ValueError):
+        pass

@@ -170,3 +170,13 @@ def test_a_resumed_sweep_reports_every_run_and_leaves_no_empty_folder(tmp_path):
     assert [p.name for p in (second / "0").iterdir()] == ["resumed.json"]  # skipped: a pointer, not an empty folder
     assert sorted(collect(second)["seed"]) == [0, 1, 2]  # the report of the resumed sweep shows all three runs
     assert "3 finished runs" in out.stdout
+
+
+def test_payload_files_get_the_umask_s_mode(tmp_path):
+    old = os.umask(0o022)
+    try:
+        root, pid = _store(tmp_path)
+    finally:
+        os.umask(old)
+    modes = {p.name: p.stat().st_mode & 0o777 for p in root.iterdir()}
+    assert modes[f"{pid}.safetensors"] == 0o644 and modes["index.json"] == 0o644 and modes["truth.json"] == 0o644

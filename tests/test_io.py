@@ -24,3 +24,26 @@ def test_a_failed_write_leaves_neither_the_file_nor_a_temporary(tmp_path):
     assert list(tmp_path.iterdir()) == []
     atomic_write_bytes(tmp_path / "x.bin", b"\x00\x01")
     assert (tmp_path / "x.bin").read_bytes() == b"\x00\x01" and [p.name for p in tmp_path.iterdir()] == ["x.bin"]
+
+
+def test_two_runs_never_share_a_run_folder(tmp_path):
+    from privbench.io import LOCK, claim, release
+
+    first = claim(tmp_path / "run")
+    assert first == tmp_path / "run" and (first / LOCK).read_text().strip() == str(os.getpid())
+    second = claim(tmp_path / "run")  # held (by this process): the next free sibling
+    assert second == tmp_path / "run-2"
+    release(first)
+    assert claim(tmp_path / "run") == tmp_path / "run"  # released: free again
+    (tmp_path / "gone").mkdir()
+    (tmp_path / "gone" / LOCK).write_text("999999999\n")  # a pid no process has
+    assert claim(tmp_path / "gone") == tmp_path / "gone"
+
+
+def test_a_reused_training_resolves_to_the_run_that_holds_its_payloads(tmp_path):
+    from privbench.audit.resume import trained
+
+    runs = [(tmp_path / "attacked-again", {"training_key": "k", "trained_in": str(tmp_path / "trained")}),
+            (tmp_path / "trained", {"training_key": "k"})]
+    assert trained(runs, "k") == tmp_path / "trained"
+    assert trained(runs[:1], "k") is None

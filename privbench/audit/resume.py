@@ -56,5 +56,7 @@ def finished(runs: list[tuple[Path, dict[str, Any]]], key: str) -> Path | None:
 
 
 def trained(runs: list[tuple[Path, dict[str, Any]]], key: str) -> Path | None:
-    """The folder of the run in ``runs`` that trained itself with ``training_key`` ``key``."""
-    return next((folder for folder, run in runs if run.get("training_key") == key), None)
+    """The folder of the run in ``runs`` that trained itself with ``training_key`` ``key`` (a run that reused
+    another's training holds no payloads: never this one)."""
+    return next((folder for folder, run in runs if run.get("training_key") == key and not run.get("trained_in")),
+                None)

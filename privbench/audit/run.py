@@ -22,7 +22,7 @@ from privbench.fl.engine import Engine, Launcher
 from privbench.fl.protocols import ProtocolResult
 from privbench.fl.protocols.clustered import ClusteredProtocol
 from privbench.fl.wire import Totals, Wire
-from privbench.io import atomic_write_text
+from privbench.io import atomic_write_text, claim, release
 from privbench.metrics.lpips_metric import lpips_network
 from privbench.metrics.clustering import rand_index
 from privbench.payloads import PayloadStore
@@ -172,7 +172,8 @@ def _run(cfg: DictConfig, out: Path, stack: ExitStack, launcher: Launcher | None
         print(f"skipped: the same config finished in {done} (resume=false reruns it)")
         return json.loads((done / "metrics.json").read_text())
     data, model, policy = prepare(p)
-    out.mkdir(parents=True, exist_ok=True)
+    out = claim(out)  # a folder no other running audit holds
+    stack.callback(release, out)
     stack.enter_context(run_log(out))
     atomic_write_text(out / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
     recorded = _recorded(p, tkey, runs)

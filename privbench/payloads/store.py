@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import json
 import re
 from collections.abc import Iterator, Sequence
@@ -11,7 +12,7 @@ from typing import Any
 from safetensors.torch import load, save_file
 
 from privbench.errors import StoreError
-from privbench.io import atomic_write_text
+from privbench.io import atomic_write_text, umask
 from privbench.payloads.payload import Payload, tensor_bytes
 
 INDEX = "index.json"
@@ -98,6 +99,7 @@ class PayloadStore:
         if keep and payload.tensors is not None:
             tmp = self.root / f".{payload.id}.tmp"
             save_file(payload.tensors, str(tmp), metadata={"kind": payload.kind})
+            os.chmod(tmp, 0o666 & ~umask())  # safetensors writes 0600; results get the umask's mode
             record["sha256"] = _sha256(tmp.read_bytes())
             tmp.replace(self.root / f"{payload.id}.safetensors")
             self._cache[payload.id] = payload
