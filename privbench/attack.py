@@ -140,6 +140,10 @@ def _truth(path: Path) -> tuple[torch.Tensor, torch.Tensor | None]:
     return images, tensors.get("labels")
 
 
+def _stats(values: tuple[float, ...]) -> str:
+    return "/".join(f"{v:.3f}" for v in values)
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m privbench.attack", description=__doc__.splitlines()[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -159,6 +163,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--non-members", type=Path, help="images the client never had, for the chance level "
                    "(default: the test split of data=)")
     p.add_argument("--out", type=Path, default=Path("results/attack"), help="output folder (default results/attack)")
+    p.add_argument("--inputs", choices=("normalised", "raw"), default="normalised",
+                   help="how the model's inputs were scaled when the message was computed: normalised (default: "
+                   "with data='s per-channel mean and std) or raw (pixels in [0, 1])")
     p.add_argument("--trusted-store", action="store_true", help="open a payload store that lacks its sha256 records "
                    "(only one whose origin you know)")
     return p
@@ -214,17 +221,29 @@ def attack_file(args: argparse.Namespace) -> dict[str, Any]:
                           f"{list(data.train.shape)}")
     if message.base is None:  # a gradient computed at weights the attacker does not have
         print("privbench.attack: no --base: the gradient is matched at the model's initial weights", file=sys.stderr)
+    mean, std = data.train.mean, data.train.std
+    inputs = (f"normalised with data={cfg.data.get('source', '')}'s mean {_stats(mean)} and std {_stats(std)}"
+              if args.inputs == "normalised" else "raw pixels in [0, 1] (--inputs raw)")
+    if args.inputs == "raw":
+        # the attack searches in the normalised space either way (a well-scaled start); a raw-pixel model sees
+        # its candidates de-normalised, so the message is matched on the inputs the client really used
+        shift = torch.tensor(mean).view(1, -1, 1, 1)
+        scale = torch.tensor(std).view(1, -1, 1, 1)
+        model.register_forward_pre_hook(
+            lambda _module, given: (given[0] * scale.to(given[0].device) + shift.to(given[0].device), *given[1:]))
     args.out.mkdir(parents=True, exist_ok=True)
     with run_log(args.out):
         target = AttackTarget.from_payload(message.payload, base=message.base, model=model,
                                            num_images=args.batch_size, image_shape=data.train.shape,
-                                           num_classes=data.train.num_classes, mean=data.train.mean,
-                                           std=data.train.std)
+                                           num_classes=data.train.num_classes, mean=mean, std=std)
+        target.knowledge["input_normalisation"] = {"inputs": args.inputs,
+                                                   **({"mean": list(mean), "std": list(std)}
+                                                      if args.inputs == "normalised" else {})}
         result = attack.attack(target, seed=int(cfg.seed))
         privacy: dict[str, Any] = {"failed": result.failed, "objective": result.objective,
                                    "label_source": result.label_source, "attempts": result.attempts}
         if truth is not None and result.images is not None and result.labels is not None:
-            recon = denormalise(result.images, data.train.mean, data.train.std)
+            recon = denormalise(result.images, mean, std)
             images, labels = truth
             labels = labels if labels is not None else torch.full((len(images),), -1)
             pool = non_members if non_members is not None else data.test.images.float() / 255.0
@@ -234,11 +253,11 @@ def attack_file(args: argparse.Namespace) -> dict[str, Any]:
         atomic_write_text(args.out / "config.yaml", OmegaConf.to_yaml(cfg))
         run = {"name": "attack-file", "source": str(args.file), "payload": message.payload.kind,
                "attack": attack.name, "model": str(cfg.model._target_), "data": str(cfg.data.get("source", "")),
-               "seed": int(cfg.seed), "num_images": args.batch_size, "versions": versions()}
+               "seed": int(cfg.seed), "num_images": args.batch_size, "inputs": inputs, "versions": versions()}
         metrics = {"run": run, "privacy": privacy, "threat_model": dict(target.knowledge),
                    "timing": {"attack_s": time.perf_counter() - start}}
         write_metrics(args.out, metrics)
-    print(summary({**metrics, "utility": {}, "bytes": {}}))
+    print(summary(metrics))
     print(f"results: {args.out}")
     return metrics
 

@@ -228,3 +228,15 @@ def test_summary_gives_95_percent_t_intervals_and_the_leak_verdict():
     assert table.loc["update", "leaks"] == "-" and math.isnan(table.loc["update", "psnr_mean_lo"])  # one seed
     md = to_markdown(summarise(runs))
     assert f"42 [{42 - half:.3g}, {42 + half:.3g}]" in md and "psnr_mean_lo" not in md
+
+
+def test_plots_show_run_controlled_text_as_text_never_mathtext():
+    from privbench.report.plots import curve
+
+    runs = pd.DataFrame({"payload": "p", "attack": ["$\\frac{1$", "$\\frac{1$", "b$c", "b$c"], "defense": "none",
+                         "fl": "f", "model": "m", "data": "d", "seed": [0, 0, 0, 0], "victim.num_images": [1, 4, 1, 4],
+                         "psnr_mean": [10.0, 12.0, 11.0, 13.0], "psnr_chance": 8.0, "psnr_gain": [2.0, 4.0, 3.0, 5.0],
+                         "run_dir": ["a", "b", "c", "d"], "training_key": ["k1", "k2", "k3", "k4"]})
+    png = curve(runs, ["attack", "victim.num_images"], "victim.num_images",
+                [("psnr_mean", "PSNR (dB)")], title="$unbalanced")  # a mathtext parse would raise here
+    assert png is not None and png[:4] == b"\x89PNG"

@@ -126,8 +126,12 @@ def summary(metrics: dict[str, Any]) -> str:
     run, privacy, utility = metrics.get("run", {}), metrics.get("privacy", {}), metrics.get("utility", {})
     nbytes, defense = metrics.get("bytes", {}), metrics.get("defense", {})
     what = f"{run.get('payload')} by {run.get('attack')}" if run.get("payload") else "no attack"
-    lines = [("run", f"{run.get('fl')}, {what}, defense {run.get('defense')}, seed {run.get('seed')}, "
-                     f"victim client{run.get('victim_client')} round {run.get('victim_round')}")]
+    if "source" in run:  # a recorded file (python -m privbench.attack): no run, victim, utility or bytes
+        lines = [("file", f"{run['source']}: {what}, seed {run.get('seed')}, {run.get('num_images')} image(s)"),
+                 ("inputs", str(run.get("inputs", "")))]
+    else:
+        lines = [("run", f"{run.get('fl')}, {what}, defense {run.get('defense')}, seed {run.get('seed')}, "
+                         f"victim client{run.get('victim_client')} round {run.get('victim_round')}")]
     if PSNR_MEAN.key in privacy:
         lines.append(("leakage", f"PSNR {formatted(privacy[PSNR_MEAN.key], '{:.2f}')} dB, chance "
                                  f"{formatted(privacy.get(PSNR_CHANCE.key), '{:.2f}')}, gain "
@@ -152,6 +156,8 @@ def summary(metrics: dict[str, Any]) -> str:
                                  f"(min {formatted(spread.get('psnr_min'), '{:.2f}')}, max "
                                  f"{formatted(spread.get('psnr_max'), '{:.2f}')}), {spread['above_chance']} above "
                                  f"chance, {spread['victims_per_second']:.3g} victims/s"))
+    if "source" in run:
+        return _wrapped(lines)
     useful = f"known-client accuracy {formatted(utility.get(ACCURACY.key), '{:.3f}')}"
     if utility.get(PERSONAL_ACCURACY.key) is not None:
         useful += f" (own model {formatted(utility[PERSONAL_ACCURACY.key], '{:.3f}')})"
@@ -166,6 +172,10 @@ def summary(metrics: dict[str, Any]) -> str:
         covers = "yes" if defense.get("epsilon_covers_all_reads") else "no"
         lines.append(("privacy", f"epsilon {formatted(defense[EPSILON.key], '{:.2f}')} (victim), max "
                                  f"{formatted(defense.get(EPSILON_MAX.key), '{:.2f}')}, covers every read: {covers}"))
+    return _wrapped(lines)
+
+
+def _wrapped(lines: list[tuple[str, str]]) -> str:
     out = []
     for key, text in lines:  # wrap at 80 columns under a 9-column label
         for i, part in enumerate(textwrap.wrap(text, width=WIDTH - 9, break_on_hyphens=False) or [""]):

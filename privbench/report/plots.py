@@ -31,6 +31,9 @@ def _plt() -> Any:
     import matplotlib
 
     matplotlib.use("Agg")
+    # run-controlled strings (config values in legends and titles) are text, never mathtext ($...$) or TeX
+    matplotlib.rcParams["text.parse_math"] = False
+    matplotlib.rcParams["text.usetex"] = False
     import matplotlib.pyplot as plt
 
     return plt
