@@ -49,15 +49,34 @@ def set_threads(jobs: int) -> int:
     return threads
 
 
+#: The sweep's own process id, handed to its joblib workers through the environment.
+SWEEP_PID = "PRIVBENCH_SWEEP_PID"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def watch_parent() -> None:
-    """Exit this worker process when the process that started it dies (a killed joblib sweep)."""
-    parent = os.getppid()
+    """Exit this worker process when the sweep that started it dies (a killed joblib sweep).
+
+    The sweep's pid comes from the environment it started the worker with, so a sweep killed before this
+    worker reached its job (the worker already re-parented) is noticed too.
+    """
+    recorded = os.environ.get(SWEEP_PID, "")
+    parent = int(recorded) if recorded.isdigit() else os.getppid()
 
     def watch() -> None:
         while True:
-            time.sleep(1.0)
-            if os.getppid() != parent:
+            if not _alive(parent):
                 os._exit(1)
+            time.sleep(0.5)
 
     threading.Thread(target=watch, name="privbench-parent-watch", daemon=True).start()
 
@@ -108,6 +127,7 @@ def main() -> None:
     from privbench.overrides import check_overrides
 
     register()
+    os.environ[SWEEP_PID] = str(os.getpid())  # joblib workers inherit it (``watch_parent``)
 
     refused = next((a for a in sys.argv[1:] if a.split("=", 1)[0] in REFUSED_OPTIONS), None)
     if refused is not None:
