@@ -131,10 +131,6 @@ class GradientInversion(Attack):
                 break
         return self.result(target, attempts, evaluations)
 
-    def attack_many(self, targets: list[Any], *, seed: int) -> list[Finding]:
-        """``attack`` on each target (several victims); Inverting Gradients batches them, with the same results."""
-        return [self.attack(target, seed=seed) for target in targets]
-
     def check_size(self, target: AttackTarget) -> None:
         """Refuse a target with more images than ``max_images``."""
         if target.num_images > self.max_images:

@@ -53,28 +53,20 @@ def set_threads(jobs: int) -> int:
 SWEEP_PID = "PRIVBENCH_SWEEP_PID"
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def watch_parent() -> None:
     """Exit this worker process when the sweep that started it dies (a killed joblib sweep).
 
     The sweep's pid comes from the environment it started the worker with, so a sweep killed before this
     worker reached its job (the worker already re-parented) is noticed too.
     """
+    from privbench.io import alive
+
     recorded = os.environ.get(SWEEP_PID, "")
     parent = int(recorded) if recorded.isdigit() else os.getppid()
 
     def watch() -> None:
         while True:
-            if not _alive(parent):
+            if not alive(parent):
                 os._exit(1)
             time.sleep(0.5)
 

@@ -43,7 +43,8 @@ def atomic_write_text(path: Path, text: str) -> None:
 LOCK = ".privbench.lock"
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """Whether a process with ``pid`` exists."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -71,7 +72,7 @@ def claim(folder: Path) -> Path:
                 holder = int(lock.read_text().strip() or 0)
             except (OSError, ValueError):
                 holder = 0
-            if holder == os.getpid() or (holder and _alive(holder)):
+            if holder == os.getpid() or (holder and alive(holder)):
                 continue
             lock.unlink(missing_ok=True)  # left by a run that is gone
             try:

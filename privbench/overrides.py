@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from functools import lru_cache
 from typing import Any
@@ -218,7 +218,7 @@ def config_targets(node: Any, prefix: str = "") -> list[tuple[str, str]]:
     return out
 
 
-def _allowed(target: str, allowed: set[str], prefixes: list[str]) -> bool:
+def _allowed(target: str, allowed: Collection[str], prefixes: list[str]) -> bool:
     return target in allowed or any(target == p or target.startswith(p.rstrip(".") + ".") for p in prefixes)
 
 
@@ -239,11 +239,15 @@ def check_targets(overrides: list[str], cfg: DictConfig) -> None:
     ``allow_targets``; a target that only the command line put there is refused
     (``payload._target_=builtins.open``, ``victim.clients={_target_:builtins.open}`` would run arbitrary callables).
     """
-    plain = OmegaConf.to_container(cfg, resolve=False)
+    extra = [str(p) for p in (OmegaConf.select(cfg, ALLOW_KEY, default=None) or [])]
+    unknown = [(key, value) for key, value in config_targets(OmegaConf.to_container(cfg, resolve=False))
+               if not _allowed(value, tree_targets(), extra)]
+    if not unknown:
+        return
+    # a target privbench's configs do not name may still come from a config on hydra.searchpath
     files = OmegaConf.to_container(compose_with_hydra(_file_overrides(overrides)), resolve=False)
     allowed = tree_targets() | {t for _, t in config_targets(files)}
-    extra = [str(p) for p in (OmegaConf.select(cfg, ALLOW_KEY, default=None) or [])]
-    for key, value in config_targets(plain):
+    for key, value in unknown:
         if not _allowed(value, allowed, extra):
             raise ConfigError(f"{key}={shown(value)}: a _target_ given on the command line must be one the configs "
                               f"use (e.g. {sorted(tree_targets())[0]}) or start with an entry of {ALLOW_KEY}; add a "
@@ -256,8 +260,9 @@ def _file_overrides(overrides: list[str]) -> list[str]:
             or o.split("=", 1)[0].lstrip("+~").startswith("hydra/")]
 
 
-def tree_targets() -> set[str]:
-    """Every ``_target_`` named in privbench's config files."""
+@lru_cache(maxsize=1)
+def tree_targets() -> frozenset[str]:
+    """Every ``_target_`` named in privbench's config files (read once per process)."""
     import re
 
     root = resources.files("privbench.conf")
@@ -269,7 +274,7 @@ def tree_targets() -> set[str]:
                 stack.append(entry)
             elif entry.name.endswith(".yaml"):
                 out |= set(re.findall(r"_target_:\s*([\w.]+)", entry.read_text()))
-    return out
+    return frozenset(out)
 
 
 @contextmanager

@@ -151,9 +151,3 @@ class Outbox(Wire):
     def record(self, payload: Payload, *, truth: Sequence[int] = ()) -> Payload:
         self.sent.append(payload)  # the truth stays behind: it is the evaluator's, not part of the message
         return payload
-
-    def take(self, receiver: str) -> list[Payload]:
-        """Remove and return what was sent to ``receiver``."""
-        out = [p for p in self.sent if p.receiver == receiver]
-        self.sent = [p for p in self.sent if p.receiver != receiver]
-        return out

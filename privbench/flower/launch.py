@@ -1,7 +1,6 @@
 """Running a run's clients on a Flower grid: a deployment's (``FlowerGrid``), or a simulation's (``simulation.py``)."""
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Callable
 from typing import Any
 
@@ -15,9 +14,8 @@ from privbench.flower.engine import FlowerEngine
 
 
 def flower_problem(protocol: Any) -> str | None:
-    """Why ``protocol`` cannot run with its clients as Flower ClientApps (None: it can)."""
-    if importlib.util.find_spec("flwr") is None:
-        return "Flower is not installed: pip install 'privbench[flower]'"
+    """Why ``protocol`` cannot run with its clients as Flower ClientApps (None: it can): its clients must run in
+    processes of their own (this module imports Flower, so reaching it means Flower is installed)."""
     problem: str | None = protocol.remote_problem()
     return problem
 
