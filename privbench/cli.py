@@ -40,7 +40,8 @@ def set_threads(jobs: int) -> int:
     """Give torch ``cores // jobs`` threads (at least 1), unless ``OMP_NUM_THREADS`` says otherwise.
 
     Torch's thread pool spins when processes x threads exceed the cores (a 56 s audit took
-    41 minutes beside three others), so parallel jobs share the cores out.
+    41 minutes beside three others), so parallel jobs share the cores out while the config loads;
+    the audit then chooses its own count (``threads=auto``, ``privbench.device.choose_threads``).
     """
     import torch
 
@@ -101,7 +102,7 @@ def app(cfg: DictConfig) -> float | None:
         watch_parent()
     out = Path(hydra_cfg.runtime.output_dir)
     try:
-        metrics = run_audit(cfg, out)
+        metrics = run_audit(cfg, out, jobs=jobs)
     except PrivbenchError as exc:
         print(f"privbench: error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None

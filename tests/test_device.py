@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import privbench
-from privbench.device import resolve
+from privbench.device import SMALL_STEP_MACS, choose_threads, forward_macs, resolve
 from privbench.errors import ConfigError
 
 TINY = ["fl=fedavg", "payload=gradient", "fl.rounds=1", "fl.participants=2", "data.num_clients=4",
@@ -59,3 +59,43 @@ def test_the_same_audit_on_cuda_sends_the_same_bytes_and_leaks_alike(tmp_path):
     assert gpu.metrics["privacy"]["psnr_mean"] > gpu.metrics["privacy"]["psnr_chance"]
     again = privbench.run([*TINY, "device=cuda", "resume=false"], results_dir=tmp_path / "cuda2")
     assert again.metrics["privacy"]["psnr_mean"] == pytest.approx(gpu.metrics["privacy"]["psnr_mean"], abs=1e-3)
+
+
+def test_forward_macs_counts_convolutions_and_linear_layers_by_hand():
+    model = torch.nn.Sequential(torch.nn.Conv2d(1, 2, 3), torch.nn.Flatten(), torch.nn.Linear(18, 4))
+    model.train()
+    # conv: 2 x 3 x 3 outputs, each 1 x 3 x 3 multiply-adds = 162; linear: 4 outputs x 18 inputs = 72
+    assert forward_macs(model, torch.zeros(1, 1, 5, 5)) == 162 + 72
+    assert model.training  # left in the mode it was in
+    grouped = torch.nn.Conv2d(4, 4, 1, groups=4)  # each output reads 1 of the 4 channels
+    assert forward_macs(grouped, torch.zeros(1, 4, 2, 2)) == 4 * 2 * 2 * 1
+
+
+def test_thread_choice_follows_the_run_and_the_overrides():
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    small, large = SMALL_STEP_MACS - 1, SMALL_STEP_MACS
+    assert choose_threads("auto", step_macs=small, device=cpu, cores=8, environ={}).count == 1
+    assert choose_threads("auto", step_macs=large, device=cpu, cores=8, environ={}).count == 8
+    assert choose_threads("auto", step_macs=large, device=cpu, cores=8, jobs=3, environ={}).count == 2
+    assert choose_threads("auto", step_macs=large, device=cpu, cores=2, jobs=4, environ={}).count == 1
+    assert choose_threads("auto", step_macs=small, device=cuda, cores=8, environ={}).count == 8
+    assert choose_threads("auto", step_macs=small, device=cpu, cores=8, environ={"OMP_NUM_THREADS": "3"}).count == 3
+    explicit = choose_threads(2, step_macs=small, device=cpu, cores=8, environ={"OMP_NUM_THREADS": "3"})
+    assert explicit.count == 2 and "threads=2" in str(explicit)
+    assert "gain nothing from a second thread" in str(choose_threads("auto", step_macs=small, device=cpu,
+                                                                     cores=8, environ={}))
+    for bad in (0, -1, "two", True, 2.5):
+        with pytest.raises(ConfigError, match="threads=.*allowed auto or an integer"):
+            choose_threads(bad, step_macs=small, device=cpu)
+
+
+def test_the_run_log_says_how_many_threads_and_why(tmp_path, monkeypatch):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    before = torch.get_num_threads()
+    result = privbench.run([*TINY[:-3], "attack=none"], results_dir=tmp_path)
+    log = (result.run_dir / "run.log").read_text()
+    # LeNet on 28 x 28 images: 3 convs of 12 channels and a linear head, batch 32, far under SMALL_STEP_MACS
+    assert "threads: 1 (auto, of" in log and "gain nothing from a second thread" in log
+    result = privbench.run([*TINY[:-3], "attack=none", "threads=2"], results_dir=tmp_path)
+    assert "threads: 2 (threads=2)" in (result.run_dir / "run.log").read_text()
+    assert torch.get_num_threads() == before  # the caller's count is back

@@ -100,6 +100,7 @@ def test_threads_are_shared_out_among_parallel_jobs(monkeypatch):
         torch.set_num_threads(before)
 
 
+
 LPIPS_CHILD = """
 import torch
 from privbench.metrics.lpips_metric import lpips_distance

@@ -291,27 +291,43 @@ def _wait_for(port: int, seconds: float) -> None:
 
 
 @pytest.mark.slow
-def test_a_loopback_deployment_is_captured_and_attacked(tmp_path):
-    """The README's deployment: a SuperLink and two SuperNodes as processes, `flwr run`, capture at the server."""
+def test_a_tls_deployment_with_authenticated_nodes_is_captured_and_attacked(tmp_path):
+    """The documented deployment: a SuperLink over TLS that admits only registered SuperNodes, three registered
+    SuperNodes as processes, `flwr run`; an unregistered node is refused; capture at the server."""
+    from privbench.flower.certificates import make_federation
+
     home, run = tmp_path / "flwr", tmp_path / "deployed"
     home.mkdir()
+    certs = make_federation(tmp_path / "certs", nodes=4)  # nodes 0-2 registered, node 3 never
     env = {**os.environ, "FLWR_HOME": str(home), "FLWR_TELEMETRY_ENABLED": "0",
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
-    link, *nodes = _free_ports(4)  # the SuperLink; two known clients and one agnostic client
+    link, *nodes = _free_ports(5)  # the SuperLink; two known clients, one agnostic client, the stranger
     (home / "config.toml").write_text(f'[superlink]\ndefault = "loopback"\n\n[superlink.loopback]\n'
-                                      f'address = "127.0.0.1:{link}"\ninsecure = true\n')
+                                      f'address = "127.0.0.1:{link}"\nroot-certificates = "{certs.ca}"\n')
     log = (tmp_path / "processes.log").open("w")
     procs = []
+
+    def supernode(i: int, port: int) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(["flower-supernode", "--root-certificates", str(certs.ca), "--superlink",
+                                 f"127.0.0.1:{link}", "--auth-supernode-private-key", str(certs.node_keys[i]),
+                                 "--port", str(port), "--node-config", f"partition-id={i % 3} num-partitions=3"],
+                                env=env, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
     try:
-        procs.append(subprocess.Popen(["flower-superlink", "--insecure", "--port", str(link),
+        procs.append(subprocess.Popen(["flower-superlink", "--ssl-ca-certfile", str(certs.ca), "--ssl-certfile",
+                                       str(certs.server_certificate), "--ssl-keyfile", str(certs.server_key),
+                                       "--enable-supernode-auth", "--port", str(link),
                                        "--disable-runtime-dependency-installation"],
                                       env=env, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
         _wait_for(link, 60)
-        for i, port in enumerate(nodes):
-            procs.append(subprocess.Popen(["flower-supernode", "--insecure", "--superlink", f"127.0.0.1:{link}",
-                                           "--port", str(port), "--node-config", f"partition-id={i} num-partitions=3"],
-                                          env=env, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT,
-                                          start_new_session=True))
+        for key in certs.node_public_keys[:3]:
+            registered = subprocess.run(["flwr", "supernode", "register", str(key), "loopback"], env=env,
+                                        cwd=tmp_path, capture_output=True, text=True, timeout=60)
+            assert "registered successfully" in registered.stdout, registered.stdout + registered.stderr
+        stranger = supernode(3, nodes[3])
+        procs.append(stranger)
+        assert stranger.wait(timeout=120) != 0  # a node whose key was not registered cannot join
+        procs.extend(supernode(i, port) for i, port in enumerate(nodes[:3]))
         done = subprocess.run(["flwr", "run", str(DEPLOY), "loopback", "--stream", "--run-config",
                                f"overrides='{LOOPBACK}' run-dir='{run}'"],
                               env=env, cwd=tmp_path, capture_output=True, text=True, timeout=420)
@@ -323,6 +339,7 @@ def test_a_loopback_deployment_is_captured_and_attacked(tmp_path):
         for p in procs:
             p.wait(timeout=30)
         log.close()
+    assert "Failed to activate SuperNode" in (tmp_path / "processes.log").read_text()
     inproc = api.run([*LOOPBACK.split(), f"results_dir={tmp_path}"],
                      run_dir=tmp_path / "inprocess")
     _same_run(inproc.run_dir, run, atol=1e-4)
@@ -412,3 +429,37 @@ def test_two_nodes_claiming_one_partition_are_refused_by_name(tmp_path, task_ide
     cfg = api.compose([*SMALL, *CLUSTERED, "engine=flower", "attack=none", f"results_dir={tmp_path}"])
     with pytest.raises(FlowerClientError, match="nodes 102 and 107 both claim partition 2"):
         run_audit(cfg, tmp_path / "run", launcher=FlowerGrid(grid))
+
+
+def test_federation_certificates_chain_to_their_ca_and_node_keys_pair_up(tmp_path, capsys):
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    from privbench.flower.certificates import main, make_federation
+
+    made = make_federation(tmp_path / "certs", nodes=2, hosts=("127.0.0.1", "link.example"))
+    ca = x509.load_pem_x509_certificate(made.ca.read_bytes())
+    server = x509.load_pem_x509_certificate(made.server_certificate.read_bytes())
+    ca.public_key().verify(server.signature, server.tbs_certificate_bytes, ec.ECDSA(hashes.SHA384()))  # signed by it
+    names = server.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert names.get_values_for_type(x509.IPAddress) == [ipaddress.ip_address("127.0.0.1")]
+    assert names.get_values_for_type(x509.DNSName) == ["link.example"]
+    assert ca.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
+    assert not (tmp_path / "certs" / "ca.key").exists()  # the CA signs nothing after the command
+    server_key = serialization.load_pem_private_key(made.server_key.read_bytes(), None)
+    assert server_key.public_key().public_numbers() == server.public_key().public_numbers()
+    for private, public in zip(made.node_keys, made.node_public_keys):
+        key = serialization.load_ssh_private_key(private.read_bytes(), None)
+        assert isinstance(key, ec.EllipticCurvePrivateKey) and key.curve.name == "secp384r1"
+        assert serialization.load_ssh_public_key(public.read_bytes()).public_numbers() == \
+            key.public_key().public_numbers()
+        assert private.stat().st_mode & 0o777 == 0o600
+    assert made.server_key.stat().st_mode & 0o777 == 0o600
+    first, second = (serialization.load_ssh_private_key(k.read_bytes(), None) for k in made.node_keys)
+    assert first.private_numbers() != second.private_numbers()  # one key pair per node
+    with pytest.raises(SystemExit) as exit_:
+        main([str(tmp_path / "certs"), "--nodes", "2"])
+    assert exit_.value.code == 2 and "already exists" in capsys.readouterr().err

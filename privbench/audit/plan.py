@@ -11,9 +11,9 @@ from torch import nn
 from privbench.attacks import Attack, NoAttack
 from privbench.build import build
 from privbench.data import FederatedData
-from privbench.device import make_deterministic
+from privbench.device import check_threads, make_deterministic
 from privbench.device import resolve as resolve_device
-from privbench.errors import AttackNotApplicableError, ConfigError
+from privbench.errors import AttackNotApplicableError, ConfigError, did_you_mean
 from privbench.fl.engine import InProcess, Launcher
 from privbench.fl.protocols import FederatedProtocol
 from privbench.fl.trainer import SGDTrainer, Trainer
@@ -28,7 +28,7 @@ from privbench.victim import Victim
 
 GROUPS = ("data", "model", "fl", "payload", "attack", "defense", "engine")
 TOP_KEYS = set(GROUPS) | {"name", "seed", "device", "victim", "capture", "metrics", "results_dir", "resume",
-                          "allow_targets"}
+                          "allow_targets", "threads"}
 METRIC_KEYS = {"lpips", "match_on"}
 
 
@@ -81,10 +81,12 @@ def plan(cfg: DictConfig) -> Plan:
     check_values(cfg)
     unknown = sorted(set(cfg) - TOP_KEYS)
     if unknown:
-        raise ConfigError(f"{unknown[0]}: unknown key; allowed top-level keys: {', '.join(sorted(TOP_KEYS))}")
+        raise ConfigError(f"{unknown[0]}: unknown key{did_you_mean(unknown[0], TOP_KEYS)}; allowed top-level keys: "
+                          f"{', '.join(sorted(TOP_KEYS))}")
     bad = sorted(set(cfg.metrics) - METRIC_KEYS)
     if bad:
-        raise ConfigError(f"metrics.{bad[0]}: unknown key; allowed keys: {', '.join(sorted(METRIC_KEYS))}")
+        raise ConfigError(f"metrics.{bad[0]}: unknown key{did_you_mean(bad[0], METRIC_KEYS, prefix='metrics.')}; "
+                          f"allowed keys: {', '.join(sorted(METRIC_KEYS))}")
     if cfg.metrics.match_on not in MATCH_ON:
         raise ConfigError(f"metrics.match_on={cfg.metrics.match_on!r}: allowed values: {', '.join(MATCH_ON)}")
     victim = build("victim", OmegaConf.merge({"_target_": "privbench.victim.Victim"}, cfg.victim))
@@ -108,6 +110,7 @@ def plan(cfg: DictConfig) -> Plan:
         raise _not_a("payload", choice, PayloadChoice)
     assert isinstance(victim, Victim)
     device = resolve_device(str(cfg.get("device", "auto")))
+    check_threads(cfg.get("threads", "auto"))
     p = Plan(cfg, protocol, attack, defense, choice, victim, int(cfg.seed), device, launcher)
     if p.attacking and victim.clients is not None and choice.spec.aggregate:
         raise ConfigError(f"victim.clients: payload={choice.kind} is one aggregate per cluster, not a message of "

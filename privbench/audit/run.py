@@ -7,6 +7,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
+import torch
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
@@ -17,6 +18,7 @@ from privbench.audit.plan import Plan, plan, prepare
 from privbench.audit.reference import fedavg_reference
 from privbench.audit.resume import config_key, finished, finished_runs, trained, training_key
 from privbench.data import FederatedData
+from privbench.device import choose_threads, forward_macs
 from privbench.errors import PrivbenchError
 from privbench.fl.engine import Engine, Launcher
 from privbench.fl.protocols import ProtocolResult
@@ -145,23 +147,34 @@ def agnostic_count(p: Plan, data: FederatedData) -> int:
     return len(data.agnostic_clients) if isinstance(p.protocol, ClusteredProtocol) else 0
 
 
-def run_audit(cfg: DictConfig, out: Path, *, launcher: Launcher | None = None) -> dict[str, Any]:
+def run_audit(cfg: DictConfig, out: Path, *, launcher: Launcher | None = None, jobs: int = 1) -> dict[str, Any]:
     """Run the audit that ``cfg`` describes and write its files (``run.log`` included) under ``out``.
 
     With ``resume`` (default), a config that already finished is skipped, and a run whose
     training already finished under ``results_dir`` (same config but for payload, attack and
     metrics) attacks that run's recorded payloads instead of training again (``run.trained_in``).
     ``launcher`` brings up where the clients run instead of the config's ``engine`` (a Flower
-    deployment's ServerApp passes its grid's).
+    deployment's ServerApp passes its grid's). ``jobs`` audits run at once beside this one (a parallel
+    sweep) share the cores for ``threads=auto``.
     """
     with ExitStack() as stack:
         try:
-            return _run(cfg, out, stack, launcher)
+            return _run(cfg, out, stack, launcher, jobs)
         finally:
             OVERALL.close()
 
 
-def _run(cfg: DictConfig, out: Path, stack: ExitStack, launcher: Launcher | None) -> dict[str, Any]:
+def _set_threads(p: Plan, model: nn.Module, data: FederatedData, jobs: int) -> None:
+    """Give torch the threads ``threads=`` chooses for this run, and say so in the run log."""
+    c, h, w = data.train.shape
+    sample = torch.zeros(1, c, h, w, device=p.device)
+    macs = forward_macs(model, sample) * p.protocol.sgd.batch_size
+    threads = choose_threads(p.cfg.get("threads", "auto"), step_macs=macs, device=p.device, jobs=jobs)
+    torch.set_num_threads(threads.count)
+    log.info("threads: %s", threads)
+
+
+def _run(cfg: DictConfig, out: Path, stack: ExitStack, launcher: Launcher | None, jobs: int) -> dict[str, Any]:
     start = time.perf_counter()
     p = plan(cfg)
     key, tkey = config_key(cfg), training_key(cfg)
@@ -175,6 +188,8 @@ def _run(cfg: DictConfig, out: Path, stack: ExitStack, launcher: Launcher | None
     out = claim(out)  # a folder no other running audit holds
     stack.callback(release, out)
     stack.enter_context(run_log(out))
+    stack.callback(torch.set_num_threads, torch.get_num_threads())  # the caller's count back after the run
+    _set_threads(p, model, data, jobs)
     atomic_write_text(out / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
     recorded = _recorded(p, tkey, runs)
     if recorded is not None:
