@@ -68,7 +68,7 @@ def _tensors(path: Path, *, integer: tuple[str, ...] = ()) -> dict[str, torch.Te
         else:
             loaded = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # unreadable, or not tensors only
-        text = str(exc).splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+        text = str(exc).splitlines()[0][:200] if str(exc).strip() else "unreadable"
         reason = ("it holds objects other than tensors, which privbench does not load" if "weights_only" in str(exc)
                   else text)
         raise ConfigError(f"{path}: not a file of named tensors ({reason})") from None

@@ -7,7 +7,7 @@ from typing import Any
 from hydra.utils import get_object, instantiate
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from privbench.errors import ConfigError, PrivbenchError
+from privbench.errors import ConfigError, PrivbenchError, did_you_mean
 
 #: Keys a group config may carry that are metadata, not constructor arguments.
 META_KEYS = {"_target_", "_partial_", "_recursive_", "_convert_", "describe"}
@@ -64,7 +64,9 @@ def build(group: str, node: DictConfig | ListConfig, **runtime: Any) -> Any:
     allowed = allowed_keys(target)
     for key in map(str, node):
         if key not in META_KEYS and key not in allowed:
-            raise ConfigError(f"{group}.{key}: unknown key; allowed keys: {', '.join(a for a in allowed if a not in runtime)}")
+            shown_keys = [a for a in allowed if a not in runtime]
+            hint = did_you_mean(key, shown_keys, prefix=f"{group}.")
+            raise ConfigError(f"{group}.{key}: unknown key{hint}; allowed keys: {', '.join(shown_keys)}")
     hints = _hints(target)
     for name, value in node.items():
         expected = hints.get(str(name))

@@ -17,6 +17,10 @@ def run_name(fl: str, payload: str, attack: str, defense: str) -> str:
 
 
 def register() -> None:
-    """Make ``privbench_name`` available to configs (idempotent)."""
+    """Make ``privbench_name`` and ``privbench_keys`` (``--help``'s annotated config) available to configs (idempotent)."""
     if not OmegaConf.has_resolver("privbench_name"):
         OmegaConf.register_new_resolver("privbench_name", run_name)
+    if not OmegaConf.has_resolver("privbench_keys"):
+        from privbench.keys import help_config
+
+        OmegaConf.register_new_resolver("privbench_keys", help_config)

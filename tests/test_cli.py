@@ -34,6 +34,38 @@ def test_help_lists_groups_and_options(tmp_path):
                  "privacy_tradeoff, threat_grid, victim_settings, xi_direction",
                  "experiment/threat_grid: gradient, learngene, update"):
         assert line in out.stdout
+    for line in ("  lr: 0.1  # local SGD learning rate.", "    gamma: 0.5  # layers kept: a count (>= 1) or a fraction",
+                 "threads: auto  # torch threads", "  num_images: 1  # images in the victim's batch"):
+        assert line in out.stdout  # each key with its description
+    chosen = cli("attack=ig", "fl=fedavg", "--help", cwd=tmp_path)
+    assert "  tv: " in chosen.stdout and "fl:  # FedAvg" in chosen.stdout
+
+
+def _keys(node: dict, prefix: str = ""):  # type: ignore[type-arg]
+    for key, value in node.items():
+        if key != "_target_":
+            yield f"{prefix}{key}"
+            if isinstance(value, dict):
+                yield from _keys(value, f"{prefix}{key}.")
+
+
+def test_every_key_of_every_option_has_a_description():
+    from omegaconf import OmegaConf
+
+    from privbench.keys import CONF, describe
+    from privbench.naming import register
+    from privbench.overrides import compose_full
+
+    register()
+    missing = []
+    for group in ("data", "model", "fl", "payload", "attack", "defense", "engine"):
+        for option in sorted(p.stem for p in (CONF / group).glob("*.yaml")):
+            cfg = compose_full([f"{group}={option}"])
+            described = describe(cfg)
+            plain = OmegaConf.to_container(cfg, resolve=False)
+            plain.pop("hydra")
+            missing += [f"{group}={option}: {k}" for k in _keys(plain) if k not in described]
+    assert not missing, missing[:20]
 
 
 @pytest.mark.slow  # each case starts a process; tests/test_invalid_corpus.py checks the messages in-process
@@ -125,3 +157,15 @@ def test_run_summary_wraps_long_settings_at_80_columns():
     text = summary(metrics)
     assert all(len(line) <= 80 for line in text.splitlines()) and len(text.splitlines()) >= 7
     assert "gain -4.25 dB" in text and "LPIPS - (chance -)" in text and "covers every read: yes" in text
+
+
+def test_descriptions_come_from_comments_then_docstrings():
+    from privbench.keys import docstring_args, yaml_comments
+
+    text = ("# the file's header, not a key's\n_target_: x.Y\nlr: 0.1  # step size\n# above the key\nname: 'a # b'\n"
+            "gene:\n  gamma: 2 # layers kept\nplain: 3\n")
+    assert yaml_comments(text) == {"lr": "step size", "name": "above the key", "gene.gamma": "layers kept"}
+    args = docstring_args("privbench.fl.protocols.genefl.GeneFL")
+    assert args["lambda2"] == "weight of the Fisher-elastic term."  # GeneFL's own Args
+    assert args["participants"] == "clients sampled per round (without replacement)."  # from FederatedProtocol
+    assert args["downlink"].startswith("full (the paper: the whole cluster model each round) or gene")  # continued lines

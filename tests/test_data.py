@@ -104,3 +104,26 @@ def test_split_classes_and_known_clients_only_hold_known():
 def test_missing_torchvision_dataset_says_how_to_get_it(tmp_path):
     with pytest.raises(DatasetNotFoundError, match="data.download=true"):
         load_torchvision("cifar10", root=str(tmp_path))
+
+
+def test_an_offline_download_says_there_is_no_network_and_where_the_files_go(tmp_path, monkeypatch):
+    import urllib.error
+
+    import torchvision.datasets as tvd
+
+    def offline(**kwargs):
+        raise RuntimeError("Error downloading cifar-10-python.tar.gz") from urllib.error.URLError("[Errno -3]")
+
+    monkeypatch.setattr(tvd, "CIFAR10", offline)
+    with pytest.raises(DatasetNotFoundError) as exc:
+        load_torchvision("cifar10", root=str(tmp_path), download=True)
+    message = str(exc.value)
+    assert "could not reach the network" in message and "cifar-10-batches-py" in message
+    assert "data.download=false" in message and "run with data.download=true" not in message
+    assert "URLError" not in message and "RuntimeError" not in message
+
+
+def test_a_missing_dataset_names_no_internal_exception(tmp_path):
+    with pytest.raises(DatasetNotFoundError) as exc:
+        load_torchvision("cifar10", root=str(tmp_path))
+    assert "RuntimeError" not in str(exc.value) and "data.download=true (needs internet)" in str(exc.value)

@@ -26,6 +26,11 @@ CORPUS: list[tuple[list[str], str]] = [
     (["metrics.psnr=true"], "metrics.psnr"), (["+extra=1"], "extra"), (["data.sauce=x"], "data.sauce"),
     (["model.depth=3"], "model.depth"), (["defense.sigma=1"], "defense.sigma"), (["fl.gene.alpha=1"], "fl.gene.alpha"),
     (["capture.what=all"], "capture.what"), (["~attack"], "attack"), (["fl.agnostic.rate=1"], "fl.agnostic.rate"),
+    # near misses name the option or key meant
+    (["fl=genfl"], "did you mean fl=genefl?"), (["fl.round=3"], "did you mean fl.rounds?"),
+    (["atack=dlg"], "did you mean attack?"), (["fl.gene.gama=2"], "did you mean fl.gene.gamma?"),
+    (["metrics.lpip=false"], "did you mean metrics.lpips?"), (["fl.engine=flower"], "moved: use engine=inprocess"),
+    (["attack=idgl"], "did you mean attack=idlg?"),
     # parse errors
     (["attack="], "attack"), (["fl.lr=[1,"], "cannot parse"), (["=5"], "cannot parse"),
     # non-finite numbers
@@ -99,6 +104,8 @@ CORPUS: list[tuple[list[str], str]] = [
     (["defense=dpsgd", "defense.noise_multiplier=1e-300", "defense.target_epsilon=null"], "defense.noise_multiplier"),
     (["victim.num_images=100"], "attack.max_images=64"), (["attack=ig", "attack.restarts=100000000"], "attack.restarts"),
     (["fl.lambda2=1e300"], "fl.lambda2"), (["defense=noise", "defense.sigma=1e300"], "defense.sigma"),
+    (["threads=0"], "threads=0"), (["threads=many"], "threads='many'"), (["threads=100000"], "threads=100000"),
+    (["device=tpu"], "device='tpu'"),
     # where results go, and long values
     (["results_dir=/proc/x"], "results_dir"), (["results_dir="], "results_dir"), (["results_dir=/dev/null"], "results_dir"),
     ([f"name={LONG}"], "name"), ([f"fl.lr={LONG}"], "fl.lr"), (["fl.lr=${nope}"], "fl.lr"),
@@ -132,3 +139,12 @@ def test_the_cli_exits_2_with_one_line_for_a_sample(tmp_path):
         assert out.returncode == 2 and len(lines) == 1, (overrides, out.stderr[-1500:])
         assert lines[0].startswith("privbench: error: ") and names in lines[0], (overrides, lines)
         assert not list(tmp_path.rglob("*.safetensors")), overrides  # nothing trained
+
+
+def test_a_suggestion_only_when_an_option_is_close():
+    with pytest.raises(PrivbenchError) as far:
+        preflight(["attack=zzzzzz"])
+    assert "did you mean" not in str(far.value) and "allowed: dlg, idlg, ig" in str(far.value)
+    with pytest.raises(PrivbenchError) as near:
+        preflight(["model=lenett"])
+    assert "(did you mean model=lenet?)" in str(near.value)

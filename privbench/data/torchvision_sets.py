@@ -53,6 +53,35 @@ def _to_nchw(data: object) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(array, dtype=np.uint8))
 
 
+def _offline(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what caused it) is a failed network connection."""
+    import socket
+    import urllib.error
+
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, (urllib.error.URLError, socket.gaierror, socket.timeout, ConnectionError)):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def _not_loaded(name: str, root: str, download: bool, exc: BaseException) -> DatasetNotFoundError:
+    """One line for a dataset torchvision could not give: offline, not there, or unreadable."""
+    files = f"put the files at {SPECS[name].files.replace('ROOT', root)}"
+    if name == "fashion_mnist":
+        files += ", or `apt-get install -y dataset-fashion-mnist` (read from /usr/share/datasets/fashion-mnist)"
+    if download and _offline(exc):
+        return DatasetNotFoundError(f"dataset '{name}': data.download=true could not reach the network from this "
+                                    f"machine; {files} and run with data.download=false")
+    text = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else ""
+    if not download and ("not found" in text.lower() or "download=true" in text or isinstance(exc, FileNotFoundError)):
+        return DatasetNotFoundError(f"dataset '{name}' not found under data.root={root}; run with data.download=true "
+                                    f"(needs internet), or {files}")
+    return DatasetNotFoundError(f"dataset '{name}' under data.root={root} could not be read ({text or 'no reason given'}); "
+                                f"{files}")
+
+
 def load_torchvision(name: str, *, root: str, train: bool = True, download: bool = False) -> ImageDataset:
     """Load ``name`` into memory from ``root`` (downloading only when asked).
 
@@ -74,11 +103,6 @@ def load_torchvision(name: str, *, root: str, train: bool = True, download: bool
     try:
         ds = getattr(tvd, spec.cls)(root=root, download=download, **split)
     except Exception as exc:  # torchvision raises RuntimeError, URLError, OSError, ...
-        how = (
-            f"run with data.download=true (needs internet), or put the files at {spec.files.replace('ROOT', root)}"
-        )
-        if name == "fashion_mnist":
-            how += " , or `apt-get install -y dataset-fashion-mnist` (read from /usr/share/datasets/fashion-mnist)"
-        raise DatasetNotFoundError(f"dataset '{name}' not found under data.root={root} ({type(exc).__name__}); {how}") from exc
+        raise _not_loaded(name, root, download, exc) from None
     labels = torch.as_tensor(np.asarray(ds.labels if name == "svhn" else ds.targets), dtype=torch.int64)
     return ImageDataset(name, _to_nchw(ds.data), labels, spec.classes, spec.mean, spec.std)

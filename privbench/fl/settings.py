@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import fields
 from typing import Any, TypeVar
 
-from privbench.errors import ConfigError
+from privbench.errors import ConfigError, did_you_mean
 
 T = TypeVar("T")
 
@@ -15,5 +15,6 @@ def settings(cls: type[T], values: dict[str, Any] | None, *, key: str) -> T:
     allowed = [f.name for f in fields(cls)]  # type: ignore[arg-type]
     unknown = sorted(set(values) - set(allowed))
     if unknown:
-        raise ConfigError(f"{key}.{unknown[0]}: unknown key; allowed keys: {', '.join(allowed)}")
+        hint = did_you_mean(unknown[0], allowed, prefix=f"{key}.")
+        raise ConfigError(f"{key}.{unknown[0]}: unknown key{hint}; allowed keys: {', '.join(allowed)}")
     return cls(**values)
