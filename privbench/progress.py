@@ -44,16 +44,23 @@ class _Overall:
             from tqdm.auto import tqdm
 
             self.close()
-            self.bar = tqdm(total=phases, desc="audit", unit="phase", position=0, leave=False,
-                            bar_format="{desc}: {n_fmt}/{total_fmt} phases [{elapsed}<{remaining}] {postfix}")
+            self.bar = tqdm(total=phases, desc="", unit="phase", position=0, leave=False,
+                            bar_format="audit {n_fmt}/{total_fmt} phases [{elapsed}<{remaining}] {desc}")
 
     def started(self, name: str) -> None:
         if self.bar is not None:
-            self.bar.set_postfix_str(name)
+            self.bar.set_description_str(name)
 
     def finished(self) -> None:
-        if self.bar is not None:
+        if self.bar is not None and self.bar.n < self.bar.total:
             self.bar.update(1)
+
+    def complete(self) -> None:
+        """The audit ended: the bar reaches its total, whatever planned phases were not needed (restarts
+        an attack skipped once it converged)."""
+        if self.bar is not None:
+            self.bar.set_description_str("done")
+            self.bar.update(self.bar.total - self.bar.n)
 
     def close(self) -> None:
         if self.bar is not None:
@@ -121,6 +128,21 @@ def phase(name: str, *, total: int | None = None, unit: str = "step") -> Iterato
         OVERALL.finished()
     log.info("%s: done in %.1f s%s", name, time.perf_counter() - p.start,
              "".join(f", {k} {_short(v)}" for k, v in p.figures.items()))
+
+
+class ConsoleHandler(logging.StreamHandler):
+    """Log lines on the console; on a terminal written through ``tqdm.write``, so a line never lands on a bar."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if not on_terminal():
+            super().emit(record)
+            return
+        try:
+            from tqdm import tqdm
+
+            tqdm.write(self.format(record), file=self.stream)
+        except Exception:  # noqa: BLE001 - as logging.StreamHandler does
+            self.handleError(record)
 
 
 @contextmanager

@@ -31,4 +31,4 @@ def test_on_a_terminal_a_named_bar_per_phase_under_the_audit_bar(monkeypatch, ca
         pass
     progress.OVERALL.close()
     err = capsys.readouterr().err
-    assert "genefl training" in err and "round" in err and "audit: " in err and "phases" in err
+    assert "genefl training" in err and "round" in err and "audit 0/2 phases" in err and "phases" in err

@@ -180,10 +180,10 @@ def _run(cfg: DictConfig, out: Path, stack: ExitStack, launcher: Launcher | None
     key, tkey = config_key(cfg), training_key(cfg)
     runs = finished_runs(Path(cfg.results_dir)) if cfg.get("resume", True) else []
     done = finished(runs, key)
-    OVERALL.plan(_phases(p) if done is None else 0)
     if done is not None:
         print(f"skipped: the same config finished in {done} (resume=false reruns it)")
         return json.loads((done / "metrics.json").read_text())
+    OVERALL.plan(_phases(p))
     data, model, policy = prepare(p)
     out = claim(out)  # a folder no other running audit holds
     stack.callback(release, out)
@@ -204,7 +204,7 @@ def _run(cfg: DictConfig, out: Path, stack: ExitStack, launcher: Launcher | None
                    "bytes": {**previous["bytes"], "payload_bytes": payload_bytes},
                    "timing": {"train_s": 0.0, "attack_s": attacked - trained_at, "total_s": attacked - start},
                    "threat_model": threat, "defense": previous["defense"]}
-        print(f"attacked the payloads recorded by {source} (same training; resume=false trains again)")
+        log.info("attacked the payloads recorded by %s (same training; resume=false trains again)", source)
         return _finish(out, metrics)
 
     extra = p.choice.capture(p.victim) if p.attacking else None
@@ -253,6 +253,7 @@ def _phases(p: Plan) -> int:
 
 
 def _finish(out: Path, metrics: dict[str, Any]) -> dict[str, Any]:
+    OVERALL.complete()
     OVERALL.close()
     write_metrics(out, metrics)
     log.info("finished: %s", out)
