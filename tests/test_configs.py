@@ -24,7 +24,8 @@ OPTIONS = [(group, option) for group in GROUPS for option in options(group)]
 
 def test_every_config_file_is_covered_by_a_test():
     files = {str(p.relative_to(CONFIGS).with_suffix("")) for p in CONFIGS.rglob("*.yaml")}
-    covered = {"config", "hydra/help/privbench", "hydra/job_logging/privbench",  # help, logging: test_cli
+    covered = {"config", "hydra/help/privbench", "hydra/job_logging/privbench",  # help, logging: test_cli, test_terminal
+               "hydra/hydra_logging/privbench",
                "hydra/launcher/slurm", "hydra/launcher/ray_cluster"} | {f"{g}/{o}" for g, o in OPTIONS}  # test_launchers
     arms = {f"experiment/{e}/{a}" for e in options("experiment") for a in _arms(e)}  # planned by the sweep test
     assert files == covered | arms
