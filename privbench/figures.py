@@ -23,7 +23,8 @@ class Figure:
         unit: its unit (``dB``, ``B``, or empty).
         fmt: how tables format it.
         leak: which direction means more leakage (``higher``/``lower``; None for figures that measure no leakage).
-        bounds: ``unit`` (cannot leave [0, 1]) or ``nonnegative``: the range intervals are clipped to.
+        bounds: ``unit`` (cannot leave [0, 1]), ``signed_unit`` ([-1, 1], SSIM), ``signed_double`` ([-2, 2], a
+            difference of two SSIMs) or ``nonnegative``: the range intervals are clipped to.
         best: ``max``/``min``: aggregated over seeds by the best run, not the mean.
     """
 
@@ -33,7 +34,7 @@ class Figure:
     unit: str = ""
     fmt: str = "{:.3g}"
     leak: Literal["higher", "lower"] | None = None
-    bounds: Literal["unit", "nonnegative"] | None = None
+    bounds: Literal["unit", "signed_unit", "signed_double", "nonnegative"] | None = None
     best: Literal["max", "min"] | None = None
 
     def __str__(self) -> str:
@@ -52,9 +53,9 @@ PSNR_MEAN = _privacy("psnr_mean", "PSNR (dB)", unit="dB", fmt="{:.2f}", leak="hi
 PSNR_CHANCE = _privacy("psnr_chance", "chance PSNR (dB)", unit="dB", fmt="{:.2f}")
 PSNR_GAIN = _privacy("psnr_gain", "PSNR gain over chance (dB)", unit="dB", fmt="{:+.2f}", leak="higher")
 PSNR_BEST = _privacy("psnr_best", "best PSNR (dB)", unit="dB", fmt="{:.2f}", leak="higher", best="max")
-SSIM_MEAN = _privacy("ssim_mean", "SSIM", fmt="{:.3f}", leak="higher")
-SSIM_CHANCE = _privacy("ssim_chance", "chance SSIM", fmt="{:.3f}")
-SSIM_GAIN = _privacy("ssim_gain", "SSIM gain", fmt="{:+.3f}", leak="higher")
+SSIM_MEAN = _privacy("ssim_mean", "SSIM", fmt="{:.3f}", leak="higher", bounds="signed_unit")
+SSIM_CHANCE = _privacy("ssim_chance", "chance SSIM", fmt="{:.3f}", bounds="signed_unit")
+SSIM_GAIN = _privacy("ssim_gain", "SSIM gain", fmt="{:+.3f}", leak="higher", bounds="signed_double")
 SSIM_BEST = _privacy("ssim_best", "best SSIM", fmt="{:.3f}", leak="higher", best="max")
 LPIPS_MEAN = _privacy("lpips_mean", "LPIPS", fmt="{:.3g}", leak="lower", bounds="nonnegative")
 LPIPS_CHANCE = _privacy("lpips_chance", "chance LPIPS", fmt="{:.3g}", bounds="nonnegative")
@@ -100,11 +101,12 @@ FIGURES = (*REPORTED, LPIPS_GAIN, MSE_MEAN, NUM_RECONSTRUCTED, LABEL_COUNTS_EXAC
 LEAKS = "leaks"
 RUNS = "runs"
 #: ``table.md`` and the HTML summary, in order (all-missing columns are left out); the leak verdict follows the gain.
-TABLE = (PSNR_MEAN, PSNR_CHANCE, PSNR_GAIN, LEAKS, SSIM_MEAN, SSIM_CHANCE, LPIPS_MEAN, LPIPS_CHANCE, LABEL_ACCURACY,
-         LABEL_SET_EXACT, LABEL_COUNT_ERROR, NUM_TRUE, ACCURACY, PERSONAL_ACCURACY, AGNOSTIC_ACCURACY,
-         CLUSTER_RAND_INDEX, UPLINK_BYTES, DOWNLINK_BYTES, TOTAL_BYTES, EPSILON)
+TABLE = (PSNR_GAIN, LEAKS, ACCURACY, TOTAL_BYTES, EPSILON,  # the trade-off first
+         PSNR_MEAN, PSNR_CHANCE, SSIM_MEAN, SSIM_CHANCE, LPIPS_MEAN, LPIPS_CHANCE, LABEL_ACCURACY, LABEL_SET_EXACT,
+         LABEL_COUNT_ERROR, NUM_TRUE, PERSONAL_ACCURACY, AGNOSTIC_ACCURACY, CLUSTER_RAND_INDEX, UPLINK_BYTES,
+         DOWNLINK_BYTES)
 #: The HTML page's runs table.
-RUN_TABLE = (PSNR_MEAN, PSNR_CHANCE, PSNR_GAIN, ACCURACY, TOTAL_BYTES, EPSILON)
+RUN_TABLE = (PSNR_GAIN, ACCURACY, TOTAL_BYTES, EPSILON, PSNR_MEAN, PSNR_CHANCE)
 #: The table a multirun ends with: (column, header, format), the leak verdict after the gain.
 MULTIRUN = ((PSNR_MEAN.key, "PSNR", "{:.1f}"), (PSNR_GAIN.key, "gain", "{:+.1f}"), (LEAKS, LEAKS, "{}"),
             (ACCURACY.key, "acc", "{:.3f}"), (TOTAL_BYTES.key, "bytes", "{:,.0f}"), (EPSILON.key, "eps", "{:.2f}"))

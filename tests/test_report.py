@@ -240,3 +240,29 @@ def test_plots_show_run_controlled_text_as_text_never_mathtext():
     png = curve(runs, ["attack", "victim.num_images"], "victim.num_images",
                 [("psnr_mean", "PSNR (dB)")], title="$unbalanced")  # a mathtext parse would raise here
     assert png is not None and png[:4] == b"\x89PNG"
+
+
+def test_tables_lead_with_the_trade_off_clip_ssim_to_its_range_and_say_when_seeds_are_few():
+    from privbench.report.html import _runs_table
+    from privbench.report.table import shown_columns
+
+    runs = pd.DataFrame({"fl": "genefl", "payload": ["gradient"] * 2 + ["update"] * 3, "attack": "idlg",
+                         "defense": "none", "seed": [0, 1, 0, 1, 2], "psnr_mean": [40.0, 44.0, 9.0, 11.0, 10.0],
+                         "psnr_chance": 8.0, "psnr_gain": [32.0, 36.0, 1.0, 3.0, 2.0],
+                         "ssim_mean": [0.99, 0.90, 0.1, 0.2, 0.3], "ssim_chance": [-0.30, 0.25, 0.2, 0.2, 0.2],
+                         "accuracy": 0.5, "total_bytes": 1e6, "run_dir": "x"})
+    table = summarise(runs).set_index("payload")
+    # by hand: SSIM mean 0.945, sd 0.0636, n 2 -> 0.945 +- 12.706 * 0.045 = [0.373, 1.517]: clipped to 1
+    assert table.loc["gradient", "ssim_mean_hi"] == 1.0
+    assert table.loc["gradient", "ssim_mean_lo"] == pytest.approx(0.945 - 12.7062 * 0.045, abs=1e-3)
+    assert table.loc["gradient", "ssim_chance_lo"] == -1.0  # -0.025 +- 3.49: SSIM cannot go below -1
+    columns = shown_columns(summarise(runs))
+    assert columns[:7] == ["payload", "runs", "psnr_gain", "leaks", "accuracy", "total_bytes", "psnr_mean"]
+    md = to_markdown(summarise(runs))
+    assert "Few seeds: 1 of 2 rows rest on fewer than 3 runs" in md
+    assert "Few seeds" not in to_markdown(summarise(runs[runs.payload == "update"]))
+    numeric = pd.DataFrame({"victim.num_images": [16, 1, 4], "seed": 0, "psnr_gain": 1.0, "accuracy": 0.5,
+                            "total_bytes": 1.0, "epsilon": math.nan, "psnr_mean": 9.0, "psnr_chance": 8.0,
+                            "run_dir": ["c", "a", "b"]})
+    html_table = _runs_table(numeric, ["victim.num_images"])
+    assert html_table.index("<td>1</td>") < html_table.index("<td>4</td>") < html_table.index("<td>16</td>")

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import base64
 import html
+import numbers
 from pathlib import Path
 
 import pandas as pd
@@ -20,8 +21,19 @@ def _img(path: Path, alt: str) -> str:
     return f'<img src="data:image/png;base64,{data}" alt="{html.escape(alt)}">'
 
 
+def _sort_key(value: object) -> tuple[int, float, str]:
+    """Missing first, then numbers by value (1, 4, 16, not 1, 16, 4), then text."""
+    if value is None or (isinstance(value, float) and value != value):
+        return 0, 0.0, ""
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        return 1, float(value), ""
+    return 2, 0.0, str(value)
+
+
 def _runs_table(runs: pd.DataFrame, keys: list[str]) -> str:
     columns = [*keys, "seed", *[c for c in RUN_COLUMNS if runs[c].notna().any()], "run_dir"]
+    order = sorted(range(len(runs)), key=lambda i: tuple(_sort_key(runs[k].iloc[i]) for k in [*keys, "seed"]))
+    runs = runs.iloc[order]
     head = "".join(f"<th>{html.escape(LABELS.get(c, c))}</th>" for c in columns)
 
     def text(value: object) -> str:

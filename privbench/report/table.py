@@ -22,6 +22,11 @@ INTERVAL = "95% Student-t interval of the mean over seeds, clipped to the figure
 #: Figures that cannot leave [0, 1] (their interval bounds are clipped to it), and those that are >= 0.
 UNIT_RANGE = {f.key for f in FIGURES_SPEC if f.bounds == "unit"}
 NON_NEGATIVE = {f.key for f in FIGURES_SPEC if f.bounds == "nonnegative"}
+#: Each bounded figure's range, ``(low, high)``, that its interval is clipped to.
+RANGES = {f.key: {"unit": (0.0, 1.0), "signed_unit": (-1.0, 1.0), "signed_double": (-2.0, 2.0),
+                  "nonnegative": (0.0, math.inf)}[f.bounds] for f in FIGURES_SPEC if f.bounds}
+#: Fewer seeds than this and a row's interval is marked as coming from few seeds.
+FEW_SEEDS = 3
 #: Figures aggregated over seeds by the best run ("max" or "min"), not the mean.
 BEST = {f.key: f.best for f in FIGURES_SPEC if f.best}
 
@@ -81,10 +86,9 @@ def summarise(runs: pd.DataFrame, keys: list[str] | None = None) -> pd.DataFrame
             continue
         bounds = groups[name].apply(t_interval)
         low, high = np.array([b[0] for b in bounds]), np.array([b[1] for b in bounds])
-        if name in UNIT_RANGE or name in NON_NEGATIVE:
-            low = np.maximum(low, 0.0)
-        if name in UNIT_RANGE:
-            high = np.minimum(high, 1.0)
+        if name in RANGES:
+            floor, ceiling = RANGES[name]
+            low, high = np.maximum(low, floor), np.minimum(high, ceiling)
         table[f"{name}_lo"], table[f"{name}_hi"] = low, high
     table[LEAKS] = [leaks(lo, m) for lo, m in zip(table[f"{PSNR_GAIN}_lo"], table[PSNR_GAIN.key])]
     table = table.reset_index()
@@ -137,9 +141,23 @@ def caption(table: pd.DataFrame) -> str:
     """What a row is: the keys it is grouped by, n and the interval."""
     keys = table.attrs.get("keys", [])
     named = ", ".join(f"`{k}`" for k in keys) or "nothing (every run has the same config but the seed)"
-    return (f"Runs grouped by every config value that differs between them except the seed: {named}. "
+    text = (f"Runs grouped by every config value that differs between them except the seed: {named}. "
             f"n: runs (seeds) per row; `mean [lo, hi]`: {INTERVAL}; leaks: yes only when the PSNR gain over "
             f"chance is above 0 over its whole interval. Missing values: –.")
+    return text + few_seeds(table)
+
+
+def few_seeds(table: pd.DataFrame) -> str:
+    """A note when some rows rest on fewer than ``FEW_SEEDS`` seeds (their t-intervals are very wide), else ``""``."""
+    if RUNS not in table or table.empty:
+        return ""
+    n = pd.to_numeric(table[RUNS], errors="coerce")
+    few = int((n < FEW_SEEDS).sum())
+    if not few:
+        return ""
+    return (f" Few seeds: {few} of {len(table)} rows rest on fewer than {FEW_SEEDS} runs (with n = 2 the "
+            f"95% t-interval is the mean +- 12.7 standard errors, with n = 1 there is none); read them as "
+            f"indicative, not as a finding.")
 
 
 def _md(text: str) -> str:
