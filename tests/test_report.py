@@ -239,7 +239,7 @@ def test_plots_show_run_controlled_text_as_text_never_mathtext():
                          "run_dir": ["a", "b", "c", "d"], "training_key": ["k1", "k2", "k3", "k4"]})
     png = curve(runs, ["attack", "victim.num_images"], "victim.num_images",
                 [("psnr_mean", "PSNR (dB)")], title="$unbalanced")  # a mathtext parse would raise here
-    assert png is not None and png[:4] == b"\x89PNG"
+    assert png is not None and png.png[:4] == b"\x89PNG"
 
 
 def test_tables_lead_with_the_trade_off_clip_ssim_to_its_range_and_say_when_seeds_are_few():
@@ -266,3 +266,31 @@ def test_tables_lead_with_the_trade_off_clip_ssim_to_its_range_and_say_when_seed
                             "run_dir": ["c", "a", "b"]})
     html_table = _runs_table(numeric, ["victim.num_images"])
     assert html_table.index("<td>1</td>") < html_table.index("<td>4</td>") < html_table.index("<td>16</td>")
+
+
+def test_curves_name_every_series_by_its_keys_and_tick_at_the_swept_values():
+    from privbench.report.plots import curve, pareto_figure, style
+
+    rows = []
+    for payload in ("update", "learngene"):
+        for n in (1, 4, 16):
+            rows.append({"payload": payload, "attack": "idlg", "defense": "none", "fl": "genefl", "seed": 0,
+                         "victim.num_images": float(n), "psnr_mean": 10.0 + n, "psnr_chance": 8.0,
+                         "psnr_gain": 2.0 + n, "run_dir": f"{payload}{n}", "training_key": f"k{n}"})
+    rows.append({"payload": "update", "attack": "idlg", "defense": "none", "fl": "fedavg", "seed": 0,
+                 "victim.num_images": math.nan, "psnr_mean": 9.0, "psnr_chance": 8.0, "psnr_gain": 1.0,
+                 "run_dir": "ref", "training_key": "kr"})
+    runs = pd.DataFrame(rows)
+    drawn = curve(runs, ["payload", "fl", "victim.num_images"], "victim.num_images",
+                  [("psnr_mean", "PSNR (dB)")], title="t")
+    assert drawn is not None
+    assert drawn.ticks == ["1", "4", "16"]  # at the swept values, whole numbers, though the axis is logarithmic
+    assert "payload=update" in drawn.legend and "payload=learngene" in drawn.legend
+    assert not any("nan" in t.lower() for t in drawn.legend)
+    assert any(t.startswith("without victim batch (images): ") and "fl=fedavg" in t for t in drawn.legend)
+    assert len({tuple(sorted(style(i).items())) for i in range(25)}) == 25  # no two series look alike
+    table = summarise(runs.assign(accuracy=[0.5] * 6 + [0.4], total_bytes=1e6))
+    pareto = pareto_figure(table, list(table.attrs["keys"]))
+    assert pareto is not None and len(pareto.legend) == len(table)  # every point named
+    shown = {int(n) for note in pareto.notes for n in note.split(" = ")}
+    assert shown == set(range(1, len(table) + 1))  # each point carries its number, coincident ones all of theirs

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -25,6 +26,11 @@ window.addEventListener('load', () => {
     const box = table.parentElement && table.parentElement.classList.contains('scroll') ? table.parentElement : table;
     if (box.getBoundingClientRect().right > width + 0.5) out.overflowing.push(i);
   });
+  out.figures = Array.from(document.querySelectorAll('figcaption.figure-text')).map(f => ({
+    title: (f.parentElement.querySelector('h3') || {}).textContent || '',
+    series: Array.from(f.querySelectorAll('.series')).map(s => s.textContent).join(''),
+    axes: Array.from(f.querySelectorAll('.axes')).map(s => s.textContent).join(''),
+    xticks: f.dataset.xticks || ''}));
   const pre = document.createElement('pre');
   pre.id = 'privbench-check';
   pre.textContent = JSON.stringify(out);
@@ -73,6 +79,55 @@ def _assert_readable(page: Path, tmp_path: Path) -> None:
 @pytest.mark.parametrize("page", PAGES, ids=[str(p.relative_to(DOCS)) for p in PAGES])
 def test_committed_page_renders(page, tmp_path):
     _assert_readable(page, tmp_path)
+
+
+#: Legend entries that name no setting, so need no key=value.
+PLAIN = {"chance", "chance of each line (dotted)", "uplink", "downlink", "all runs"}
+#: Swept keys whose values are whole counts (their axes must not show fractions).
+COUNTS = ("victim.num_images", "victim.round", "fl.gene.gamma", "fl.rounds", "data.num_clients")
+
+
+def figure_faults(figures: list[dict[str, str]]) -> list[str]:
+    """What makes a figure hard to decode, from the text the page shows for it."""
+    faults = []
+    for f in figures:
+        title, series = f["title"], f["series"].removeprefix("Series: ").removesuffix(".")
+        entries = [e for e in series.split("; ") if e]
+        text = " ".join([series, f["axes"], f["xticks"]])
+        if re.search(r"\bnan\b", text, re.IGNORECASE):
+            faults.append(f"{title}: 'nan' in {text!r}")
+        if len(entries) != len(set(entries)):
+            faults.append(f"{title}: two series share a name")
+        for entry in entries:
+            setting = re.sub(r"^\d+: ", "", entry).split(" [front]")[0].split(" (same point")[0]
+            setting = setting.removeprefix("without ").split(": ", 1)[-1]
+            if setting not in PLAIN and not all("=" in part for part in setting.split(", ")):
+                faults.append(f"{title}: a series named without its keys: {entry!r}")
+        if any(title.endswith(key) for key in COUNTS) and any("." in t for t in f["xticks"].split(" | ")):
+            faults.append(f"{title}: fractional ticks on a count axis: {f['xticks']!r}")
+        if title == "Pareto" and not entries:
+            faults.append("Pareto: the points are not named")
+    return faults
+
+
+AUDITS = sorted(DOCS.glob("*/audit.html"))
+
+
+@pytest.mark.parametrize("page", AUDITS, ids=[str(p.relative_to(DOCS)) for p in AUDITS])
+def test_committed_figures_can_be_decoded(page, tmp_path):
+    seen = render(page, tmp_path)
+    figures = seen["figures"]
+    assert figures, f"{page}: no figure text"
+    assert not figure_faults(figures)  # type: ignore[arg-type]
+
+
+def test_the_figure_check_catches_the_faults_a_review_found():
+    found = figure_faults([{"title": "Leakage vs victim.num_images", "series": "Series: update, nan, nan: "
+                            "fl=cluster_fedavg; 0, all; 0, all.", "axes": "", "xticks": "1 | 1.5 | 4"}])
+    for fault in ("'nan' in", "two series share a name", "named without its keys: '0, all'", "fractional ticks"):
+        assert any(fault in f for f in found), (fault, found)
+    assert not figure_faults([{"title": "Leakage vs victim.num_images", "series": "Series: payload=update, "
+                               "num_images=-; chance.", "axes": "Axes: victim batch (images).", "xticks": "1 | 4 | 16"}])
 
 
 def test_the_check_catches_a_broken_image_and_a_wide_table(tmp_path):

@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 from privbench.io import atomic_write_text
-from privbench.report.collect import collect
+from privbench.report.collect import collect, runs_from_csv
 from privbench.report.gallery import gallery_page, style
 from privbench.report.html import page
 from privbench.report.plots import write_plots
@@ -14,31 +14,42 @@ from privbench.report.table import summarise, to_markdown
 
 
 def build_report(root: Path, out: Path | None = None) -> Path:
-    """Write ``runs.csv``, ``table.csv``, ``table.md``, the figures, ``audit.html`` and ``gallery.html`` to ``out``."""
-    runs = collect(root)
+    """Write ``runs.csv``, ``table.csv``, ``table.md``, the figures, ``audit.html`` and ``gallery.html`` to ``out``.
+
+    ``root`` is a results folder, or a report's ``runs.csv``: then the tables, figures and ``audit.html`` are
+    rebuilt from it (the gallery needs the run folders and is left as it is).
+    """
+    from_csv = Path(root).is_file() and Path(root).suffix == ".csv"
+    try:
+        runs = runs_from_csv(Path(root)) if from_csv else collect(root)
+    except (ValueError, OSError) as exc:
+        raise SystemExit(f"privbench.report: error: {exc}") from None
     skipped = runs.attrs.get("skipped", [])
     if skipped:
         print(f"privbench.report: skipped {len(skipped)} file(s) that are not finished runs: "
               f"{', '.join(skipped[:10])}{' ...' if len(skipped) > 10 else ''}", file=sys.stderr)
     if runs.empty:
         raise SystemExit(f"privbench.report: error: no finished run (metrics.json) under {root}")
-    out = Path(out or Path(root) / "report")
+    out = Path(out or (Path(root).parent if from_csv else Path(root) / "report"))
     out.mkdir(parents=True, exist_ok=True)
     table = summarise(runs)
     atomic_write_text(out / "runs.csv", runs.to_csv(index=False))
     atomic_write_text(out / "table.csv", table.to_csv(index=False))
     atomic_write_text(out / "table.md", to_markdown(table))
     plots = write_plots(runs, table, out)
-    name = Path(root).resolve().name
-    atomic_write_text(out / "gallery.html", gallery_page(table, runs, root=root, title=f"privbench gallery: {name}",
-                                                         style=style()))
-    atomic_write_text(out / "audit.html", page(table, runs, plots, title=f"privbench audit: {name}"))
+    name = (Path(root).parent if from_csv else Path(root)).resolve().name
+    if not from_csv:
+        atomic_write_text(out / "gallery.html", gallery_page(table, runs, root=root,
+                                                             title=f"privbench gallery: {name}", style=style()))
+    gallery = "gallery.html" if (out / "gallery.html").exists() else None
+    atomic_write_text(out / "audit.html", page(table, runs, plots, title=f"privbench audit: {name}", gallery=gallery))
     return out
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m privbench.report", description=__doc__.splitlines()[0])
-    parser.add_argument("results", type=Path, help="a results folder (a sweep or several runs)")
+    parser.add_argument("results", type=Path, help="a results folder (a sweep or several runs), or a report's "
+                        "runs.csv to rebuild its tables and figures")
     parser.add_argument("--out", type=Path, default=None, help="where to write (default RESULTS/report)")
     args = parser.parse_args(argv)
     if not args.results.exists():
@@ -46,7 +57,7 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(2)
     out = build_report(args.results, args.out)
     print(f"report: {out / 'audit.html'}")
-    print(to_markdown(summarise(collect(args.results))))
+    print((out / "table.md").read_text())
 
 
 if __name__ == "__main__":

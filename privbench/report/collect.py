@@ -135,3 +135,29 @@ def _frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
             frame[column] = math.nan
     extra = sorted(c for c in frame.columns if c not in COLUMNS)
     return frame[COLUMNS + extra]
+
+
+def _cell(value: str) -> Any:
+    """A ``runs.csv`` cell as ``collect`` had it: empty as NaN, numbers as numbers, other text as it was written."""
+    if value == "":
+        return math.nan
+    try:
+        number = float(value)
+    except ValueError:
+        return value
+    if value.strip().lower() in ("nan", "inf", "-inf", "infinity", "-infinity"):
+        return number
+    return int(number) if number.is_integer() and "." not in value and "e" not in value.lower() else number
+
+
+def runs_from_csv(path: Path) -> pd.DataFrame:
+    """The runs of a report's ``runs.csv`` (as ``collect`` gave them), to rebuild its tables and figures without the
+    run folders."""
+    frame = pd.read_csv(path, dtype=str, keep_default_na=False)
+    for column in frame.columns:
+        frame[column] = frame[column].map(_cell)
+    missing = [c for c in ("seed", "run_dir") if c not in frame.columns]
+    if missing:
+        raise ValueError(f"{path}: not a report's runs.csv (no {', '.join(missing)} column)")
+    frame.attrs["skipped"] = []
+    return frame

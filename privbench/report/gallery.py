@@ -110,4 +110,5 @@ def style() -> str:
             "white-space:nowrap}th{position:sticky;top:0;background:#f4f4f4}img{max-width:100%}"
             "pre{font-size:11px;background:#f6f6f6;overflow:auto}.pairs{display:flex;flex-wrap:wrap;gap:14px}"
             ".pair{display:flex;gap:4px;border:1px solid #eee;padding:4px}figure{margin:0;text-align:center}"
-            "figcaption{font-size:11px}section{margin-bottom:1.2em}")
+            "figcaption{font-size:11px}section{margin-bottom:1.2em}"
+            ".figure-text{text-align:left;font-size:12px;color:#333;margin:4px 0 18px;white-space:normal}")

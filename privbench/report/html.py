@@ -10,6 +10,7 @@ import pandas as pd
 
 from privbench.figures import MISSING, RUN_TABLE
 from privbench.report.gallery import style
+from privbench.report.plots import Drawn
 from privbench.report.table import LABELS, caption, to_html
 
 #: Columns of the per-run table (after the grouping keys and the seed).
@@ -25,9 +26,9 @@ def _sort_key(value: object) -> tuple[int, float, str]:
     """Missing first, then numbers by value (1, 4, 16, not 1, 16, 4), then text."""
     if value is None or (isinstance(value, float) and value != value):
         return 0, 0.0, ""
-    if isinstance(value, numbers.Real) and not isinstance(value, bool):
-        return 1, float(value), ""
-    return 2, 0.0, str(value)
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return 2, 0.0, str(value)
+    return 1, float(value), ""
 
 
 def _runs_table(runs: pd.DataFrame, keys: list[str]) -> str:
@@ -46,7 +47,21 @@ def _runs_table(runs: pd.DataFrame, keys: list[str]) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def page(table: pd.DataFrame, runs: pd.DataFrame, plots: dict[str, Path], *, title: str,
+def _figure(title: str, path: Path, drawn: Drawn) -> str:
+    """A figure with its drawn text below it: what each series is, and the axes."""
+    parts = []
+    if drawn.legend:
+        parts.append("<span class='series'>Series: " + "; ".join(html.escape(t) for t in drawn.legend) + ".</span>")
+    axes = list(dict.fromkeys(drawn.axes))
+    if axes:
+        parts.append("<span class='axes'>Axes: " + "; ".join(html.escape(t) for t in axes) + ".</span>")
+    ticks = html.escape(" | ".join(drawn.ticks), quote=True)
+    caption = " ".join(parts)
+    return (f"<figure><h3>{html.escape(title)}</h3>{_img(path, title)}"
+            f"<figcaption class='figure-text' data-xticks=\"{ticks}\">{caption}</figcaption></figure>")
+
+
+def page(table: pd.DataFrame, runs: pd.DataFrame, plots: dict[str, tuple[Path, Drawn]], *, title: str,
          gallery: str | None = "gallery.html") -> str:
     """The HTML text; figures are embedded as data URIs so the file stands alone (the gallery is a sibling file)."""
     keys = list(table.attrs.get("keys", []))
@@ -61,7 +76,7 @@ def page(table: pd.DataFrame, runs: pd.DataFrame, plots: dict[str, Path], *, tit
              link if gallery else "",
              "<h2>Summary</h2>", f"<p>{html.escape(caption(table)).replace('`', '')}</p>",
              f"<div class='scroll'>{to_html(table)}</div>",
-             "<h2>Figures</h2>", *[f"<h3>{html.escape(n)}</h3>{_img(p, n)}" for n, p in plots.items()],
+             "<h2>Figures</h2>", *[_figure(n, p, drawn) for n, (p, drawn) in plots.items()],
              f"<h2>Runs ({len(runs)})</h2>", f"<div class='scroll'>{_runs_table(runs, keys)}</div>",
              "</body></html>"]
     return "\n".join(parts)

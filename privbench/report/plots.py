@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import io
 import math
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ from privbench.io import atomic_write_bytes
 from privbench.report.grouping import is_attack_side, token, training_keys
 from privbench.report.table import summarise
 from privbench.figures import (
-    ACCURACY, DOWNLINK_BYTES, LEAKAGE_PLOTS, PSNR_CHANCE, PSNR_GAIN, PSNR_MEAN, TOTAL_BYTES,
+    ACCURACY, DOWNLINK_BYTES, LEAKAGE_PLOTS, MISSING, PSNR_CHANCE, PSNR_GAIN, PSNR_MEAN, TOTAL_BYTES,
     UPLINK_BYTES, UTILITY_PLOTS,
 )
 
@@ -25,6 +26,94 @@ KEY_LABELS = {"defense.target_epsilon": "target epsilon of DP-SGD (delta 1e-5)",
 LEAKAGE = [(f.key, f.label) for f in LEAKAGE_PLOTS]
 UTILITY = [(f.key, f.label) for f in UTILITY_PLOTS]
 MARKERS = "osD^v<>pX*"
+#: Line dashes, one per ten series (each ten share the colour cycle), then per reference line.
+DASHES = ["-", "--", "-.", ":"]
+REFERENCE_DASHES = [(0, (6, 2)), (0, (2, 2)), (0, (6, 2, 1, 2)), (0, (1, 1)), (0, (8, 2, 1, 2, 1, 2))]
+
+
+@dataclass
+class Drawn:
+    """A figure's PNG and the text drawn on it (legend entries, axis labels and titles, x tick labels, point
+    labels), so the page can show it and a test can read it."""
+
+    png: bytes
+    legend: list[str] = field(default_factory=list)
+    axes: list[str] = field(default_factory=list)
+    ticks: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def style(i: int) -> dict[str, Any]:
+    """The ``i``-th series' colour, marker and dash: ten colours, and each further ten another marker and dash,
+    so no two series of one figure look alike.
+
+    Example:
+        >>> style(0) != style(10) and style(0)["color"] == style(10)["color"]
+        True
+    """
+    colours = _plt().rcParams["axes.prop_cycle"].by_key()["color"]
+    return {"color": colours[i % len(colours)], "marker": MARKERS[(i + i // len(colours)) % len(MARKERS)],
+            "linestyle": DASHES[(i // len(colours)) % len(DASHES)]}
+
+
+def value_text(value: Any) -> str:
+    """A config value in a legend: whole numbers without a decimal point, missing values as the missing marker."""
+    if token(value) == token(None):
+        return MISSING
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def _key_names(keys: list[str]) -> dict[str, str]:
+    """Each key's name in a legend: its last part (``num_images``), the whole key where two would collide."""
+    short = {k: k.split(".")[-1] for k in keys}
+    clashes = {v for v in short.values() if list(short.values()).count(v) > 1}
+    return {k: (k if short[k] in clashes else short[k]) for k in keys}
+
+
+def series_names(settings: list[tuple[Any, ...]], keys: list[str]) -> list[str]:
+    """A legend name per setting: ``key=value`` for each of ``keys`` whose value differs between the settings.
+
+    Example:
+        >>> series_names([("update", float("nan")), ("gradient", 4.0)], ["payload", "victim.num_images"])
+        ['payload=update, num_images=-', 'payload=gradient, num_images=4']
+    """
+    names = _key_names(keys)
+    differ = [i for i, k in enumerate(keys) if len({token(s[i]) for s in settings}) > 1]
+    if not differ and keys:
+        differ = list(range(len(keys)))
+    out = [", ".join(f"{names[keys[i]]}={value_text(s[i])}" for i in differ) or "all runs" for s in settings]
+    return out
+
+
+def _ticks_at(ax: Any, values: pd.Series, *, log: bool) -> None:
+    """Ticks at the swept values, whole numbers shown as such (no 1.5 on a count axis, no bare 10^0 on a log one)."""
+    from matplotlib.ticker import FixedLocator, NullLocator
+
+    v = sorted({float(x) for x in values.dropna() if np.isfinite(float(x))})
+    if not v or len(v) > 12:
+        return
+    ax.xaxis.set_major_locator(FixedLocator(v))
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.set_xticklabels([value_text(x) if x.is_integer() else f"{x:.3g}" for x in v])
+    if log:
+        ax.minorticks_off()
+
+
+def _drawn(fig: Any) -> Drawn:
+    """The PNG of ``fig`` and every text on it."""
+    legend, axes, ticks, notes = [], [], [], []
+    for legend_box in [*fig.legends, *(ax.get_legend() for ax in fig.axes if ax.get_legend() is not None)]:
+        legend += [t.get_text() for t in legend_box.get_texts()]
+    fig.canvas.draw()
+    for ax in fig.axes:
+        axes += [t for t in (ax.get_xlabel(), ax.get_ylabel(), ax.get_title()) if t]
+        ticks += [t.get_text() for t in ax.get_xticklabels() if t.get_text()]
+        notes += [t.get_text() for t in ax.texts if t.get_text()]
+    if fig._suptitle is not None:  # noqa: SLF001 - matplotlib keeps the suptitle here
+        axes.append(fig._suptitle.get_text())
+    return Drawn(_png(fig), legend, axes, ticks, notes)
 
 
 def _plt() -> Any:
@@ -44,14 +133,6 @@ def _png(fig: Any) -> bytes:
     fig.savefig(buffer, format="png", dpi=100, bbox_inches="tight")
     _plt().close(fig)
     return buffer.getvalue()
-
-
-def _label(row: pd.Series, keys: list[str]) -> str:
-    """A setting's legend text: its values of ``keys``, missing ones left out."""
-    def text(k: str) -> str:
-        return str(row[k]) if k in ("payload", "attack", "defense", "fl") else f"{k.split('.')[-1]}={row[k]}"
-
-    return ", ".join(text(k) for k in keys if token(row[k]) != token(None)) or "all runs"
 
 
 def _values(value: Any) -> tuple[Any, ...]:
@@ -90,7 +171,7 @@ def _one_per_training(runs: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     return runs.loc[runs[[*training_keys(keys), "seed"]].map(token).drop_duplicates().index]
 
 
-def curve(runs: pd.DataFrame, keys: list[str], x: str, panels: list[tuple[str, str]], *, title: str) -> bytes | None:
+def curve(runs: pd.DataFrame, keys: list[str], x: str, panels: list[tuple[str, str]], *, title: str) -> Drawn | None:
     """Lines of each figure in ``panels`` against ``x`` (mean, 95% t-band over seeds), one line per setting of
     the other keys; settings without ``x`` (e.g. no DP on an epsilon axis) are dashed horizontal references.
     Facets (rows of panels) split settings when more than 6 lines would share a panel.
@@ -113,39 +194,49 @@ def curve(runs: pd.DataFrame, keys: list[str], x: str, panels: list[tuple[str, s
     plt = _plt()
     fig, axes = plt.subplots(len(facet_values), len(panels), figsize=(5.2 * len(panels), 3.4 * len(facet_values)),
                              squeeze=False)
-    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     line_ids = table.groupby(lines, dropna=False, sort=False).size().index.tolist() if lines else [None]
+    names = series_names([_values(line) for line in line_ids], lines) if lines else []
     rest = [k for k in others if k not in lines]
+    key_names = _key_names(rest)
+    refs = table[table["_x"].isna()]
+    ref_names = series_names([tuple(r[k] for k in [*lines, *rest]) for _, r in refs.iterrows()], [*lines, *rest]) \
+        if len(refs) else []
+    ref_name = dict(zip(refs.index, ref_names))
     log_x = _spans_decades(table["_x"])
     for r, facet in enumerate(facet_values):
         sub = table[_where(table, facets, facet) | table["_x"].isna()] if facets else table
         for c, (y, label) in enumerate(panels):
             ax = axes[r][c]
+            drawn_refs = 0
             for i, line in enumerate(line_ids):
                 part = sub[_where(sub, lines, line)] if lines else sub
-                colour = colours[i % len(colours)]
+                look = style(i)
                 pts = part[part["_x"].notna()].sort_values("_x")
                 if lines:
-                    name = ", ".join(map(str, _values(line)))
+                    name = names[i]
                 else:  # one line: name it by what its points share (e.g. defense=dpsgd)
-                    name = ", ".join(str(pts[k].iloc[0]) for k in rest) if len(pts) and rest else "all runs"
+                    name = ", ".join(f"{key_names[k]}={value_text(pts[k].iloc[0])}" for k in rest
+                                     if token(pts[k].iloc[0]) != token(None)) if len(pts) and rest else ""
+                    name = name or "all runs"
                 if pts[y].notna().any():
-                    ax.plot(pts["_x"], pts[y], "o-", color=colour, label=name, ms=4)
-                    ax.fill_between(pts["_x"], pts[f"{y}_lo"], pts[f"{y}_hi"], color=colour, alpha=0.15, lw=0)
+                    ax.plot(pts["_x"], pts[y], label=name, ms=5, **look)
+                    ax.fill_between(pts["_x"], pts[f"{y}_lo"], pts[f"{y}_hi"], color=look["color"], alpha=0.15, lw=0)
                     if y == PSNR_MEAN.key and PSNR_CHANCE.key in pts and pts[PSNR_CHANCE.key].notna().any():
-                        ax.plot(pts["_x"], pts[PSNR_CHANCE.key], ":", color=colour, lw=1.2,
+                        ax.plot(pts["_x"], pts[PSNR_CHANCE.key], ":", color=look["color"], lw=1.2,
                                 label="chance of each line (dotted)" if i == 0 else None)
-                for _, ref in part[part["_x"].isna()].iterrows():
+                for index, ref in part[part["_x"].isna()].iterrows():
                     if not math.isnan(ref[y]):
-                        what = ", ".join(f"{k}={ref[k]}" for k in rest if token(ref[k]) != token(None))
-                        ref_label = f"{name}: {what}" if lines else (what or f"no {x}")
-                        ax.axhline(ref[y], color=colour, ls="--", lw=1, label=ref_label)
+                        ref_label = f"without {KEY_LABELS.get(x, x)}: {ref_name.get(index, 'all runs')}"
+                        dash = REFERENCE_DASHES[drawn_refs % len(REFERENCE_DASHES)]
+                        drawn_refs += 1
+                        ax.axhline(ref[y], color=look["color"], ls=dash, lw=1.2, label=ref_label)
                         if not math.isnan(ref[f"{y}_lo"]):
-                            ax.axhspan(ref[f"{y}_lo"], ref[f"{y}_hi"], color=colour, alpha=0.05, lw=0)
+                            ax.axhspan(ref[f"{y}_lo"], ref[f"{y}_hi"], color=look["color"], alpha=0.05, lw=0)
             if y == PSNR_GAIN.key:
                 ax.axhline(0.0, color="k", ls=":", lw=1, label="chance")
             if log_x:
                 ax.set_xscale("log")
+            _ticks_at(ax, table["_x"], log=log_x)
             ax.set_xlabel(KEY_LABELS.get(x, x) + (", log scale" if log_x else ""))
             ax.set_ylabel(label)
             head = ", ".join(f"{k}={v}" for k, v in zip(facets, _values(facet)))
@@ -156,10 +247,10 @@ def curve(runs: pd.DataFrame, keys: list[str], x: str, panels: list[tuple[str, s
                fontsize=8, frameon=False)
     fig.suptitle(title, fontsize=11)
     fig.tight_layout()
-    return _png(fig)
+    return _drawn(fig)
 
 
-def bytes_figure(runs: pd.DataFrame, keys: list[str]) -> bytes | None:
+def bytes_figure(runs: pd.DataFrame, keys: list[str]) -> Drawn | None:
     """Uplink and downlink per setting (bars), and leakage and accuracy against total bytes (points, t-intervals);
     one shared legend names the settings."""
     train = training_keys(keys)
@@ -172,24 +263,26 @@ def bytes_figure(runs: pd.DataFrame, keys: list[str]) -> bytes | None:
     grid = fig.add_gridspec(2, 2, height_ratios=[0.28 * len(table) + 0.8, 3.2])
     bars = fig.add_subplot(grid[0, :])
     order = table.sort_values(TOTAL_BYTES.key)
-    labels = [_label(r, train) for _, r in order.iterrows()]
+    settings = [tuple(r[k] for k in train) for _, r in order.iterrows()]
+    labels = series_names(settings, train)
+    name_of = {tuple(token(v) for v in setting): label for setting, label in zip(settings, labels)}
     bars.barh(labels, order[UPLINK_BYTES.key] / 1e6, label="uplink")
     bars.barh(labels, order[DOWNLINK_BYTES.key] / 1e6, left=order[UPLINK_BYTES.key] / 1e6, label="downlink")
     bars.set_xlabel("bytes sent in training (MB, 10^6 B)")
     bars.legend(fontsize=8, loc="lower right")
     bars.tick_params(axis="y", labelsize=7)
-    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    style = {label: (colours[i % 10], MARKERS[(i // 10) % len(MARKERS)]) for i, label in enumerate(labels)}
+    looks = {label: style(i) for i, label in enumerate(labels)}
     for c, (source, y, label) in enumerate([(leak, PSNR_GAIN.key, PSNR_GAIN.label),
                                             (table, ACCURACY.key, ACCURACY.label)]):
         ax = fig.add_subplot(grid[1, c])
         for _, r in source.sort_values(TOTAL_BYTES.key).iterrows():
-            name = _label(r, train)
-            if math.isnan(r[y]) or name not in style:
+            name = name_of.get(tuple(token(r[k]) for k in train), "")
+            if math.isnan(r[y]) or name not in looks:
                 continue
             err = None if math.isnan(r[f"{y}_lo"]) else [[r[y] - r[f"{y}_lo"]], [r[f"{y}_hi"] - r[y]]]
-            colour, marker = style[name]
-            ax.errorbar([r[TOTAL_BYTES.key] / 1e6], [r[y]], yerr=err, fmt=marker, color=colour, capsize=3, label=name)
+            look = looks[name]
+            ax.errorbar([r[TOTAL_BYTES.key] / 1e6], [r[y]], yerr=err, fmt=look["marker"], color=look["color"],
+                        capsize=3, label=name)
         if _spans_decades(source[TOTAL_BYTES.key]):
             ax.set_xscale("log")
         if y == PSNR_GAIN.key:
@@ -202,7 +295,7 @@ def bytes_figure(runs: pd.DataFrame, keys: list[str]) -> bytes | None:
     fig.suptitle("What each setting sends, and what it costs in leakage and accuracy (mean, 95% t-interval)",
                  fontsize=11)
     fig.tight_layout()
-    return _png(fig)
+    return _drawn(fig)
 
 
 def pareto_front(table: pd.DataFrame, *, leakage: str = PSNR_GAIN.key) -> pd.Series:
@@ -217,48 +310,89 @@ def pareto_front(table: pd.DataFrame, *, leakage: str = PSNR_GAIN.key) -> pd.Ser
     return pd.Series(on, index=table.index)
 
 
-def pareto_figure(table: pd.DataFrame, keys: list[str]) -> bytes | None:
-    """Leakage (PSNR gain over chance) against known-client accuracy, coloured by total bytes; the front circled."""
-    data = table.dropna(subset=[PSNR_GAIN.key, ACCURACY.key, TOTAL_BYTES.key])
+def _number_points(ax: Any, spots: dict[tuple[float, float], list[int]]) -> None:
+    """Label each point with its setting numbers (``7 = 8`` for coincident settings); points closer than 5 % of
+    the axes to each other get their labels fanned out beside them on leader lines, so none hides another."""
+    fig = ax.figure
+    fig.canvas.draw()
+    to_axes = ax.transData + ax.transAxes.inverted()
+    where = {spot: to_axes.transform(spot) for spot in spots}
+    groups: list[list[tuple[float, float]]] = []
+    for spot in sorted(spots, key=lambda s: (where[s][1], where[s][0])):
+        near = next((g for g in groups if any(np.hypot(*(where[spot] - where[o])) < 0.05 for o in g)), None)
+        if near is None:
+            groups.append([spot])
+        else:
+            near.append(spot)
+    for group in groups:
+        for k, spot in enumerate(sorted(group, key=lambda s: -where[s][1])):
+            text = " = ".join(map(str, spots[spot]))
+            if len(group) == 1:
+                ax.annotate(text, spot, textcoords="offset points", xytext=(7, 6), fontsize=9, zorder=4)
+                continue
+            left = where[spot][0] > 0.6  # fan out to the side with room
+            offset = (-70 if left else 70, 16 * (len(group) / 2 - k))
+            ax.annotate(text, spot, textcoords="offset points", xytext=offset, fontsize=9, zorder=4,
+                        ha="right" if left else "left", va="center",
+                        arrowprops={"arrowstyle": "-", "color": "0.4", "lw": 0.7})
+
+
+def pareto_figure(table: pd.DataFrame, keys: list[str]) -> Drawn | None:
+    """Leakage (PSNR gain over chance) against known-client accuracy, coloured by total bytes: every setting a
+    numbered point named in the legend, coincident settings one point with all their numbers, the front circled."""
+    data = table.dropna(subset=[PSNR_GAIN.key, ACCURACY.key, TOTAL_BYTES.key]).reset_index(drop=True)
     if data.empty:
         return None
     from matplotlib.colors import LogNorm, Normalize
+    from matplotlib.lines import Line2D
 
     plt = _plt()
-    fig, ax = plt.subplots(figsize=(8, 5))
+    fig, ax = plt.subplots(figsize=(12, 7))
     front = pareto_front(data)
     megabytes = data[TOTAL_BYTES.key] / 1e6
     lo, hi = float(megabytes.min()), float(megabytes.max())
-    title = "Leakage vs accuracy vs bytes: settings on the Pareto front are circled"
+    title = "Leakage vs accuracy vs bytes: each setting numbered; settings on the Pareto front circled"
     if hi > lo:
         norm = LogNorm(lo, hi) if _spans_decades(megabytes) else Normalize(lo, hi)
         points = ax.scatter(data[ACCURACY.key], data[PSNR_GAIN.key], c=megabytes, norm=norm, cmap="viridis",
-                            s=36, zorder=2)
+                            s=70, zorder=2, edgecolors="white", linewidths=0.5)
         colourbar = fig.colorbar(points, ax=ax, label="total bytes, up + down (MB)")
         colourbar.formatter.set_useOffset(False)
         colourbar.update_ticks()
     else:
-        ax.scatter(data[ACCURACY.key], data[PSNR_GAIN.key], s=36, zorder=2)
+        ax.scatter(data[ACCURACY.key], data[PSNR_GAIN.key], s=70, zorder=2)
         title += f"\n(every setting sends {lo * 1e6:,.0f} B)"
-    for i, (_, r) in enumerate(data[front].sort_values(ACCURACY.key).iterrows()):
-        ax.scatter([r[ACCURACY.key]], [r[PSNR_GAIN.key]], facecolors="none", edgecolors="k", s=160,
-                   marker=MARKERS[i % len(MARKERS)], label=_label(r, keys), zorder=3)
+    names = series_names([tuple(r[k] for k in keys) for _, r in data.iterrows()], keys) if keys else \
+        ["all runs"] * len(data)
+    spots: dict[tuple[float, float], list[int]] = {}
+    for i, r in data.iterrows():
+        spots.setdefault((round(float(r[ACCURACY.key]), 6), round(float(r[PSNR_GAIN.key]), 6)), []).append(int(i) + 1)
+    on = data[front]
+    ax.scatter(on[ACCURACY.key], on[PSNR_GAIN.key], facecolors="none", edgecolors="k", s=240, linewidths=1.5,
+               zorder=3)
     ax.axhline(0.0, color="k", ls=":", lw=1)
+    ax.margins(x=0.08, y=0.12)
+    _number_points(ax, spots)
     ax.set_xlabel("known-client accuracy")
     ax.set_ylabel("PSNR gain over chance (dB; lower is more private)")
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02 if hi == lo else 1.3, 1.0), frameon=False,
-                  title="Pareto front")
+    entries = []
+    for i, name in enumerate(names):
+        same = next(n for n in spots.values() if i + 1 in n)
+        also = f" (same point as {', '.join(map(str, [n for n in same if n != i + 1]))})" if len(same) > 1 else ""
+        entries.append(f"{i + 1}: {name}{' [front]' if bool(front.iloc[i]) else ''}{also}")
+    handles = [Line2D([], [], linestyle="none") for _ in entries]
+    fig.legend(handles, entries, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=2 if len(entries) > 6 else 1,
+               fontsize=8, frameon=False, handlelength=0, handletextpad=0)
     fig.tight_layout()
-    return _png(fig)
+    return _drawn(fig)
 
 
-def write_plots(runs: pd.DataFrame, table: pd.DataFrame, out: Path) -> dict[str, Path]:
-    """Write every figure that the runs support as PNG under ``out``; return them by title."""
+def write_plots(runs: pd.DataFrame, table: pd.DataFrame, out: Path) -> dict[str, tuple[Path, Drawn]]:
+    """Write every figure that the runs support as PNG under ``out``; return each by title with what it shows."""
     keys = list(table.attrs.get("keys", []))
-    figures: dict[str, tuple[str, bytes | None]] = {}
+    figures: dict[str, tuple[str, Drawn | None]] = {}
     for x in swept_keys(runs, keys):
         name = x.replace(".", "_")
         figures[f"Leakage vs {x}"] = (f"leakage_vs_{name}.png",
@@ -270,8 +404,8 @@ def write_plots(runs: pd.DataFrame, table: pd.DataFrame, out: Path) -> dict[str,
     figures["Bytes"] = ("bytes.png", bytes_figure(runs, keys))
     figures["Pareto"] = ("pareto.png", pareto_figure(table, keys))
     paths = {}
-    for title, (file, png) in figures.items():
-        if png is not None:
-            paths[title] = Path(out) / file
-            atomic_write_bytes(paths[title], png)
+    for title, (file, drawn) in figures.items():
+        if drawn is not None:
+            paths[title] = (Path(out) / file, drawn)
+            atomic_write_bytes(paths[title][0], drawn.png)
     return paths

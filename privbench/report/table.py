@@ -143,7 +143,7 @@ def caption(table: pd.DataFrame) -> str:
     named = ", ".join(f"`{k}`" for k in keys) or "nothing (every run has the same config but the seed)"
     text = (f"Runs grouped by every config value that differs between them except the seed: {named}. "
             f"n: runs (seeds) per row; `mean [lo, hi]`: {INTERVAL}; leaks: yes only when the PSNR gain over "
-            f"chance is above 0 over its whole interval. Missing values: –.")
+            f"chance is above 0 over its whole interval. Missing values: {MISSING}.")
     return text + few_seeds(table)
 
 
