@@ -53,3 +53,14 @@ def test_the_payload_kind_glossary_is_generated_from_the_specs():
     page = (ROOT / "docs" / "payload_kinds.md").read_text()
     assert page == module.render(), "docs/payload_kinds.md is out of date: python scripts/payload_kinds.py"
     assert all(f"`{name}`" in page for name in KINDS)
+
+
+def test_the_manual_states_the_corpus_size_truthfully():
+    import re
+    import sys
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from test_invalid_corpus import CORPUS
+
+    stated = re.search(r"`tests/test_invalid_corpus.py`\s+holds (\d+) such invocations", (ROOT / "docs" / "running.md").read_text())
+    assert stated and int(stated[1]) == len(CORPUS)
