@@ -8,8 +8,10 @@ from privbench.attacks.labels import recover_labels
 from privbench.attacks.none import NoAttack
 from privbench.attacks.projection import SubspaceProjection
 from privbench.attacks.target import AttackTarget, observed_gradient
-from privbench.attacks.views import BasisView, CohortView, GradientView, ModelView, View
+from privbench.attacks.views import BasisView, CohortView, GradientView, MembershipView, ModelView, View
+from privbench.attacks.membership import MembershipInference
 
 __all__ = ["DLG", "IDLG", "Attack", "AttackTarget", "Attempt", "BasisView", "CohortView", "Finding", "GradientInversion",
-           "GradientView", "InferredLabels", "InferredProperty", "InvertingGradients", "MembershipScores", "ModelView",
+           "GradientView", "InferredLabels", "InferredProperty", "InvertingGradients", "MembershipInference", "MembershipScores",
+           "MembershipView", "ModelView",
            "NoAttack", "Reconstruction", "SubspaceProjection", "View", "observed_gradient", "recover_labels"]

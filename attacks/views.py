@@ -21,7 +21,7 @@ from privbench.payloads import LocalTraining, Payload
 from privbench.payloads.training import AggregatePart
 
 #: The views an attack may ask for (``Attack.view``).
-ViewKind = Literal["gradient", "model", "basis"]
+ViewKind = Literal["gradient", "model", "basis", "membership"]
 #: The gradient view is today's attack target.
 GradientView = AttackTarget
 
@@ -119,4 +119,50 @@ class BasisView:
         return cls(basis, image_shape, tuple(mean), tuple(std), knowledge)
 
 
-View = AttackTarget | ModelView | BasisView
+@dataclass
+class MembershipView:
+    """A client's message and a pool of candidate records, half of them in the training the message came from.
+
+    The membership game (Yeom et al., 2018; Carlini et al., 2022): the attacker holds the message and
+    candidate records with their labels, and scores each; members are the records the message was
+    computed from, non-members records no client holds, of the same classes (so a test that only
+    recognises the class scores chance). Which candidates are members is the evaluator's.
+
+    Attributes:
+        model: the architecture at the weights the client started from (``base``).
+        base: those weights (None when the server did not keep them).
+        weights: a model payload's uploaded tensors by name (empty for a gradient).
+        gradient: a gradient payload's tensors by name (empty for a model payload).
+        candidates: the candidate records in model input space (normalised), ``[M, C, H, W]``.
+        labels: their labels.
+        knowledge: the threat-model declaration.
+    """
+
+    model: nn.Module
+    base: dict[str, torch.Tensor] | None
+    weights: dict[str, torch.Tensor]
+    gradient: dict[str, torch.Tensor]
+    candidates: torch.Tensor
+    labels: torch.Tensor
+    knowledge: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_payload(cls, payload: Payload, *, base: Payload | None, model: nn.Module, candidates: torch.Tensor,
+                     labels: torch.Tensor, pool: str) -> "MembershipView":
+        """The attacker's view of a model or gradient payload with ``candidates`` (normalised) and their labels."""
+        if payload.tensors is None:
+            raise AttackNotApplicableError(f"{payload.id}: its tensors were not kept")
+        local = copy.deepcopy(model)
+        base_state = dict(base.tensors) if base is not None and base.tensors is not None else None
+        if base_state is not None:
+            local.load_state_dict({**local.state_dict(), **base_state})
+        carries_gradient = payload.spec.carries == "gradient"
+        knowledge = {"payload": payload.id, "payload_kind": payload.kind,
+                     "base_model": base.id if base is not None else None, "visible_names": list(payload.tensors),
+                     "candidates": int(len(candidates)), "candidate_pool": pool, "candidate_labels": "given",
+                     "members": "not given (the evaluator's)"}
+        return cls(local, base_state, {} if carries_gradient else dict(payload.tensors),
+                   dict(payload.tensors) if carries_gradient else {}, candidates, labels, knowledge)
+
+
+View = AttackTarget | ModelView | BasisView | MembershipView

@@ -74,6 +74,12 @@ LABEL_COUNT_ERROR = _privacy("label_count_error", "count error per class", fmt="
                              bounds="nonnegative")
 LABEL_COUNT_ERROR_CHANCE = _privacy("label_count_error_chance", "prior's count error per class", fmt="{:.2f}",
                                     bounds="nonnegative")
+MIA_AUC = _privacy("mia_auc", "membership AUC", fmt="{:.3f}", leak="higher", bounds="unit")
+MIA_TPR_1 = _privacy("mia_tpr_at_fpr_1pct", "membership TPR at FPR 1 %", fmt="{:.3f}", leak="higher", bounds="unit")
+MIA_TPR_01 = _privacy("mia_tpr_at_fpr_0_1pct", "membership TPR at FPR 0.1 %", fmt="{:.3f}", leak="higher",
+                      bounds="unit")
+MIA_MEMBERS = _privacy("mia_members", "membership game: members", fmt="{}", bounds="nonnegative")
+MIA_NON_MEMBERS = _privacy("mia_non_members", "membership game: non-members", fmt="{}", bounds="nonnegative")
 ACCURACY = Figure("accuracy", "utility", "known-client accuracy", fmt="{:.3f}", bounds="unit")
 GLOBAL_ACCURACY = Figure("global_accuracy", "utility", "global-model accuracy", fmt="{:.3f}", bounds="unit")
 PERSONAL_ACCURACY = Figure("personal_accuracy", "utility", "own-model accuracy", fmt="{:.3f}", bounds="unit")
@@ -92,17 +98,17 @@ REPORTED = (PSNR_MEAN, PSNR_CHANCE, PSNR_GAIN, PSNR_BEST, SSIM_MEAN, SSIM_CHANCE
             LPIPS_CHANCE, LPIPS_BEST, NUM_TRUE, LABEL_ACCURACY, PROJECTION_PSNR_MEAN, LABEL_SET_EXACT,
             LABEL_SET_EXACT_CHANCE, LABEL_COUNTS_EXACT, LABEL_COUNT_ERROR, LABEL_COUNT_ERROR_CHANCE, ACCURACY,
             PERSONAL_ACCURACY, CLUSTER_RAND_INDEX, AGNOSTIC_ACCURACY, UPLINK_BYTES, DOWNLINK_BYTES, TOTAL_BYTES,
-            EPSILON, EPSILON_MAX)
+            EPSILON, EPSILON_MAX, MIA_AUC, MIA_TPR_1, MIA_TPR_01, MIA_MEMBERS)
 #: Every figure spec.
 FIGURES = (*REPORTED, LPIPS_GAIN, MSE_MEAN, NUM_RECONSTRUCTED, LABEL_COUNTS_EXACT_CHANCE, GLOBAL_ACCURACY,
-           TOTAL_RATIO)
+           TOTAL_RATIO, MIA_NON_MEMBERS)
 
 #: Derived columns of the report's tables: the leak verdict and the number of runs.
 LEAKS = "leaks"
 RUNS = "runs"
 #: ``table.md`` and the HTML summary, in order (all-missing columns are left out); the leak verdict follows the gain.
-TABLE = (PSNR_GAIN, LEAKS, ACCURACY, TOTAL_BYTES, EPSILON,  # the trade-off first
-         PSNR_MEAN, PSNR_CHANCE, SSIM_MEAN, SSIM_CHANCE, LPIPS_MEAN, LPIPS_CHANCE, LABEL_ACCURACY, LABEL_SET_EXACT,
+TABLE = (PSNR_GAIN, LEAKS, MIA_AUC, MIA_TPR_1, ACCURACY, TOTAL_BYTES, EPSILON,  # the trade-off first
+         MIA_TPR_01, MIA_MEMBERS, PSNR_MEAN, PSNR_CHANCE, SSIM_MEAN, SSIM_CHANCE, LPIPS_MEAN, LPIPS_CHANCE, LABEL_ACCURACY, LABEL_SET_EXACT,
          LABEL_COUNT_ERROR, NUM_TRUE, PERSONAL_ACCURACY, AGNOSTIC_ACCURACY, CLUSTER_RAND_INDEX, UPLINK_BYTES,
          DOWNLINK_BYTES)
 #: The HTML page's runs table.

@@ -10,6 +10,7 @@ from privbench.models import ConvNet, LeNet, ResNet18, classifier_head
 
 
 def test_lenet_is_dlgs_architecture():
+    torch.manual_seed(0)  # the std check below depends on the draw (a 12-value bias), not on earlier tests
     model = LeNet(in_channels=3, image_size=32, num_classes=10)
     convs = [m for m in model.modules() if isinstance(m, nn.Conv2d)]
     assert [(c.in_channels, c.out_channels, c.kernel_size, c.stride) for c in convs] == [

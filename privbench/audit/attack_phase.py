@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -13,10 +14,12 @@ import torch
 from torch import nn
 
 from privbench.attacks import AttackTarget, BasisView, ModelView
-from privbench.attacks.views import ViewKind
+from privbench.attacks.views import MembershipView, ViewKind
 from privbench.audit.plan import Plan
 from privbench.audit.score import Scoring, Truth, score_finding
 from privbench.data import FederatedData
+from privbench.errors import AttackNotApplicableError
+from privbench.pixels import normalise
 from privbench.payloads import Payload, PayloadStore
 from privbench.victim import Victim
 from privbench.figures import (
@@ -50,6 +53,42 @@ def _basis_view(p: Plan, victim: Victim, payload: Payload, base: Payload | None,
 VIEWS: dict[ViewKind, ViewBuilder] = {"gradient": _gradient_view, "model": _model_view, "basis": _basis_view}
 
 
+def membership_game(p: Plan, members: list[int], payload: Payload, base: Payload | None, model: nn.Module,
+                    data: FederatedData) -> tuple[MembershipView, torch.Tensor]:
+    """The membership game of one message: its training records (at most half of ``attack.max_candidates``) and as
+    many test-split records of the same classes, shuffled; the view, and which candidates are members (the
+    evaluator's). Members whose class has no test record left are not used."""
+    generator = torch.Generator().manual_seed(p.seed * 7919 + 17)
+    train_labels, test_labels = data.train.labels.cpu(), data.test.labels.cpu()
+    chosen = torch.tensor(sorted(set(members)), dtype=torch.long)
+    chosen = chosen[torch.randperm(len(chosen), generator=generator)]
+    budget = int(getattr(p.attack, "max_candidates", 1000)) // 2
+    free = {int(c): test_labels.eq(c).nonzero().flatten()[torch.randperm(int(test_labels.eq(c).sum()),
+                                                                          generator=generator)].tolist()
+            for c in train_labels[chosen].unique()}
+    kept: list[int] = []
+    partners: list[int] = []
+    for i in chosen.tolist():
+        pool = free[int(train_labels[i])]
+        if pool and len(kept) < budget:
+            kept.append(i)
+            partners.append(pool.pop())
+    if not kept:
+        raise AttackNotApplicableError(f"{payload.id}: no member record has a test record of its class to pair with")
+    images = torch.cat([data.train.images[torch.tensor(kept, device=data.train.images.device)].cpu(),
+                        data.test.images[torch.tensor(partners, device=data.test.images.device)].cpu()]).float() / 255.0
+    labels = torch.cat([train_labels[kept], test_labels[partners]])
+    is_member = torch.cat([torch.ones(len(kept), dtype=torch.bool), torch.zeros(len(partners), dtype=torch.bool)])
+    order = torch.randperm(len(labels), generator=generator)
+    device = next(model.parameters()).device
+    view = MembershipView.from_payload(payload, base=base, model=model,
+                                       candidates=normalise(images[order], data.train.mean, data.train.std).to(device),
+                                       labels=labels[order].to(device),
+                                       pool=f"{len(kept)} training records of the message and {len(partners)} "
+                                            "test-split records of the same classes, shuffled")
+    return view, is_member[order]
+
+
 def attack_victims(p: Plan, store: PayloadStore, model: nn.Module, data: FederatedData,
                    out: Path) -> tuple[dict[str, Any], dict[str, Any], int]:
     """Attack the victim's payload (and with ``victim.clients`` every audited client's, each on its own).
@@ -62,12 +101,19 @@ def attack_victims(p: Plan, store: PayloadStore, model: nn.Module, data: Federat
     clients = [p.victim.client] if p.victim.clients is None else _audited(p.victim, store)
     dirs = [out] + [out / "victims" / f"client{c}" for c in clients[1:]]
     selected = [p.choice.select(store, p.victim.alone(c)) for c in clients]
-    build = VIEWS[p.attack.view]
-    views = [build(p, p.victim.alone(c), payload, base, model, data) for c, (payload, base) in zip(clients, selected)]
+    answers: list[torch.Tensor | None] = [None] * len(clients)
+    if p.attack.view == "membership":
+        games = [membership_game(p, p.choice.truth(store, payload), payload, base, model, data)
+                 for payload, base in selected]
+        views: list[Any] = [view for view, _ in games]
+        answers = [answer for _, answer in games]
+    else:
+        build = VIEWS[p.attack.view]
+        views = [build(p, p.victim.alone(c), payload, base, model, data) for c, (payload, base) in zip(clients, selected)]
     findings = p.attack.attack_many(views, seed=p.seed)
     scored = []
-    for (payload, _), view, finding, folder in zip(selected, views, findings, dirs):
-        truth = _truth(p.choice.truth(store, payload), data)
+    for (payload, _), view, finding, folder, answer in zip(selected, views, findings, dirs, answers):
+        truth = replace(_truth(p.choice.truth(store, payload), data), membership=answer)
         how = Scoring(seed=p.seed, match_on=str(p.cfg.metrics.match_on), use_lpips=bool(p.cfg.metrics.lpips),
                       out=folder)
         scored.append((score_finding(finding, view, p.attack, truth, how), dict(view.knowledge), payload.nbytes))

@@ -15,7 +15,8 @@ import torch.nn.functional as F
 
 from privbench.figures import (
     ACCURACY, AGNOSTIC_ACCURACY, DOWNLINK_BYTES, EPSILON, EPSILON_MAX, LABEL_ACCURACY, LABEL_COUNTS_EXACT,
-    LABEL_COUNT_ERROR, LABEL_COUNT_ERROR_CHANCE, LABEL_SET_EXACT, LABEL_SET_EXACT_CHANCE, LPIPS_CHANCE, LPIPS_MEAN,
+    LABEL_COUNT_ERROR, LABEL_COUNT_ERROR_CHANCE, LABEL_SET_EXACT, LABEL_SET_EXACT_CHANCE, LPIPS_CHANCE, LPIPS_MEAN, MIA_AUC,
+    MIA_MEMBERS, MIA_NON_MEMBERS, MIA_TPR_01, MIA_TPR_1,
     NUM_RECONSTRUCTED, NUM_TRUE, PERSONAL_ACCURACY, PSNR_CHANCE, PSNR_GAIN, PSNR_MEAN, SSIM_CHANCE, SSIM_MEAN,
     TOTAL_RATIO, UPLINK_BYTES, formatted,
 )
@@ -76,6 +77,36 @@ def write_grid(path: Path, truth: torch.Tensor, recon: torch.Tensor, *, scale: i
     array = (grid.permute(1, 2, 0).numpy() * 255).round().astype("uint8")
     buffer = io.BytesIO()
     Image.fromarray(array).save(buffer, format="PNG")
+    atomic_write_bytes(path, buffer.getvalue())
+
+
+def write_roc(path: Path, fpr: Any, tpr: Any, *, title: str) -> None:
+    """The membership test's ROC on log-log axes with the chance line (TPR = FPR), as the field draws it."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    matplotlib.rcParams["text.parse_math"] = False
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    fig, ax = plt.subplots(figsize=(4.8, 4.2))
+    floor = 1e-4
+    ax.plot(np.maximum(fpr, floor), np.maximum(tpr, floor), lw=1.5, label="attack")
+    ax.plot([floor, 1], [floor, 1], "k:", lw=1, label="chance (TPR = FPR)")
+    for at in (0.01, 0.001):
+        ax.axvline(at, color="0.7", lw=0.8, ls="--")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(floor, 1)
+    ax.set_ylim(floor, 1)
+    ax.set_xlabel("false-positive rate")
+    ax.set_ylabel("true-positive rate")
+    ax.set_title(title, fontsize=8)
+    ax.legend(fontsize=8, loc="lower right")
+    ax.grid(alpha=0.3)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=100, bbox_inches="tight")
+    plt.close(fig)
     atomic_write_bytes(path, buffer.getvalue())
 
 
@@ -144,6 +175,14 @@ def summary(metrics: dict[str, Any]) -> str:
                           f"{formatted(privacy.get(LABEL_ACCURACY.key), '{:.2f}')}"))
     elif privacy.get("failed"):
         lines.append(("leakage", "attack failed: no reconstruction"))
+    if MIA_AUC.key in privacy:
+        lines.append(("members", f"{privacy.get('mia_test')} test: AUC {formatted(privacy[MIA_AUC.key], '{:.3f}')} "
+                                 f"(chance 0.5), TPR {formatted(privacy.get(MIA_TPR_1.key), '{:.3f}')} "
+                                 f"[{formatted(privacy.get(MIA_TPR_1.key + '_lo'), '{:.3f}')}, "
+                                 f"{formatted(privacy.get(MIA_TPR_1.key + '_hi'), '{:.3f}')}] at FPR 1 %, "
+                                 f"{formatted(privacy.get(MIA_TPR_01.key), '{:.3f}')} at 0.1 % "
+                                 f"({privacy.get(MIA_MEMBERS.key)} members, {privacy.get(MIA_NON_MEMBERS.key)} "
+                                 "class-matched non-members)"))
     if LABEL_SET_EXACT.key in privacy:
         lines.append(("labels", f"class set exact {formatted(privacy[LABEL_SET_EXACT.key], '{:.0f}')} (prior "
                                 f"{formatted(privacy.get(LABEL_SET_EXACT_CHANCE.key), '{:.0f}')}), counts exact "

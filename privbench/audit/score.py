@@ -12,14 +12,17 @@ from typing import Any, TypeVar
 
 import torch
 
-from privbench.attacks import Attack, Finding, InferredLabels, Reconstruction
+from privbench.attacks import Attack, Finding, InferredLabels, MembershipScores, Reconstruction
 from privbench.audit.output import write_gallery, write_grid
 from privbench.metrics.chance import chance_baseline, gains
 from privbench.metrics.labels import label_scores
 from privbench.metrics.reconstruction import score
 from privbench.pixels import denormalise
 from privbench.progress import phase
-from privbench.figures import LABEL_ACCURACY, NUM_RECONSTRUCTED, NUM_TRUE, PSNR_CHANCE, PSNR_MEAN
+from privbench.figures import (
+    LABEL_ACCURACY, MIA_AUC, MIA_MEMBERS, MIA_NON_MEMBERS, MIA_TPR_01, MIA_TPR_1, NUM_RECONSTRUCTED, NUM_TRUE,
+    PSNR_CHANCE, PSNR_MEAN,
+)
 
 F = TypeVar("F", bound=Finding)
 
@@ -35,6 +38,7 @@ class Truth:
         class_frequencies: each class's share of the training split (what a prior knows).
         mean: per-channel input mean (to bring reconstructions to [0, 1]).
         std: per-channel input std.
+        membership: for a membership game, which candidates of the view are members (None otherwise).
     """
 
     images: torch.Tensor
@@ -43,6 +47,7 @@ class Truth:
     class_frequencies: torch.Tensor
     mean: tuple[float, ...]
     std: tuple[float, ...]
+    membership: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)
@@ -126,3 +131,31 @@ def _reconstruction(finding: Reconstruction, view: Any, attack: Attack, truth: T
 def _labels(finding: InferredLabels, view: Any, attack: Attack, truth: Truth, how: Scoring) -> dict[str, Any]:
     """Labels: the class set and per-class counts against the truth, and against a class-frequency prior."""
     return label_scores(finding.counts, truth.labels, truth.class_frequencies)
+
+
+@register_scorer(MembershipScores)
+def _membership(finding: MembershipScores, view: Any, attack: Attack, truth: Truth, how: Scoring) -> dict[str, Any]:
+    """Membership: ROC (written to ``roc.png`` and ``membership.npz``), AUC, and TPR at FPR 1 % and 0.1 % with their
+    Clopper-Pearson intervals, against the chance line (AUC 0.5, TPR = FPR)."""
+    import numpy as np
+
+    from privbench.audit.output import write_roc
+    from privbench.metrics.membership import auc, clopper_pearson, roc, tpr_at_fpr
+
+    if truth.membership is None:
+        raise TypeError("membership scores need a membership game (Truth.membership)")
+    members = truth.membership.numpy().astype(bool)
+    scores = finding.scores.numpy()[np.asarray(finding.candidates, dtype=int)]
+    out: dict[str, Any] = {MIA_AUC.key: auc(scores, members), MIA_MEMBERS.key: int(members.sum()),
+                           MIA_NON_MEMBERS.key: int((~members).sum()), "mia_test": finding.info.get("test"),
+                           "mia_chance_auc": 0.5}
+    for figure, fpr in ((MIA_TPR_1, 0.01), (MIA_TPR_01, 0.001)):
+        tpr, hits, n = tpr_at_fpr(scores, members, fpr)
+        lo, hi = clopper_pearson(hits, n)
+        out.update({figure.key: tpr, f"{figure.key}_lo": lo, f"{figure.key}_hi": hi})
+    how.out.mkdir(parents=True, exist_ok=True)
+    fprs, tprs = roc(scores, members)
+    np.savez(how.out / "membership.npz", scores=scores, members=members, fpr=fprs, tpr=tprs)
+    write_roc(how.out / "roc.png", fprs, tprs, title=f"{finding.info.get('test')}: AUC {out[MIA_AUC.key]:.3f}, "
+                                                     f"{int(members.sum())} members, {int((~members).sum())} non-members")
+    return out
