@@ -93,3 +93,13 @@ def release(folder: Path) -> None:
             lock.unlink()
     except (OSError, ValueError):
         pass
+
+
+def files_named(root: Path, name: str) -> list[Path]:
+    """Every file called ``name`` below ``root``, sorted; folders that vanish during the walk (a parallel sweep job
+    removing its skipped folder) are passed over instead of failing the walk, as ``Path.rglob`` would."""
+    found = []
+    for folder, _, files in os.walk(root):  # os.walk ignores folders it can no longer list
+        if name in files:
+            found.append(Path(folder) / name)
+    return sorted(found)

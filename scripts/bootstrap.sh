@@ -11,7 +11,7 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   started=$(date +%s)
   echo "bootstrap: installing privbench and its dependencies into $VENV (torch, torchvision, Flower with Ray," \
        "Opacus, Hydra, matplotlib; PyPI's torch wheels bring CUDA libraries even on a CPU-only machine):" \
-       "about 6.5 GB of disk and 2-3 minutes on first run; later runs skip this" >&2
+       "about 6.4 GB of disk and 1.5-3 minutes on first run; later runs skip this" >&2
   "$PYTHON" -m venv "$VENV"
   "$VENV/bin/python" -m pip install --quiet --upgrade pip
   "$VENV/bin/python" -m pip install --quiet -e '.[test]'

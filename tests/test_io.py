@@ -47,3 +47,26 @@ def test_a_reused_training_resolves_to_the_run_that_holds_its_payloads(tmp_path)
             (tmp_path / "trained", {"training_key": "k"})]
     assert trained(runs, "k") == tmp_path / "trained"
     assert trained(runs[:1], "k") is None
+
+
+def test_the_results_walk_passes_over_a_folder_that_vanishes_during_it(tmp_path, monkeypatch):
+    import os
+
+    from privbench.audit.resume import finished_runs
+    from privbench.io import files_named
+
+    for job in ("0", "1", "2"):
+        (tmp_path / job).mkdir()
+        (tmp_path / job / "metrics.json").write_text('{"run": {"config_key": "k' + job + '"}}')
+    walk = os.walk
+
+    def racing(top, *args, **kwargs):  # a parallel job removes its skipped folder while this walk runs
+        import shutil
+
+        for i, entry in enumerate(walk(top, *args, **kwargs)):
+            if i == 0:
+                shutil.rmtree(tmp_path / "1", ignore_errors=True)
+            yield entry
+    monkeypatch.setattr(os, "walk", racing)
+    assert [p.parent.name for p in files_named(tmp_path, "metrics.json")] == ["0", "2"]
+    assert [run["config_key"] for _, run in finished_runs(tmp_path)] == ["k0", "k2"]

@@ -9,6 +9,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 import privbench
+from privbench.io import files_named
 
 #: Keys that say where results go, not what is computed.
 NOT_KEYED = ("results_dir", "resume", "allow_targets")
@@ -41,7 +42,7 @@ def finished_runs(results_dir: Path) -> list[tuple[Path, dict[str, Any]]]:
     if not root.exists():
         return []
     out = []
-    for path in sorted(root.rglob("metrics.json")):
+    for path in files_named(root, "metrics.json"):
         try:
             metrics: dict[str, Any] = json.loads(path.read_text())
         except (OSError, json.JSONDecodeError):

@@ -9,6 +9,7 @@ from typing import Any
 import pandas as pd
 from omegaconf import OmegaConf
 from privbench.figures import REPORTED
+from privbench.io import files_named
 
 #: The config groups a run chose (from ``metrics.json``), in the order the report names them.
 CHOICES = ["payload", "attack", "defense", "fl", "model", "data"]
@@ -105,8 +106,8 @@ def collect(root: Path) -> pd.DataFrame:
     """
     rows, skipped, seen = [], [], set()
     root = Path(root)
-    paths = sorted(root.rglob("metrics.json"))
-    for pointer in sorted(root.rglob(RESUMED)):  # a resumed sweep's skipped jobs point at the runs they reused
+    paths = files_named(root, "metrics.json")
+    for pointer in files_named(root, RESUMED):  # a resumed sweep's skipped jobs point at the runs they reused
         try:
             paths.append(Path(json.loads(pointer.read_text())["finished_in"]) / "metrics.json")
         except (OSError, ValueError, KeyError, TypeError):
