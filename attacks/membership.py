@@ -24,7 +24,7 @@ from torch.func import functional_call, grad, vmap
 
 from privbench.attacks.base import Attack
 from privbench.attacks.findings import MembershipScores
-from privbench.attacks.views import MembershipView, ViewKind
+from privbench.attacks.views import MembershipView, ViewKind, at_weights
 from privbench.errors import AttackNotApplicableError
 from privbench.payloads import kind as payload_kind
 from privbench.payloads.kinds import Carries
@@ -65,31 +65,20 @@ class MembershipInference(Attack):
         if self.test in ("loss_change", "gradient_alignment") and view.base is None:
             raise AttackNotApplicableError(f"attack.test={self.test} needs the weights the client started from; "
                                            f"the server did not keep them for {view.knowledge.get('payload')}")
-        released = self._released(view)
+        released = at_weights(view.model, view.weights).eval() if self.test != "gradient_alignment" else None
         scores = []
         for start in range(0, len(view.candidates), self.batch_size):
             x = view.candidates[start:start + self.batch_size]
             y = view.labels[start:start + self.batch_size].long()
-            if self.test == "loss":
-                scores.append(-_losses(released, x, y))
-            elif self.test == "loss_change":
-                scores.append(_losses(view.model, x, y) - _losses(released, x, y))
-            else:
+            if released is None:
                 scores.append(self._alignment(view, x, y))
+            elif self.test == "loss":
+                scores.append(-_losses(released, x, y))
+            else:
+                scores.append(_losses(view.model, x, y) - _losses(released, x, y))
         out = torch.cat(scores).double()
         return MembershipScores(scores=out, candidates=list(range(len(out))),
                                 info={"test": self.test, "candidates": len(out)})
-
-    @staticmethod
-    def _released(view: MembershipView) -> nn.Module:
-        """The model the message releases: the base with the uploaded tensors in place."""
-        if not view.weights:
-            return view.model
-        import copy
-
-        model = copy.deepcopy(view.model)
-        model.load_state_dict({**model.state_dict(), **view.weights})
-        return model.eval()
 
     @staticmethod
     def _alignment(view: MembershipView, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

@@ -26,6 +26,14 @@ ViewKind = Literal["gradient", "model", "basis", "membership"]
 GradientView = AttackTarget
 
 
+def at_weights(model: nn.Module, weights: dict[str, torch.Tensor] | None) -> nn.Module:
+    """A copy of ``model`` with ``weights`` (some or all of its state, by name) in place; ``model`` is not changed."""
+    local = copy.deepcopy(model)
+    if weights:
+        local.load_state_dict({**local.state_dict(), **weights})
+    return local
+
+
 @dataclass
 class ModelView:
     """A model a client sent (``update``, ``learngene``) and what the server knows of how it was trained.
@@ -59,10 +67,8 @@ class ModelView:
         """The attacker's view of a model payload (a ``CohortView`` for an aggregate), ``model`` at its base."""
         if payload.tensors is None:
             raise AttackNotApplicableError(f"{payload.id}: its tensors were not kept")
-        local = copy.deepcopy(model)
         base_state = base.tensors if base is not None else None
-        if base_state is not None:
-            local.load_state_dict({**local.state_dict(), **base_state})
+        local = at_weights(model, base_state)
         view = CohortView if payload.spec.aggregate else ModelView
         knowledge = {"payload": payload.id, "payload_kind": payload.kind,
                      "base_model": base.id if base is not None else None, "labels": "not given",
@@ -152,10 +158,8 @@ class MembershipView:
         """The attacker's view of a model or gradient payload with ``candidates`` (normalised) and their labels."""
         if payload.tensors is None:
             raise AttackNotApplicableError(f"{payload.id}: its tensors were not kept")
-        local = copy.deepcopy(model)
         base_state = dict(base.tensors) if base is not None and base.tensors is not None else None
-        if base_state is not None:
-            local.load_state_dict({**local.state_dict(), **base_state})
+        local = at_weights(model, base_state)
         carries_gradient = payload.spec.carries == "gradient"
         knowledge = {"payload": payload.id, "payload_kind": payload.kind,
                      "base_model": base.id if base is not None else None, "visible_names": list(payload.tensors),

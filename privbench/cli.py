@@ -45,7 +45,10 @@ def set_threads(jobs: int) -> int:
     """
     import torch
 
-    threads = int(os.environ.get("OMP_NUM_THREADS") or max(1, (os.cpu_count() or 1) // jobs))
+    from privbench.device import SMALL_STEP_MACS, choose_threads
+
+    # the model is not known yet: its share of the cores, as for a large one
+    threads = choose_threads("auto", step_macs=SMALL_STEP_MACS, device=torch.device("cpu"), jobs=jobs).count
     torch.set_num_threads(threads)
     return threads
 

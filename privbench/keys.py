@@ -34,30 +34,40 @@ def _comment(rest: str) -> str:
     return ""
 
 
-def yaml_comments(text: str) -> dict[str, str]:
-    """``{dotted.key: comment}`` for the keys of a YAML file that carry a comment on or just above their line."""
-    out: dict[str, str] = {}
+def _key_paths(lines: list[str]) -> list[tuple[str, "re.Match[str] | None", str]]:
+    """Each YAML line with its key match and dotted key path (``gene.gamma``); no match and ``""`` for lines
+    that hold no key (comments, list items, blanks)."""
+    out: list[tuple[str, re.Match[str] | None, str]] = []
     stack: list[tuple[int, str]] = []
-    above: list[str] = []
-    seen_key = False  # comments before the first key describe the file, not a key
-    for line in text.splitlines():
-        stripped = line.strip()
-        if stripped.startswith("#"):
-            above.append(stripped.lstrip("#").strip())
-            continue
+    for line in lines:
         match = _KEY.match(line)
-        if not match or stripped.startswith("- "):
-            above = []
+        if not match or line.lstrip().startswith(("- ", "#")):
+            out.append((line, None, ""))
             continue
         indent = len(match["indent"])
         while stack and stack[-1][0] >= indent:
             stack.pop()
-        path = ".".join([*(k for _, k in stack), match["key"]])
         stack.append((indent, match["key"]))
-        inline = _comment(match["rest"])
-        text_ = inline or (" ".join(above) if above and seen_key else "")
-        if text_:
-            out[path] = text_
+        out.append((line, match, ".".join(k for _, k in stack)))
+    return out
+
+
+def yaml_comments(text: str) -> dict[str, str]:
+    """``{dotted.key: comment}`` for the keys of a YAML file that carry a comment on or just above their line."""
+    out: dict[str, str] = {}
+    above: list[str] = []
+    seen_key = False  # comments before the first key describe the file, not a key
+    for line, match, path in _key_paths(text.splitlines()):
+        stripped = line.strip()
+        if stripped.startswith("#"):
+            above.append(stripped.lstrip("#").strip())
+            continue
+        if match is None:
+            above = []
+            continue
+        comment = _comment(match["rest"]) or (" ".join(above) if above and seen_key else "")
+        if comment:
+            out[path] = comment
         above, seen_key = [], True
     return out
 
@@ -152,18 +162,9 @@ def annotated_yaml(cfg: DictConfig, descriptions: dict[str, str], *, width: int 
     plain = OmegaConf.to_container(cfg, resolve=False)
     assert isinstance(plain, dict)
     plain.pop("hydra", None)
-    stack: list[tuple[int, str]] = []
     lines = []
-    for line in OmegaConf.to_yaml(OmegaConf.create(plain)).splitlines():
-        match = _KEY.match(line)
-        if not match or line.lstrip().startswith("- "):
-            lines.append(line)
-            continue
-        indent = len(match["indent"])
-        while stack and stack[-1][0] >= indent:
-            stack.pop()
-        stack.append((indent, match["key"]))
-        text = descriptions.get(".".join(k for _, k in stack))
+    for line, match, path in _key_paths(OmegaConf.to_yaml(OmegaConf.create(plain)).splitlines()):
+        text = descriptions.get(path) if match is not None else None
         if text:
             room = max(20, width - len(line) - 4)
             line = f"{line}  # {text if len(text) <= room else text[:room - 3] + '...'}"

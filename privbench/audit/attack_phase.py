@@ -63,9 +63,8 @@ def membership_game(p: Plan, members: list[int], payload: Payload, base: Payload
     chosen = torch.tensor(sorted(set(members)), dtype=torch.long)
     chosen = chosen[torch.randperm(len(chosen), generator=generator)]
     budget = int(getattr(p.attack, "max_candidates", 1000)) // 2
-    free = {int(c): test_labels.eq(c).nonzero().flatten()[torch.randperm(int(test_labels.eq(c).sum()),
-                                                                          generator=generator)].tolist()
-            for c in train_labels[chosen].unique()}
+    same_class = {int(c): test_labels.eq(c).nonzero().flatten() for c in train_labels[chosen].unique()}
+    free = {c: rows[torch.randperm(len(rows), generator=generator)].tolist() for c, rows in same_class.items()}
     kept: list[int] = []
     partners: list[int] = []
     for i in chosen.tolist():

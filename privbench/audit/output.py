@@ -82,13 +82,11 @@ def write_grid(path: Path, truth: torch.Tensor, recon: torch.Tensor, *, scale: i
 
 def write_roc(path: Path, fpr: Any, tpr: Any, *, title: str) -> None:
     """The membership test's ROC on log-log axes with the chance line (TPR = FPR), as the field draws it."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    matplotlib.rcParams["text.parse_math"] = False
-    import matplotlib.pyplot as plt
     import numpy as np
 
+    from privbench.report.plots import pyplot
+
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(4.8, 4.2))
     floor = 1e-4
     ax.plot(np.maximum(fpr, floor), np.maximum(tpr, floor), lw=1.5, label="attack")

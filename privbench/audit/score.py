@@ -10,12 +10,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+import numpy as np
 import torch
 
 from privbench.attacks import Attack, Finding, InferredLabels, MembershipScores, Reconstruction
-from privbench.audit.output import write_gallery, write_grid
+from privbench.audit.output import write_gallery, write_grid, write_roc
 from privbench.metrics.chance import chance_baseline, gains
 from privbench.metrics.labels import label_scores
+from privbench.metrics.membership import auc, clopper_pearson, roc, tpr_at_fpr
 from privbench.metrics.reconstruction import score
 from privbench.pixels import denormalise
 from privbench.progress import phase
@@ -137,11 +139,6 @@ def _labels(finding: InferredLabels, view: Any, attack: Attack, truth: Truth, ho
 def _membership(finding: MembershipScores, view: Any, attack: Attack, truth: Truth, how: Scoring) -> dict[str, Any]:
     """Membership: ROC (written to ``roc.png`` and ``membership.npz``), AUC, and TPR at FPR 1 % and 0.1 % with their
     Clopper-Pearson intervals, against the chance line (AUC 0.5, TPR = FPR)."""
-    import numpy as np
-
-    from privbench.audit.output import write_roc
-    from privbench.metrics.membership import auc, clopper_pearson, roc, tpr_at_fpr
-
     if truth.membership is None:
         raise TypeError("membership scores need a membership game (Truth.membership)")
     members = truth.membership.numpy().astype(bool)

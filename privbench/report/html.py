@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import base64
 import html
-import numbers
 from pathlib import Path
 
 import pandas as pd
@@ -11,7 +10,7 @@ import pandas as pd
 from privbench.figures import MISSING, RUN_TABLE
 from privbench.report.gallery import style
 from privbench.report.plots import Drawn
-from privbench.report.table import LABELS, caption, to_html
+from privbench.report.table import LABELS, caption, sort_key, to_html
 
 #: Columns of the per-run table (after the grouping keys and the seed).
 RUN_COLUMNS = [str(f) for f in RUN_TABLE]
@@ -22,18 +21,9 @@ def _img(path: Path, alt: str) -> str:
     return f'<img src="data:image/png;base64,{data}" alt="{html.escape(alt)}">'
 
 
-def _sort_key(value: object) -> tuple[int, float, str]:
-    """Missing first, then numbers by value (1, 4, 16, not 1, 16, 4), then text."""
-    if value is None or (isinstance(value, float) and value != value):
-        return 0, 0.0, ""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        return 2, 0.0, str(value)
-    return 1, float(value), ""
-
-
 def _runs_table(runs: pd.DataFrame, keys: list[str]) -> str:
     columns = [*keys, "seed", *[c for c in RUN_COLUMNS if runs[c].notna().any()], "run_dir"]
-    order = sorted(range(len(runs)), key=lambda i: tuple(_sort_key(runs[k].iloc[i]) for k in [*keys, "seed"]))
+    order = sorted(range(len(runs)), key=lambda i: tuple(sort_key(runs[k].iloc[i]) for k in [*keys, "seed"]))
     runs = runs.iloc[order]
     head = "".join(f"<th>{html.escape(LABELS.get(c, c))}</th>" for c in columns)
 

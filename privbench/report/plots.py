@@ -51,7 +51,7 @@ def style(i: int) -> dict[str, Any]:
         >>> style(0) != style(10) and style(0)["color"] == style(10)["color"]
         True
     """
-    colours = _plt().rcParams["axes.prop_cycle"].by_key()["color"]
+    colours = pyplot().rcParams["axes.prop_cycle"].by_key()["color"]
     return {"color": colours[i % len(colours)], "marker": MARKERS[(i + i // len(colours)) % len(MARKERS)],
             "linestyle": DASHES[(i // len(colours)) % len(DASHES)]}
 
@@ -111,12 +111,13 @@ def _drawn(fig: Any) -> Drawn:
         axes += [t for t in (ax.get_xlabel(), ax.get_ylabel(), ax.get_title()) if t]
         ticks += [t.get_text() for t in ax.get_xticklabels() if t.get_text()]
         notes += [t.get_text() for t in ax.texts if t.get_text()]
-    if fig._suptitle is not None:  # noqa: SLF001 - matplotlib keeps the suptitle here
-        axes.append(fig._suptitle.get_text())
+    if fig.get_suptitle():
+        axes.append(fig.get_suptitle())
     return Drawn(_png(fig), legend, axes, ticks, notes)
 
 
-def _plt() -> Any:
+def pyplot() -> Any:
+    """``matplotlib.pyplot`` on the Agg backend, with run-controlled text drawn as text."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -131,7 +132,7 @@ def _plt() -> Any:
 def _png(fig: Any) -> bytes:
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=100, bbox_inches="tight")
-    _plt().close(fig)
+    pyplot().close(fig)
     return buffer.getvalue()
 
 
@@ -191,7 +192,7 @@ def curve(runs: pd.DataFrame, keys: list[str], x: str, panels: list[tuple[str, s
     if len(lines) == 0 and facets:
         lines, facets = facets[:1], facets[1:]
     facet_values = swept.groupby(facets, dropna=False, sort=False).size().index.tolist() if facets else [None]
-    plt = _plt()
+    plt = pyplot()
     fig, axes = plt.subplots(len(facet_values), len(panels), figsize=(5.2 * len(panels), 3.4 * len(facet_values)),
                              squeeze=False)
     line_ids = table.groupby(lines, dropna=False, sort=False).size().index.tolist() if lines else [None]
@@ -258,7 +259,7 @@ def bytes_figure(runs: pd.DataFrame, keys: list[str]) -> Drawn | None:
     if table is None or table[TOTAL_BYTES.key].dropna().nunique() < 2:
         return None
     leak = summarise(runs, keys)
-    plt = _plt()
+    plt = pyplot()
     fig = plt.figure(figsize=(13, 4.5 + 0.28 * len(table)))
     grid = fig.add_gridspec(2, 2, height_ratios=[0.28 * len(table) + 0.8, 3.2])
     bars = fig.add_subplot(grid[0, :])
@@ -346,7 +347,7 @@ def pareto_figure(table: pd.DataFrame, keys: list[str]) -> Drawn | None:
     from matplotlib.colors import LogNorm, Normalize
     from matplotlib.lines import Line2D
 
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(12, 7))
     front = pareto_front(data)
     megabytes = data[TOTAL_BYTES.key] / 1e6

@@ -95,14 +95,14 @@ def summarise(runs: pd.DataFrame, keys: list[str] | None = None) -> pd.DataFrame
     if not keys:
         table = table.drop(columns="_all")
     else:
-        order = sorted(range(len(table)), key=lambda i: tuple(_order(table[k].iloc[i]) for k in keys))
+        order = sorted(range(len(table)), key=lambda i: tuple(sort_key(table[k].iloc[i]) for k in keys))
         table = table.iloc[order].reset_index(drop=True)
     table.attrs["keys"] = keys
     return table
 
 
-def _order(value: object) -> tuple[int, float, str]:
-    """Sort missing values first, then numbers by value, then text."""
+def sort_key(value: object) -> tuple[int, float, str]:
+    """Sort missing values first, then numbers by value (1, 4, 16, not 1, 16, 4), then text."""
     if isinstance(value, float) and math.isnan(value):
         return 0, 0.0, ""
     if isinstance(value, (int, float, np.number)) and not isinstance(value, bool):
