@@ -81,6 +81,7 @@ MIA_TPR_01 = _privacy("mia_tpr_at_fpr_0_1pct", "membership TPR at FPR 0.1 %", fm
 MIA_MEMBERS = _privacy("mia_members", "membership game: members", fmt="{}", bounds="nonnegative")
 MIA_NON_MEMBERS = _privacy("mia_non_members", "membership game: non-members", fmt="{}", bounds="nonnegative")
 ACCURACY = Figure("accuracy", "utility", "known-client accuracy", fmt="{:.3f}", bounds="unit")
+DOWNLOADED_ACCURACY = Figure("downloaded_accuracy", "utility", "downloaded-model accuracy", fmt="{:.3f}", bounds="unit")
 GLOBAL_ACCURACY = Figure("global_accuracy", "utility", "global-model accuracy", fmt="{:.3f}", bounds="unit")
 PERSONAL_ACCURACY = Figure("personal_accuracy", "utility", "own-model accuracy", fmt="{:.3f}", bounds="unit")
 CLUSTER_RAND_INDEX = Figure("cluster_rand_index", "utility", "clusters vs class sets (Rand)", fmt="{:.3f}",
@@ -97,7 +98,7 @@ EPSILON_MAX = Figure("epsilon_max", "defense", "largest epsilon", fmt="{:.2f}", 
 REPORTED = (PSNR_MEAN, PSNR_CHANCE, PSNR_GAIN, PSNR_BEST, SSIM_MEAN, SSIM_CHANCE, SSIM_GAIN, SSIM_BEST, LPIPS_MEAN,
             LPIPS_CHANCE, LPIPS_BEST, NUM_TRUE, LABEL_ACCURACY, PROJECTION_PSNR_MEAN, LABEL_SET_EXACT,
             LABEL_SET_EXACT_CHANCE, LABEL_COUNTS_EXACT, LABEL_COUNT_ERROR, LABEL_COUNT_ERROR_CHANCE, ACCURACY,
-            PERSONAL_ACCURACY, CLUSTER_RAND_INDEX, AGNOSTIC_ACCURACY, UPLINK_BYTES, DOWNLINK_BYTES, TOTAL_BYTES,
+            PERSONAL_ACCURACY, DOWNLOADED_ACCURACY, CLUSTER_RAND_INDEX, AGNOSTIC_ACCURACY, UPLINK_BYTES, DOWNLINK_BYTES, TOTAL_BYTES,
             EPSILON, EPSILON_MAX, MIA_AUC, MIA_TPR_1, MIA_TPR_01, MIA_MEMBERS)
 #: Every figure spec.
 FIGURES = (*REPORTED, LPIPS_GAIN, MSE_MEAN, NUM_RECONSTRUCTED, LABEL_COUNTS_EXACT_CHANCE, GLOBAL_ACCURACY,
@@ -107,18 +108,20 @@ FIGURES = (*REPORTED, LPIPS_GAIN, MSE_MEAN, NUM_RECONSTRUCTED, LABEL_COUNTS_EXAC
 LEAKS = "leaks"
 RUNS = "runs"
 #: ``table.md`` and the HTML summary, in order (all-missing columns are left out); the leak verdict follows the gain.
-TABLE = (PSNR_GAIN, LEAKS, MIA_AUC, MIA_TPR_1, ACCURACY, TOTAL_BYTES, EPSILON,  # the trade-off first
-         MIA_TPR_01, MIA_MEMBERS, PSNR_MEAN, PSNR_CHANCE, SSIM_MEAN, SSIM_CHANCE, LPIPS_MEAN, LPIPS_CHANCE, LABEL_ACCURACY, LABEL_SET_EXACT,
-         LABEL_COUNT_ERROR, NUM_TRUE, PERSONAL_ACCURACY, AGNOSTIC_ACCURACY, CLUSTER_RAND_INDEX, UPLINK_BYTES,
-         DOWNLINK_BYTES)
+#: Accuracy has two columns, never one: each client's own model, and the model it holds after its download.
+TABLE = (PSNR_GAIN, LEAKS, MIA_AUC, MIA_TPR_1, PERSONAL_ACCURACY, DOWNLOADED_ACCURACY, TOTAL_BYTES,  # the trade-off first
+         EPSILON, MIA_TPR_01, MIA_MEMBERS, PSNR_MEAN, PSNR_CHANCE, SSIM_MEAN, SSIM_CHANCE, LPIPS_MEAN, LPIPS_CHANCE,
+         LABEL_ACCURACY, LABEL_SET_EXACT, LABEL_COUNT_ERROR, NUM_TRUE, AGNOSTIC_ACCURACY, CLUSTER_RAND_INDEX,
+         UPLINK_BYTES, DOWNLINK_BYTES)
 #: The HTML page's runs table.
-RUN_TABLE = (PSNR_GAIN, ACCURACY, TOTAL_BYTES, EPSILON, PSNR_MEAN, PSNR_CHANCE)
+RUN_TABLE = (PSNR_GAIN, PERSONAL_ACCURACY, DOWNLOADED_ACCURACY, TOTAL_BYTES, EPSILON, PSNR_MEAN, PSNR_CHANCE)
 #: The table a multirun ends with: (column, header, format), the leak verdict after the gain.
 MULTIRUN = ((PSNR_MEAN.key, "PSNR", "{:.1f}"), (PSNR_GAIN.key, "gain", "{:+.1f}"), (LEAKS, LEAKS, "{}"),
-            (ACCURACY.key, "acc", "{:.3f}"), (TOTAL_BYTES.key, "bytes", "{:,.0f}"), (EPSILON.key, "eps", "{:.2f}"))
+            (PERSONAL_ACCURACY.key, "own acc", "{:.3f}"), (DOWNLOADED_ACCURACY.key, "dl acc", "{:.3f}"),
+            (TOTAL_BYTES.key, "bytes", "{:,.0f}"), (EPSILON.key, "eps", "{:.2f}"))
 #: Leakage figures drawn against a swept setting, and utility figures.
 LEAKAGE_PLOTS = (PSNR_MEAN, PSNR_GAIN)
-UTILITY_PLOTS = (ACCURACY, AGNOSTIC_ACCURACY)
+UTILITY_PLOTS = (PERSONAL_ACCURACY, DOWNLOADED_ACCURACY, AGNOSTIC_ACCURACY)
 
 BY_KEY = {f.key: f for f in FIGURES}
 

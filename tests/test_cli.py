@@ -34,7 +34,7 @@ def test_help_lists_groups_and_options(tmp_path):
                  "privacy_tradeoff, threat_grid, victim_settings, xi_direction",
                  "experiment/threat_grid: gradient, learngene, update"):
         assert line in out.stdout
-    for line in ("  lr: 0.1  # local SGD learning rate.", "    gamma: 0.5  # layers kept: a count (>= 1) or a fraction",
+    for line in ("  lr: 0.1  # local SGD learning rate.", "    gamma: 0.5  # kept: a count (>= 1) or fraction (< 1) of layers",
                  "threads: auto  # torch threads", "  num_images: 1  # images in the victim's batch"):
         assert line in out.stdout  # each key with its description
     chosen = cli("attack=ig", "fl=fedavg", "--help", cwd=tmp_path)
@@ -151,7 +151,7 @@ def test_run_summary_wraps_long_settings_at_80_columns():
                "privacy": {"psnr_mean": 12.345, "psnr_chance": 16.6, "psnr_gain": -4.255, "num_reconstructed": 64,
                            "num_true": 400, "ssim_mean": 0.1, "ssim_chance": 0.3, "lpips_mean": float("nan"),
                            "lpips_chance": float("nan"), "label_accuracy": float("nan")},
-               "utility": {"accuracy": 0.5, "personal_accuracy": 0.9, "agnostic_accuracy_learngene": 0.97},
+               "utility": {"accuracy": 0.5, "personal_accuracy": 0.9, "downloaded_accuracy": 0.5, "agnostic_accuracy_learngene": 0.97},
                "bytes": {"uplink_bytes": 123456789012, "downlink_bytes": 123456789012, "total_ratio": 0.5},
                "defense": {"epsilon": 123.456, "epsilon_max": 234.5, "epsilon_covers_all_reads": True}}
     text = summary(metrics)

@@ -49,7 +49,8 @@ def test_outputs_are_derived_from_the_spec():
     assert all(LABELS[f.key] == f.label for f in figures.FIGURES)
     assert UNIT_RANGE == {f.key for f in figures.FIGURES if f.bounds == "unit"} and "accuracy" in UNIT_RANGE
     assert "total_bytes" in NON_NEGATIVE and "psnr_gain" not in NON_NEGATIVE
-    assert [c for c, _, _ in MULTIRUN_COLUMNS] == ["psnr_mean", "psnr_gain", "leaks", "accuracy", "total_bytes",
+    assert [c for c, _, _ in MULTIRUN_COLUMNS] == ["psnr_mean", "psnr_gain", "leaks", "personal_accuracy",
+                                                   "downloaded_accuracy", "total_bytes",
                                                    "epsilon"]
 
 

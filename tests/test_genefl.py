@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import copy
+import math
 
 import numpy as np
 import pytest
@@ -19,7 +20,8 @@ from privbench.payloads.comm import comm_summary
 from privbench.fl.fisher import fisher_diagonal
 from privbench.fl.genefl.fisher import gene_regulariser
 from privbench.fl.protocols.genefl import GeneFL
-from privbench.fl.genefl.learngene import cluster_gene, gene_size, select_layers, xi_scores
+from privbench.fl.genefl.learngene import adapt_gamma, cluster_gene, gene_size, select_by_size, select_layers, xi_scores
+from privbench.fl.sgd import accuracy
 from privbench.fl.layers import layers
 from privbench.fl.clustering.subspace import client_subspace, cluster, nearest_cluster, per_class_subspace, proximity
 from privbench.victim import Victim
@@ -215,21 +217,23 @@ def test_subspace_is_orthonormal_top_singular_vectors():
     assert torch.allclose((u.double().T @ full[:, :4]).abs().diag(), torch.ones(4, dtype=torch.float64), atol=1e-5)
 
 
-def _tiny(tmp_path, *, seed=0, downlink="full", reference=False, **kwargs):
+def _tiny(tmp_path, *, seed=0, downlink="full", reference=False, gene=None, rounds=2, participants=3, keep="victim",
+          **kwargs):
     data = FederatedData.build(source="fashion_mnist_subset", num_clients=6, partition="shard", classes_per_client=2,
                                agnostic_classes=[8, 9], num_agnostic_clients=1, seed=seed)
     torch.manual_seed(seed)
     model = LeNet(in_channels=1, image_size=28, num_classes=10)
-    protocol = GeneFL(rounds=2, participants=3, local_epochs=1, lr=0.1, batch_size=32, num_clusters=3, subspace_dim=3,
-                      downlink=downlink, gene={"gamma": 2}, agnostic={"epochs": 1, "fedavg_reference": reference},
+    protocol = GeneFL(rounds=rounds, participants=participants, local_epochs=1, lr=0.1, batch_size=32, num_clusters=3,
+                      subspace_dim=3, downlink=downlink, gene=gene or {"gamma": 2},
+                      agnostic={"epochs": 1, "fedavg_reference": reference},
                       **kwargs)
     wire = Wire.for_protocol(protocol, PayloadStore(tmp_path / "payloads"),
-                             CapturePolicy.build(victim_round=1, victim_client=0))
+                             CapturePolicy.build(victim_round=1, victim_client=0, rounds=keep, clients=keep))
     result = protocol.run(model=model, data=data, victim=Victim(client=0, round=1), wire=wire, seed=seed)
     reference_state = None
     if reference:
         reference_state, _ = fedavg_reference(protocol, model=model, data=data, root=tmp_path / "reference", seed=seed)
-    agnostic = evaluate_agnostic(result, protocol=protocol, round_=2, model=model, data=data, wire=wire, seed=seed,
+    agnostic = evaluate_agnostic(result, protocol=protocol, round_=rounds, model=model, data=data, wire=wire, seed=seed,
                                  reference=reference_state)
     return protocol, result, wire, agnostic
 
@@ -305,3 +309,105 @@ def test_pacfl_variant_runs_end_to_end(tmp_path):
 def test_bad_genefl_settings(kwargs, message):
     with pytest.raises(ConfigError, match=message):
         GeneFL(rounds=1, participants=1, local_epochs=1, lr=0.1, batch_size=8, **kwargs)
+
+
+def _sizes(model: nn.Module) -> dict[str, int]:
+    state = model.state_dict()
+    return {layer: sum(state[n].numel() for n in names) for layer, names in layers(model).items()}
+
+
+def test_a_size_budget_of_a_fifth_gives_resnet18_the_papers_learngene():
+    """The paper: ResNet-18 is 42.66 MB, its learnGene about 9.04 MB (arXiv 2504.14628, abstract and Tables I-II)."""
+    from privbench.models import ResNet18
+
+    sizes = _sizes(ResNet18(in_channels=3, image_size=32, num_classes=10))
+    mb = {layer: n * 4 / 2**20 for layer, n in sizes.items()}  # float32, in the paper's MB (MiB)
+    assert len(sizes) == 41 and round(sum(mb.values()), 2) == 42.66
+    # every cosine after local training is ~1, so xi = cos/dim ranks layers by 1/size: the model alone decides
+    scores = {layer: 1.0 / n for layer, n in sizes.items()}
+    gene = select_by_size(scores, sizes, 0.2, select="top")
+    size = sum(mb[layer] for layer in gene)
+    assert abs(size - 9.04) / 9.04 < 0.10
+    # by hand: smallest first until a fifth of 11.18M elements is reached, which the 36th smallest layer does
+    by_size = sorted(sizes, key=lambda layer: sizes[layer])
+    cumulative = np.cumsum([sizes[layer] for layer in by_size])
+    crossing = int(np.argmax(cumulative >= 0.2 * cumulative[-1]))
+    assert crossing + 1 == 36 and set(gene) == set(by_size[:36])
+    # the layer-count reading (gamma 0.5 of the layers) keeps the 21 smallest: 0.08 MB
+    assert round(sum(mb[layer] for layer in select_layers(scores, gene_size(0.5, 41), select="top")), 2) == 0.08
+
+
+def test_select_by_size_keeps_the_layer_that_reaches_the_budget():
+    scores = {"a": 0.1, "b": 0.4, "c": 0.2, "d": 0.3}
+    sizes = {"a": 50, "b": 10, "c": 25, "d": 15}
+    assert select_by_size(scores, sizes, 0.10, select="top") == ["b"]            # 10 of 100
+    assert select_by_size(scores, sizes, 0.11, select="top") == ["b", "d"]       # 25 >= 11
+    assert select_by_size(scores, sizes, 0.30, select="top") == ["b", "c", "d"]  # 10 + 15 + 25
+    assert select_by_size(scores, sizes, 0.30, select="bottom") == ["a"]         # 50 alone
+    assert select_by_size(scores, sizes, 1.0, select="top") == ["a", "b", "c", "d"]
+    with pytest.raises(ConfigError, match="fraction in"):
+        select_by_size(scores, sizes, 1.5)
+
+
+def test_adaptive_gamma_moves_against_the_received_models_accuracy():
+    step = {"step": 0.1, "low": 0.2, "high": 0.6}
+    assert adapt_gamma(0.4, None, 0.5, **step) == 0.4                  # the first round has nothing to compare
+    assert adapt_gamma(0.4, 0.8, 0.7, **step) == 0.5                   # it lost ground: share more
+    assert adapt_gamma(0.4, 0.7, 0.8, **step) == 0.3                   # it gained: condense further
+    assert adapt_gamma(0.6, 0.8, 0.7, **step) == 0.6 and adapt_gamma(0.2, 0.7, 0.8, **step) == 0.2  # clipped
+    assert adapt_gamma(0.4, 0.70, 0.72, **step, tolerance=0.05) == 0.4  # within tolerance: unchanged
+
+
+def test_adaptive_gamma_follows_each_clients_signal_in_a_run(tmp_path):
+    """Recompute each client's signal from the cluster model the store holds and check its gamma moved by the rule."""
+    gene = {"gamma": 0.5, "adaptive": True, "step": 0.25, "gamma_min": 0.25, "gamma_max": 1.0}
+    protocol, _, wire, _ = _tiny(tmp_path, gene=gene, rounds=4, participants=6, keep="all")
+    data = FederatedData.build(source="fashion_mnist_subset", num_clients=6, partition="shard", classes_per_client=2,
+                               agnostic_classes=[8, 9], num_agnostic_clients=1, seed=0)
+    scratch = LeNet(in_channels=1, image_size=28, num_classes=10)
+    moved = 0
+    for c in range(1, 6):  # client 0 is the victim: it trains on its victim batch in round 1
+        gamma, previous = 0.5, None
+        for r in range(4):
+            received = wire.store.load(f"r{r:04d}-cluster_model-server-client{c}")
+            scratch.load_state_dict(received.tensors)
+            signal = accuracy(scratch, data.client(c))
+            if previous is not None and signal != previous:
+                gamma = min(max(gamma + (0.25 if signal < previous else -0.25), 0.25), 1.0)
+            previous = signal
+            up = next(iter(wire.store.records(kind="learngene", round=r, sender=f"client{c}")))
+            assert up["condensation"]["gamma"] == pytest.approx(gamma)
+            assert len(up["condensation"]["layers"]) == math.ceil(gamma * 4)
+            moved += gamma != 0.5
+    assert moved  # some gamma moved, so the check above can tell a rule that never moves
+    assert "gamma_signal" in [r.what for r in protocol.trainer.reads()]
+
+
+def test_first_full_uploads_seed_every_layer_of_the_cluster_model(tmp_path):
+    _, kept, wire_kept, _ = _tiny(tmp_path / "theta0")
+    _, seeded, wire, _ = _tiny(tmp_path / "first", unsent="first_full")
+    first = {}
+    for rec in wire.store.records(kind="learngene"):
+        first.setdefault(rec["sender"], rec)
+        expected = 53704 if first[rec["sender"]] is rec else sum(LENET_LAYER_BYTES[x] for x in
+                                                                    rec["condensation"]["layers"])
+        assert rec["nbytes"] == expected
+    untouched = lambda result: [n for k, m in result.clustering.models.items() for n, t in m.items()  # noqa: E731
+                                if torch.equal(t, result.theta0[n])]
+    assert untouched(kept) and not untouched(seeded)
+
+
+@pytest.mark.parametrize("gene, message", [
+    ({"gamma": 2, "budget": "size"}, "must be a fraction in"),
+    ({"gamma": 2, "adaptive": True}, "moves a fraction"),
+    ({"gamma": 0.5, "adaptive": True, "gamma_min": 0.6}, "gamma_min <= gamma"),
+    ({"gamma": 0.5, "budget": "bytes"}, "fl.gene.budget='bytes'"),
+])
+def test_bad_learngene_budgets(gene, message):
+    with pytest.raises(ConfigError, match=message):
+        GeneFL(rounds=1, participants=1, local_epochs=1, lr=0.1, batch_size=8, gene=gene)
+
+
+def test_bad_unsent_rule():
+    with pytest.raises(ConfigError, match="fl.unsent='zero'"):
+        GeneFL(rounds=1, participants=1, local_epochs=1, lr=0.1, batch_size=8, unsent="zero")

@@ -250,14 +250,14 @@ def test_tables_lead_with_the_trade_off_clip_ssim_to_its_range_and_say_when_seed
                          "defense": "none", "seed": [0, 1, 0, 1, 2], "psnr_mean": [40.0, 44.0, 9.0, 11.0, 10.0],
                          "psnr_chance": 8.0, "psnr_gain": [32.0, 36.0, 1.0, 3.0, 2.0],
                          "ssim_mean": [0.99, 0.90, 0.1, 0.2, 0.3], "ssim_chance": [-0.30, 0.25, 0.2, 0.2, 0.2],
-                         "accuracy": 0.5, "total_bytes": 1e6, "run_dir": "x"})
+                         "personal_accuracy": 0.5, "total_bytes": 1e6, "run_dir": "x"})
     table = summarise(runs).set_index("payload")
     # by hand: SSIM mean 0.945, sd 0.0636, n 2 -> 0.945 +- 12.706 * 0.045 = [0.373, 1.517]: clipped to 1
     assert table.loc["gradient", "ssim_mean_hi"] == 1.0
     assert table.loc["gradient", "ssim_mean_lo"] == pytest.approx(0.945 - 12.7062 * 0.045, abs=1e-3)
     assert table.loc["gradient", "ssim_chance_lo"] == -1.0  # -0.025 +- 3.49: SSIM cannot go below -1
     columns = shown_columns(summarise(runs))
-    assert columns[:7] == ["payload", "runs", "psnr_gain", "leaks", "accuracy", "total_bytes", "psnr_mean"]
+    assert columns[:7] == ["payload", "runs", "psnr_gain", "leaks", "personal_accuracy", "total_bytes", "psnr_mean"]
     md = to_markdown(summarise(runs))
     assert "Few seeds: 1 of 2 rows rest on fewer than 3 runs" in md
     assert "Few seeds" not in to_markdown(summarise(runs[runs.payload == "update"]))
@@ -292,5 +292,42 @@ def test_curves_name_every_series_by_its_keys_and_tick_at_the_swept_values():
     table = summarise(runs.assign(accuracy=[0.5] * 6 + [0.4], total_bytes=1e6))
     pareto = pareto_figure(table, list(table.attrs["keys"]))
     assert pareto is not None and len(pareto.legend) == len(table)  # every point named
-    shown = {int(n) for note in pareto.notes for n in note.split(" = ")}
+    from privbench.report.plots import FAILED
+
+    shown = {int(n) for note in pareto.notes if note != FAILED for n in note.split(" = ")}
     assert shown == set(range(1, len(table) + 1))  # each point carries its number, coincident ones all of theirs
+
+
+def test_pareto_front_counts_a_failed_attack_as_no_leak_not_as_depth():
+    # -11.6 dB is not "more private" than -9.1 dB: both attacks failed, so the cheaper, more accurate row wins
+    t = pd.DataFrame({"psnr_gain": [-11.6, -9.1, 3.0], "personal_accuracy": [0.90, 0.95, 0.99],
+                      "total_bytes": [200.0, 100.0, 100.0]})
+    assert pareto_front(t).tolist() == [False, True, True]
+    t.loc[0, "psnr_gain"] = -9.1  # a tie at no leak: the row still loses on accuracy and bytes
+    assert pareto_front(t).tolist() == [False, True, True]
+
+
+def test_trade_off_figures_plot_one_kind_of_accuracy():
+    from privbench.report.plots import utility_figure
+
+    rows = {"accuracy": [0.9, 0.8], "personal_accuracy": [0.95, math.nan], "downloaded_accuracy": [0.9, 0.8]}
+    assert utility_figure(pd.DataFrame(rows)).key == "downloaded_accuracy"  # one row lacks its own model's figure
+    rows["personal_accuracy"] = [0.95, 0.85]
+    assert utility_figure(pd.DataFrame(rows)).key == "personal_accuracy"
+    assert utility_figure(pd.DataFrame({"accuracy": [0.9]})).key == "accuracy"
+
+
+def test_old_runs_fill_the_accuracy_column_their_accuracy_measured():
+    from privbench.report.collect import named_accuracies
+
+    frame = pd.DataFrame({"fl": ["fedavg", "local", "genefl", "genefl", "genefl"],
+                          "fl.eval": [math.nan, math.nan, "cluster", "personal", "both"],
+                          "accuracy": [0.5, 0.6, 0.7, 0.8, 0.9],
+                          "personal_accuracy": [math.nan, math.nan, math.nan, math.nan, 0.95],
+                          "downloaded_accuracy": math.nan})
+    out = named_accuracies(frame)
+    assert np.isnan(out.loc[0, "personal_accuracy"]) and out.loc[0, "downloaded_accuracy"] == 0.5
+    assert out.loc[1, "personal_accuracy"] == 0.6 and np.isnan(out.loc[1, "downloaded_accuracy"])
+    assert out.loc[2, "downloaded_accuracy"] == 0.7 and np.isnan(out.loc[2, "personal_accuracy"])
+    assert out.loc[3, "personal_accuracy"] == 0.8 and np.isnan(out.loc[3, "downloaded_accuracy"])
+    assert out.loc[4, "personal_accuracy"] == 0.95 and out.loc[4, "downloaded_accuracy"] == 0.9

@@ -17,7 +17,7 @@ from privbench.figures import (
     ACCURACY, AGNOSTIC_ACCURACY, DOWNLINK_BYTES, EPSILON, EPSILON_MAX, LABEL_ACCURACY, LABEL_COUNTS_EXACT,
     LABEL_COUNT_ERROR, LABEL_COUNT_ERROR_CHANCE, LABEL_SET_EXACT, LABEL_SET_EXACT_CHANCE, LPIPS_CHANCE, LPIPS_MEAN, MIA_AUC,
     MIA_MEMBERS, MIA_NON_MEMBERS, MIA_TPR_01, MIA_TPR_1,
-    NUM_RECONSTRUCTED, NUM_TRUE, PERSONAL_ACCURACY, PSNR_CHANCE, PSNR_GAIN, PSNR_MEAN, SSIM_CHANCE, SSIM_MEAN,
+    NUM_RECONSTRUCTED, NUM_TRUE, PERSONAL_ACCURACY, DOWNLOADED_ACCURACY, PSNR_CHANCE, PSNR_GAIN, PSNR_MEAN, SSIM_CHANCE, SSIM_MEAN,
     TOTAL_RATIO, UPLINK_BYTES, formatted,
 )
 from privbench.io import atomic_write_bytes, atomic_write_text
@@ -195,9 +195,10 @@ def summary(metrics: dict[str, Any]) -> str:
                                  f"chance, {spread['victims_per_second']:.3g} victims/s"))
     if "source" in run:
         return _wrapped(lines)
-    useful = f"known-client accuracy {formatted(utility.get(ACCURACY.key), '{:.3f}')}"
-    if utility.get(PERSONAL_ACCURACY.key) is not None:
-        useful += f" (own model {formatted(utility[PERSONAL_ACCURACY.key], '{:.3f}')})"
+    models = [(name, utility.get(f.key)) for name, f in (("own model", PERSONAL_ACCURACY),
+                                                          ("downloaded model", DOWNLOADED_ACCURACY))]
+    scored = [f"{name} {formatted(v, '{:.3f}')}" for name, v in models if v is not None]
+    useful = "known-client accuracy " + (", ".join(scored) or formatted(utility.get(ACCURACY.key), "{:.3f}"))
     if utility.get(AGNOSTIC_ACCURACY.key) is not None:
         useful += f", agnostic {formatted(utility[AGNOSTIC_ACCURACY.key], '{:.3f}')}"
     lines.append(("utility", useful))

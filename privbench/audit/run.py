@@ -32,7 +32,9 @@ from privbench.payloads.capture import AnyOf
 from privbench.payloads.comm import comm_summary, ratios
 from privbench.progress import OVERALL, log, phase, run_log
 from privbench.provenance import versions
-from privbench.figures import ACCURACY, CLUSTER_RAND_INDEX, EPSILON, GLOBAL_ACCURACY, PERSONAL_ACCURACY, TOTAL_BYTES
+from privbench.figures import (
+    ACCURACY, CLUSTER_RAND_INDEX, DOWNLOADED_ACCURACY, EPSILON, GLOBAL_ACCURACY, PERSONAL_ACCURACY, TOTAL_BYTES,
+)
 
 def _overrides() -> list[str]:
     try:
@@ -89,6 +91,8 @@ def _utility(fl: ProtocolResult, agnostic: dict[str, Any], data: FederatedData) 
         out[GLOBAL_ACCURACY.key] = fl.global_accuracy
     if fl.personal_accuracy is not None:
         out[PERSONAL_ACCURACY.key] = fl.personal_accuracy
+    if fl.downloaded_accuracy is not None:
+        out[DOWNLOADED_ACCURACY.key] = fl.downloaded_accuracy
     if fl.clustering is not None:
         out["clusters"] = list(fl.clustering.labels)
         class_sets = [tuple(data.client_classes(c)) for c in range(data.num_clients)]

@@ -13,6 +13,8 @@ FISHER = "fisher_diagonal"
 SUBSPACE = "subspace"
 #: An agnostic client's fine-tuning; the tuned model stays on the client.
 AGNOSTIC_FINETUNE = "agnostic_finetune"
+#: GENE-FL's adaptive gamma: the received model's accuracy on the client's data, which sets its upload's size.
+GAMMA_SIGNAL = "gamma_signal"
 #: Reads a DP trainer can protect besides local SGD and the audit gradient.
 COVERABLE = (FISHER, SUBSPACE)
 

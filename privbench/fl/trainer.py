@@ -14,7 +14,7 @@ from privbench.data.dataset import ImageDataset
 from privbench.fl.fisher import fisher_diagonal
 from privbench.fl.clustering.subspace import client_subspace, per_class_subspace
 from privbench.fl.reads import AUDIT_GRADIENT, FISHER, LOCAL_SGD, SUBSPACE, PlannedRead, Read
-from privbench.fl.sgd import batch_gradient, local_train
+from privbench.fl.sgd import accuracy, batch_gradient, local_train
 from privbench.fl.vectorised import LocalJob, stacked_local_train, why_not_stacked
 from privbench.payloads.training import LocalTraining
 
@@ -157,6 +157,11 @@ class Trainer(ABC):
         """
         self.declare_read(SUBSPACE, **self._protection(SUBSPACE))
         return self._subspace(images, d, labels=labels, client=client, generator=generator)
+
+    def local_accuracy(self, model: nn.Module, data: ImageDataset, *, client: str, read: str) -> float:
+        """Accuracy of ``model`` on a client's own data: a read (``read``) no trainer protects."""
+        self.declare_read(read, **self._protection(read))
+        return accuracy(model, data)
 
     def declare_read(self, what: str, *, mechanism: str, covered: bool) -> None:
         """Record a read of private data and how it is protected."""

@@ -82,16 +82,24 @@ class Condensation:
     Attributes:
         layers: the layers sent, in model order.
         xi: every layer's normalised score.
+        gamma: the client's gamma for this upload, where it moves (``fl.gene.adaptive``).
     """
 
     layers: tuple[str, ...]
     xi: dict[str, float]
+    gamma: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready fields."""
-        return {"layers": list(self.layers), "xi": dict(self.xi)}
+        """JSON-ready fields (``gamma`` only where set)."""
+        out: dict[str, Any] = {"layers": list(self.layers), "xi": dict(self.xi)}
+        if self.gamma is not None:
+            out["gamma"] = self.gamma
+        return out
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> "Condensation":
         """The record ``to_dict`` wrote."""
-        return cls(tuple(values["layers"]), dict(values["xi"]))
+        gamma = values.get("gamma")
+        if gamma is not None and (isinstance(gamma, bool) or not isinstance(gamma, (int, float))):
+            raise ValueError(f"a condensation's gamma is {gamma!r}, not a number")
+        return cls(tuple(values["layers"]), dict(values["xi"]), None if gamma is None else float(gamma))

@@ -8,7 +8,7 @@ from typing import Any
 
 import pandas as pd
 from omegaconf import OmegaConf
-from privbench.figures import REPORTED
+from privbench.figures import ACCURACY, DOWNLOADED_ACCURACY, PERSONAL_ACCURACY, REPORTED
 from privbench.io import files_named
 
 #: The config groups a run chose (from ``metrics.json``), in the order the report names them.
@@ -122,8 +122,25 @@ def collect(root: Path) -> pd.DataFrame:
             skipped.append(str(path.relative_to(root) if inside else path))
             continue
         rows.append(row(found[0], path.parent.relative_to(root) if inside else path.parent, found[1]))
-    frame = _frame(rows)
+    frame = named_accuracies(_frame(rows))
     frame.attrs["skipped"] = skipped
+    return frame
+
+
+def named_accuracies(frame: pd.DataFrame) -> pd.DataFrame:
+    """Fill the own-model and downloaded-model columns of runs written before they existed.
+
+    Such a run's ``accuracy`` is the own-model figure for local-only and ``fl.eval=personal``, and the
+    downloaded-model figure for FedAvg and ``fl.eval`` cluster or both; only missing cells are filled.
+    """
+    if frame.empty:
+        return frame
+    frame = frame.copy()
+    evals = frame["fl.eval"] if "fl.eval" in frame else pd.Series(math.nan, index=frame.index)
+    own = (frame["fl"] == "local") | (evals == "personal")
+    for column, rows in ((PERSONAL_ACCURACY.key, own), (DOWNLOADED_ACCURACY.key, ~own & frame["fl"].notna())):
+        fill = rows & frame[column].isna() & frame[ACCURACY.key].notna()
+        frame.loc[fill, column] = frame.loc[fill, ACCURACY.key]
     return frame
 
 
@@ -160,5 +177,6 @@ def runs_from_csv(path: Path) -> pd.DataFrame:
     missing = [c for c in ("seed", "run_dir") if c not in frame.columns]
     if missing:
         raise ValueError(f"{path}: not a report's runs.csv (no {', '.join(missing)} column)")
+    frame = named_accuracies(frame)
     frame.attrs["skipped"] = []
     return frame

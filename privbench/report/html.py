@@ -22,7 +22,7 @@ def _img(path: Path, alt: str) -> str:
 
 
 def _runs_table(runs: pd.DataFrame, keys: list[str]) -> str:
-    columns = [*keys, "seed", *[c for c in RUN_COLUMNS if runs[c].notna().any()], "run_dir"]
+    columns = [*keys, "seed", *[c for c in RUN_COLUMNS if c in runs and runs[c].notna().any()], "run_dir"]
     order = sorted(range(len(runs)), key=lambda i: tuple(sort_key(runs[k].iloc[i]) for k in [*keys, "seed"]))
     runs = runs.iloc[order]
     head = "".join(f"<th>{html.escape(LABELS.get(c, c))}</th>" for c in columns)

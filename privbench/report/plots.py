@@ -14,8 +14,8 @@ from privbench.io import atomic_write_bytes
 from privbench.report.grouping import is_attack_side, token, training_keys
 from privbench.report.table import summarise
 from privbench.figures import (
-    ACCURACY, DOWNLINK_BYTES, LEAKAGE_PLOTS, MISSING, PSNR_CHANCE, PSNR_GAIN, PSNR_MEAN, TOTAL_BYTES,
-    UPLINK_BYTES, UTILITY_PLOTS,
+    ACCURACY, DOWNLINK_BYTES, DOWNLOADED_ACCURACY, LEAKAGE_PLOTS, MISSING, PERSONAL_ACCURACY, PSNR_CHANCE, PSNR_GAIN,
+    PSNR_MEAN, TOTAL_BYTES, UPLINK_BYTES, UTILITY_PLOTS, Figure,
 )
 
 #: Axis labels of swept config keys (others are shown by their key).
@@ -273,8 +273,9 @@ def bytes_figure(runs: pd.DataFrame, keys: list[str]) -> Drawn | None:
     bars.legend(fontsize=8, loc="lower right")
     bars.tick_params(axis="y", labelsize=7)
     looks = {label: style(i) for i, label in enumerate(labels)}
+    utility = utility_figure(table)
     for c, (source, y, label) in enumerate([(leak, PSNR_GAIN.key, PSNR_GAIN.label),
-                                            (table, ACCURACY.key, ACCURACY.label)]):
+                                            (table, utility.key, utility.label)]):
         ax = fig.add_subplot(grid[1, c])
         for _, r in source.sort_values(TOTAL_BYTES.key).iterrows():
             name = name_of.get(tuple(token(r[k]) for k in train), "")
@@ -287,7 +288,7 @@ def bytes_figure(runs: pd.DataFrame, keys: list[str]) -> Drawn | None:
         if _spans_decades(source[TOTAL_BYTES.key]):
             ax.set_xscale("log")
         if y == PSNR_GAIN.key:
-            ax.axhline(0.0, color="k", ls=":", lw=1)
+            _failed_band(ax)
         ax.set_xlabel("total bytes, up + down (MB)")
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
@@ -299,11 +300,40 @@ def bytes_figure(runs: pd.DataFrame, keys: list[str]) -> Drawn | None:
     return _drawn(fig)
 
 
-def pareto_front(table: pd.DataFrame, *, leakage: str = PSNR_GAIN.key) -> pd.Series:
-    """Rows not dominated on (lower ``leakage``, higher accuracy, fewer total bytes); NaN rows are never on it."""
-    cols = table[[leakage, ACCURACY.key, TOTAL_BYTES.key]].to_numpy(dtype=float)
+FAILED = "attack failed (gain <= 0 dB): no leak measured"
+
+
+def _failed_band(ax: Any) -> None:
+    """Shade gains at or below zero as failed attacks (the Pareto front ranks them all as no leak)."""
+    ax.axhline(0.0, color="k", ls=":", lw=1)
+    bottom, top = ax.get_ylim()
+    if bottom < 0:
+        ax.axhspan(bottom, 0.0, color="0.85", alpha=0.5, zorder=0)
+        ax.text(0.01, 0.02, FAILED, transform=ax.transAxes, fontsize=8, color="0.3", va="bottom")
+        ax.set_ylim(bottom, top)
+
+
+def utility_figure(table: pd.DataFrame) -> Figure:
+    """The accuracy a trade-off figure plots: own-model accuracy where every row has it, else downloaded-model
+    accuracy where every row has it, else the runs' headline ``accuracy`` (old runs), so one axis never mixes two."""
+    scored = table[ACCURACY.key].notna() if ACCURACY.key in table else pd.Series(True, index=table.index)
+    for f in (PERSONAL_ACCURACY, DOWNLOADED_ACCURACY):
+        if f.key in table and table.loc[scored, f.key].notna().all() and table[f.key].notna().any():
+            return f
+    return ACCURACY
+
+
+def pareto_front(table: pd.DataFrame, *, leakage: str = PSNR_GAIN.key, utility: str | None = None) -> pd.Series:
+    """Rows not dominated on (lower ``leakage``, higher accuracy, fewer total bytes); NaN rows are never on it.
+
+    A gain at or below zero is a failed attack, not a depth of privacy: all such rows count as leaking
+    nothing (0), so how far below chance an attack failed never ranks one setting above another.
+    """
+    utility = utility or utility_figure(table).key
+    cols = table[[leakage, utility, TOTAL_BYTES.key]].to_numpy(dtype=float)
     ok = ~np.isnan(cols).any(1)
-    points = np.column_stack([cols[:, 0], -cols[:, 1], cols[:, 2]])  # all three: lower is better
+    leaked = np.maximum(cols[:, 0], 0.0) if leakage == PSNR_GAIN.key else cols[:, 0]
+    points = np.column_stack([leaked, -cols[:, 1], cols[:, 2]])  # all three: lower is better
     on = np.zeros(len(table), dtype=bool)
     for i in np.flatnonzero(ok):
         dominated = ok & (points <= points[i]).all(1) & (points < points[i]).any(1)
@@ -341,7 +371,8 @@ def _number_points(ax: Any, spots: dict[tuple[float, float], list[int]]) -> None
 def pareto_figure(table: pd.DataFrame, keys: list[str]) -> Drawn | None:
     """Leakage (PSNR gain over chance) against known-client accuracy, coloured by total bytes: every setting a
     numbered point named in the legend, coincident settings one point with all their numbers, the front circled."""
-    data = table.dropna(subset=[PSNR_GAIN.key, ACCURACY.key, TOTAL_BYTES.key]).reset_index(drop=True)
+    utility = utility_figure(table)
+    data = table.dropna(subset=[PSNR_GAIN.key, utility.key, TOTAL_BYTES.key]).reset_index(drop=True)
     if data.empty:
         return None
     from matplotlib.colors import LogNorm, Normalize
@@ -349,32 +380,32 @@ def pareto_figure(table: pd.DataFrame, keys: list[str]) -> Drawn | None:
 
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(12, 7))
-    front = pareto_front(data)
+    front = pareto_front(data, utility=utility.key)
     megabytes = data[TOTAL_BYTES.key] / 1e6
     lo, hi = float(megabytes.min()), float(megabytes.max())
     title = "Leakage vs accuracy vs bytes: each setting numbered; settings on the Pareto front circled"
     if hi > lo:
         norm = LogNorm(lo, hi) if _spans_decades(megabytes) else Normalize(lo, hi)
-        points = ax.scatter(data[ACCURACY.key], data[PSNR_GAIN.key], c=megabytes, norm=norm, cmap="viridis",
+        points = ax.scatter(data[utility.key], data[PSNR_GAIN.key], c=megabytes, norm=norm, cmap="viridis",
                             s=70, zorder=2, edgecolors="white", linewidths=0.5)
         colourbar = fig.colorbar(points, ax=ax, label="total bytes, up + down (MB)")
         colourbar.formatter.set_useOffset(False)
         colourbar.update_ticks()
     else:
-        ax.scatter(data[ACCURACY.key], data[PSNR_GAIN.key], s=70, zorder=2)
+        ax.scatter(data[utility.key], data[PSNR_GAIN.key], s=70, zorder=2)
         title += f"\n(every setting sends {lo * 1e6:,.0f} B)"
     names = series_names([tuple(r[k] for k in keys) for _, r in data.iterrows()], keys) if keys else \
         ["all runs"] * len(data)
     spots: dict[tuple[float, float], list[int]] = {}
     for i, r in data.iterrows():
-        spots.setdefault((round(float(r[ACCURACY.key]), 6), round(float(r[PSNR_GAIN.key]), 6)), []).append(int(i) + 1)
+        spots.setdefault((round(float(r[utility.key]), 6), round(float(r[PSNR_GAIN.key]), 6)), []).append(int(i) + 1)
     on = data[front]
-    ax.scatter(on[ACCURACY.key], on[PSNR_GAIN.key], facecolors="none", edgecolors="k", s=240, linewidths=1.5,
+    ax.scatter(on[utility.key], on[PSNR_GAIN.key], facecolors="none", edgecolors="k", s=240, linewidths=1.5,
                zorder=3)
-    ax.axhline(0.0, color="k", ls=":", lw=1)
     ax.margins(x=0.08, y=0.12)
+    _failed_band(ax)
     _number_points(ax, spots)
-    ax.set_xlabel("known-client accuracy")
+    ax.set_xlabel(utility.label)
     ax.set_ylabel("PSNR gain over chance (dB; lower is more private)")
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)

@@ -57,22 +57,75 @@ def gene_size(gamma: float, num_layers: int) -> int:
     return count
 
 
+def rank_layers(scores: dict[str, float], *, select: str = "top", rng: np.random.Generator | None = None) -> list[str]:
+    """Every layer in the order ``select`` prefers it: highest score first, lowest first, or a seeded
+    random permutation. Ties are broken by model order."""
+    names = list(scores)
+    if select == "top":
+        return sorted(names, key=lambda n: (-scores[n], names.index(n)))
+    if select == "bottom":
+        return sorted(names, key=lambda n: (scores[n], names.index(n)))
+    if select == "random":
+        rng = rng or np.random.default_rng(0)
+        return [names[i] for i in rng.permutation(len(names))]
+    raise ConfigError(f"fl.gene.select={select!r} is not one of {', '.join(SELECTS)}")
+
+
 def select_layers(scores: dict[str, float], count: int, *, select: str = "top", rng: np.random.Generator | None = None) -> list[str]:
     """The ``count`` gene layers by ``select``: highest scores, lowest, or a seeded random draw.
 
     Returned in model order. Ties are broken by model order.
     """
     names = list(scores)
-    if select == "top":
-        chosen = sorted(names, key=lambda n: (-scores[n], names.index(n)))[:count]
-    elif select == "bottom":
-        chosen = sorted(names, key=lambda n: (scores[n], names.index(n)))[:count]
-    elif select == "random":
+    if select == "random":  # a draw of ``count`` (kept as the runs before rank_layers drew it)
         rng = rng or np.random.default_rng(0)
         chosen = [names[i] for i in rng.choice(len(names), count, replace=False)]
     else:
-        raise ConfigError(f"fl.gene.select={select!r} is not one of {', '.join(SELECTS)}")
+        chosen = rank_layers(scores, select=select)[:count]
     return [n for n in names if n in chosen]
+
+
+def select_by_size(scores: dict[str, float], sizes: dict[str, int], fraction: float, *, select: str = "top",
+                   rng: np.random.Generator | None = None) -> list[str]:
+    """Gene layers taken in ``select`` order until they hold ``fraction`` of the model's elements.
+
+    The layer that reaches the fraction is kept (so at least one layer is), the rest are not.
+    Returned in model order. ``sizes``: each layer's element count (what its upload carries).
+
+    Example:
+        >>> select_by_size({"a": 0.5, "b": 0.3, "c": 0.2}, {"a": 10, "b": 30, "c": 60}, 0.3)
+        ['a', 'b']
+    """
+    if not 0 < fraction <= 1:
+        raise ConfigError(f"fl.gene.gamma={fraction} must be a fraction in (0, 1] with fl.gene.budget=size")
+    total, kept, chosen = sum(sizes.values()), 0, set()
+    for name in rank_layers(scores, select=select, rng=rng):
+        chosen.add(name)
+        kept += sizes[name]
+        if kept >= fraction * total:
+            break
+    return [n for n in scores if n in chosen]
+
+
+def adapt_gamma(gamma: float, previous: float | None, current: float, *, step: float, low: float, high: float,
+                tolerance: float = 0.0) -> float:
+    """The next round's gamma of a client from its performance signal (privbench's reading; see docs/protocol.md).
+
+    ``current``/``previous``: the accuracy, on the client's own data, of the model it received this round
+    and in its previous round. When the received model lost ground (by more than ``tolerance``), the
+    client shares more (``gamma + step``); when it gained, it condenses further (``gamma - step``);
+    clipped to ``[low, high]``.
+
+    Example:
+        >>> adapt_gamma(0.5, 0.80, 0.70, step=0.1, low=0.1, high=1.0)
+        0.6
+        >>> adapt_gamma(0.5, 0.70, 0.80, step=0.1, low=0.1, high=1.0)
+        0.4
+    """
+    if previous is None or abs(current - previous) <= tolerance:
+        return gamma
+    moved = gamma + step if current < previous else gamma - step
+    return round(min(max(moved, low), high), 12)
 
 
 def cluster_gene(uploaded: list[list[str]], all_layers: list[str], count: int) -> list[str]:

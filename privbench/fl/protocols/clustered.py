@@ -42,7 +42,9 @@ class ClusterRun:
         models: each cluster's current model.
         genes: each cluster's learnGene layers so far.
         personal: each client's own model after its latest round.
-        gene_count: layers in a learnGene (GENE-FL).
+        gene_count: layers in a learnGene (GENE-FL; 0 where the count varies by upload).
+        gamma: each client's current gamma (GENE-FL's adaptive gamma; kept by the client).
+        signal: each client's latest accuracy of the model it received (adaptive gamma).
         bases: each known client's subspace basis as the server read it.
         scores: the latest known-client accuracies (pooled, per client) by model (``cluster``, ``personal``).
     """
@@ -53,6 +55,8 @@ class ClusterRun:
     genes: dict[int, list[str]] = field(default_factory=dict)
     personal: dict[int, State] = field(default_factory=dict)
     gene_count: int = 0
+    gamma: dict[int, float] = field(default_factory=dict)
+    signal: dict[int, float] = field(default_factory=dict)
     bases: list[np.ndarray] = field(default_factory=list)
     scores: dict[str, tuple[float, dict[int, float]]] = field(default_factory=dict)
 
@@ -218,8 +222,9 @@ class ClusteredProtocol(FederatedProtocol):
         return ProtocolResult(theta0=side.theta0, final=state.models[int(labels[side.victim.client])],
                               accuracy=scores[self._headline()][0], client_accuracy=scores[self._headline()][1],
                               history=history, clustering=clustering,
-                              personal_accuracy=scores["personal"][0] if both else None,
-                              personal_client_accuracy=scores["personal"][1] if both else None)
+                              personal_accuracy=scores["personal"][0] if "personal" in scores else None,
+                              personal_client_accuracy=scores["personal"][1] if both else None,
+                              downloaded_accuracy=scores["cluster"][0] if "cluster" in scores else None)
 
     def scores(self, scratch: nn.Module, data: FederatedData,
                state: ClusterRun) -> dict[str, tuple[float, dict[int, float]]]:

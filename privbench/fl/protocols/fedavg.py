@@ -1,6 +1,7 @@
 """FedAvg (McMahan et al., 2017): full-model downloads, local SGD, sample-weighted averaging."""
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,10 +20,12 @@ from privbench.payloads import LocalTraining, Payload
 
 @dataclass
 class GlobalRun:
-    """The state of one FedAvg run: the global model and each client's latest accuracy."""
+    """The state of one FedAvg run: the global model, each client's latest accuracy and (kept by the
+    clients, in process) each client's own model after its latest local training."""
 
     model: State
     per_client: dict[int, float] = field(default_factory=dict)
+    own: dict[int, State] = field(default_factory=dict)
 
 
 class FedAvg(FederatedProtocol):
@@ -62,9 +65,14 @@ class FedAvg(FederatedProtocol):
         return RoundRecord(round_, acc, side.wire.totals(), global_accuracy=accuracy(scratch, side.data.test))
 
     def result(self, state: GlobalRun, history: tuple[RoundRecord, ...], side: ClientSide) -> ProtocolResult:
+        """Also each client's own-model accuracy where the clients kept their models (in process)."""
+        personal = None
+        if state.own:
+            personal, _ = self.known_accuracy(copy.deepcopy(side.model), side.data, lambda c: state.own.get(c, state.model))
         return ProtocolResult(theta0=side.theta0, final=state.model, accuracy=history[-1].accuracy,
                               client_accuracy=state.per_client, history=history,
-                              global_accuracy=history[-1].global_accuracy)
+                              global_accuracy=history[-1].global_accuracy, personal_accuracy=personal,
+                              downloaded_accuracy=history[-1].accuracy)
 
     def end_round(self, pending: PendingUpload, training: LocalTraining, state: Any) -> Upload:
         """Send the trained model (``update``); return its weight and payload for aggregation."""
@@ -72,4 +80,6 @@ class FedAvg(FederatedProtocol):
         up = at.wire.send(Payload.from_tensors(kind="update", round=at.round, sender=at.name, receiver="server",
                                                tensors=parameters_of(pending.job.model), base=pending.base_id,
                                                training=training), truth=pending.truth.tolist())
+        if isinstance(state, GlobalRun):  # the client keeps its own model (where it shares the run's state)
+            state.own[at.client] = parameters_of(pending.job.model)
         return Upload(len(pending.job.data), up, [])

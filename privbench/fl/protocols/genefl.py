@@ -3,20 +3,22 @@ from __future__ import annotations
 
 from typing import Any
 
+import math
+
 import numpy as np
 import torch
 from torch import nn
 
-from privbench.data import ImageDataset
+from privbench.data import FederatedData, ImageDataset
 from privbench.errors import ConfigError
 from privbench.fl.engine import ClientSide, ClientTask
 from privbench.fl.genefl.fisher import GeneRegulariser
-from privbench.fl.genefl.learngene import cluster_gene, gene_size, select_layers, xi_scores
+from privbench.fl.genefl.learngene import adapt_gamma, cluster_gene, gene_size, select_by_size, select_layers, xi_scores
 from privbench.fl.layers import layers, state_names
 from privbench.fl.genefl.settings import GeneSettings
-from privbench.fl.protocols.round import ClientRound, PendingUpload, Upload
+from privbench.fl.protocols.round import ClientRound, ClientStart, PendingUpload, Upload
 from privbench.fl.protocols.clustered import ClusteredProtocol, ClusterRun
-from privbench.fl.reads import FISHER, LOCAL_SGD, PlannedRead
+from privbench.fl.reads import FISHER, GAMMA_SIGNAL, LOCAL_SGD, PlannedRead
 from privbench.fl.settings import settings
 from privbench.fl.sgd import State, parameters_of
 from privbench.fl.wire import Wire
@@ -24,6 +26,9 @@ from privbench.payloads import Condensation, LocalTraining, Payload
 from privbench.victim import Victim
 
 DOWNLINKS = ("full", "gene")
+#: What a cluster model holds for layers no member has sent yet: ``theta0`` (the initialisation), or
+#: ``first_full`` (each client's first upload carries its whole model, which seeds every layer).
+UNSENT = ("theta0", "first_full")
 
 
 class GeneFL(ClusteredProtocol):
@@ -44,6 +49,9 @@ class GeneFL(ClusteredProtocol):
         downlink: ``full`` (the paper: the whole cluster model each round) or ``gene``
             (after a client's first round, only the cluster learnGene's layers; the client
             keeps its own model for the rest).
+        unsent: ``theta0`` (layers nobody sent stay at the initialisation) or ``first_full``
+            (a client's first upload is its whole model, so every layer of its cluster's model
+            is trained once).
         **kwargs: ``ClusteredProtocol`` settings.
     """
 
@@ -51,18 +59,28 @@ class GeneFL(ClusteredProtocol):
     sends = ("subspace", "cluster_model", "learngene", "gradient", "gene_gradient", "cluster_gene")
 
     def __init__(self, *, lambda1: float = 0.01, lambda2: float = 1.0, eps: float = 1e-6,
-                 gene: dict[str, Any] | None = None, downlink: str = "full", **kwargs: Any) -> None:
+                 gene: dict[str, Any] | None = None, downlink: str = "full", unsent: str = "theta0",
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
         if lambda1 < 0 or lambda2 < 0 or eps < 0:
             raise ConfigError("fl.lambda1, fl.lambda2 and fl.eps must be >= 0")
         if downlink not in DOWNLINKS:
             raise ConfigError(f"fl.downlink={downlink!r} is not one of {', '.join(DOWNLINKS)}")
+        if unsent not in UNSENT:
+            raise ConfigError(f"fl.unsent={unsent!r} is not one of {', '.join(UNSENT)}")
         self.lambda1, self.lambda2, self.eps, self.downlink_mode = lambda1, lambda2, eps, downlink
+        self.unsent = unsent
         self.gene = settings(GeneSettings, gene, key="fl.gene")
+
+    @property
+    def _fixed_count(self) -> bool:
+        """Whether every upload keeps the same number of layers (a layer budget that does not move)."""
+        return self.gene.budget == "layers" and not self.gene.adaptive
 
     def check_model(self, model: nn.Module) -> None:
         """``fl.gene.gamma`` must fit the model's layers."""
-        gene_size(self.gene.gamma, len(layers(model)))
+        if self._fixed_count:
+            gene_size(self.gene.gamma, len(layers(model)))
 
     def remote_problem(self) -> str | None:
         if self.downlink_mode == "gene":
@@ -72,14 +90,30 @@ class GeneFL(ClusteredProtocol):
 
     def start(self, model: nn.Module, labels: np.ndarray, theta0: State) -> ClusterRun:
         state = super().start(model, labels, theta0)
-        state.gene_count = gene_size(self.gene.gamma, len(state.layers))
+        state.gene_count = gene_size(self.gene.gamma, len(state.layers)) if self._fixed_count else 0
         return state
 
     def planned_reads(self, num_samples: int, *, victim: Victim | None) -> list[PlannedRead]:
         reads = super().planned_reads(num_samples, victim=victim)
+        per_round = [r.num_samples for r in reads if r.what == LOCAL_SGD]
         if self.lambda2:  # a Fisher pass on the round's training data, every round
-            reads += [PlannedRead(FISHER, r.num_samples) for r in reads if r.what == LOCAL_SGD]
+            reads += [PlannedRead(FISHER, n) for n in per_round]
+        if self.gene.adaptive:  # the received model scored on the round's training data, every round
+            reads += [PlannedRead(GAMMA_SIGNAL, n) for n in per_round]
         return reads
+
+    def begin_round(self, model: nn.Module, start: ClientStart, data: FederatedData, state: Any) -> PendingUpload:
+        """Also, with ``fl.gene.adaptive``: the client scores the model it received on its round's data and
+        moves its gamma (``adapt_gamma``) before training."""
+        pending = super().begin_round(model, start, data, state)
+        if self.gene.adaptive:
+            c, g = start.at.client, self.gene
+            signal = self.trainer.local_accuracy(pending.job.model, pending.job.data, client=start.at.name,
+                                                 read=GAMMA_SIGNAL)
+            state.gamma[c] = adapt_gamma(state.gamma.get(c, g.gamma), state.signal.get(c), signal, step=g.step,
+                                         low=g.gamma_min, high=g.gamma_max, tolerance=g.tolerance)
+            state.signal[c] = signal
+        return pending
 
     def downlink(self, state: ClusterRun, round_: int, c: int, k: int, down: Wire) -> Payload:
         """The whole cluster model, or with ``downlink=gene`` after the client's first round its learnGene only."""
@@ -105,7 +139,8 @@ class GeneFL(ClusteredProtocol):
         return {**state.personal[c], **{n: state.models[k][n] for n in state.gene_names(k)}}
 
     def after_aggregation(self, state: ClusterRun, k: int, uploaded_layers: list[list[str]]) -> None:
-        state.genes[k] = cluster_gene(uploaded_layers, list(state.layers), state.gene_count)
+        fallback = state.gene_count or max(1, round(sum(map(len, uploaded_layers)) / max(len(uploaded_layers), 1)))
+        state.genes[k] = cluster_gene(uploaded_layers, list(state.layers), fallback)
 
     def regulariser(self, local: nn.Module, data: ImageDataset, at: ClientRound) -> GeneRegulariser:
         """The Fisher-elastic penalty around the received model, its Fisher computed on ``data``."""
@@ -120,8 +155,7 @@ class GeneFL(ClusteredProtocol):
         trained = {n for n, _ in pending.job.model.named_parameters()}
         params = {layer: [n for n in names if n in trained] for layer, names in state.layers.items()}
         scores = xi_scores(after, received, params, score=self.gene.score)
-        rng = np.random.default_rng([at.seed, at.round, at.client, 17])
-        chosen = select_layers(scores, state.gene_count, select=self.gene.select, rng=rng)
+        chosen, gamma = self.condense(state, at, scores, after)
         names = state_names(state.layers, chosen)
         if step is not None:
             at.wire.send(Payload.from_tensors(kind="gene_gradient", round=at.round, sender=at.name, receiver="server",
@@ -131,6 +165,23 @@ class GeneFL(ClusteredProtocol):
         up = at.wire.send(Payload.from_tensors(
             kind="learngene", round=at.round, sender=at.name, receiver="server", tensors={n: after[n] for n in names},
             base=pending.base_id, cluster=at.cluster, training=training,
-            condensation=Condensation(tuple(chosen), scores)), truth=pending.truth.tolist())
+            condensation=Condensation(tuple(chosen), scores, gamma)), truth=pending.truth.tolist())
         state.personal[at.client] = after
         return Upload(len(pending.job.data), up, chosen)
+
+    def condense(self, state: ClusterRun, at: ClientRound, scores: dict[str, float],
+                 after: State) -> tuple[list[str], float | None]:
+        """The layers this upload keeps, and the client's gamma where it moves (``fl.gene.adaptive``).
+
+        With ``fl.unsent=first_full`` a client's first upload keeps every layer.
+        """
+        gamma = state.gamma.get(at.client, self.gene.gamma) if self.gene.adaptive else None
+        if self.unsent == "first_full" and at.client not in state.personal:
+            return list(state.layers), gamma
+        rng = np.random.default_rng([at.seed, at.round, at.client, 17])
+        g = self.gene.gamma if gamma is None else gamma
+        if self.gene.budget == "size":
+            sizes = {layer: sum(after[n].numel() for n in names) for layer, names in state.layers.items()}
+            return select_by_size(scores, sizes, g, select=self.gene.select, rng=rng), gamma
+        count = state.gene_count or max(1, math.ceil(g * len(state.layers)))
+        return select_layers(scores, count, select=self.gene.select, rng=rng), gamma

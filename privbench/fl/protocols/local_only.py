@@ -65,4 +65,5 @@ class LocalOnly(FederatedProtocol):
 
     def result(self, state: OwnModels, history: tuple[RoundRecord, ...], side: ClientSide) -> ProtocolResult:
         return ProtocolResult(theta0=side.theta0, final=state.models[side.victim.client],
-                              accuracy=history[-1].accuracy, client_accuracy=state.per_client, history=history)
+                              accuracy=history[-1].accuracy, client_accuracy=state.per_client, history=history,
+                              personal_accuracy=history[-1].accuracy)

@@ -67,9 +67,13 @@ class ProtocolResult:
         history: one record per round.
         global_accuracy: the global model's accuracy on all known classes (FedAvg only).
         clustering: clusters, cluster models and learnGenes (clustered protocols only).
-        personal_accuracy: known-client accuracy of each client's own trained model, when
-            measured besides ``accuracy`` (``fl.eval=both``).
+        personal_accuracy: known-client accuracy of each client's own model after its latest local
+            training (local-only; FedAvg in process; clustered protocols with ``fl.eval`` personal or both);
+            a client that never trained is scored on the model it would download.
         personal_client_accuracy: each client's own-model accuracy (``fl.eval=both``).
+        downloaded_accuracy: known-client accuracy of the model each client holds after its download
+            (FedAvg's global model, a cluster model; under GENE-FL's ``downlink=gene`` its own model
+            with the cluster's gene layers); None where nothing is downloaded (local-only).
     """
 
     theta0: State
@@ -81,3 +85,4 @@ class ProtocolResult:
     clustering: Clustering | None = None
     personal_accuracy: float | None = None
     personal_client_accuracy: dict[int, float] | None = None
+    downloaded_accuracy: float | None = None
