@@ -109,10 +109,11 @@ class InvertingGradients(GradientInversion):
 
     def _batched(self, targets: list[AttackTarget], *, generators: list[torch.Generator]) -> list[list[Attempt]] | None:
         """Restarts of every target as one optimisation (a stacked model, else vmap); None where a target rules
-        it out (unrolled training, batch-norm buffers, targets that differ in shape, visible names or label
+        it out (unrolled training, declared clipping, batch-norm buffers, targets that differ in shape, visible names or label
         source)."""
         first = targets[0]
-        if not self.batched or any(t.unroll is not None or any(True for _ in t.model.buffers()) for t in targets):
+        if not self.batched or any(t.unroll is not None or t.clip is not None or any(True for _ in t.model.buffers())
+                                   for t in targets):
             return None
         if any((t.num_images, t.image_shape, list(t.gradient), t.head_gradient is None) !=
                (first.num_images, first.image_shape, list(first.gradient), first.head_gradient is None)

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import torch
 import torch.nn.functional as F
@@ -39,6 +39,10 @@ def candidate_gradient(target: AttackTarget, images: torch.Tensor, *, labels: to
     """
     target.evaluations += 1
     if target.unroll is None:
+        if target.clip is not None:
+            every = dict(target.model.named_parameters())
+            mean = clipped_mean_gradient(lambda x: target.model(x), every, images, labels, label_logits, target.clip)
+            return {n: mean[n] for n in target.gradient}
         params = target.params()
         loss = _loss(target.model(images), labels, label_logits)
         grads = torch.autograd.grad(loss, list(params.values()), create_graph=True)
@@ -57,6 +61,28 @@ def candidate_gradient(target: AttackTarget, images: torch.Tensor, *, labels: to
     return {n: -(total[n] / weight[n]) / scale if n in total else torch.zeros_like(start[n]) for n in target.gradient}
 
 
+def clipped_mean_gradient(forward: Callable[[torch.Tensor], torch.Tensor], params: Mapping[str, torch.Tensor],
+                          images: torch.Tensor, labels: torch.Tensor | None, label_logits: torch.Tensor | None,
+                          clip: float) -> dict[str, torch.Tensor]:
+    """DP-SGD's view of a batch without its noise: each sample's gradient over all ``params`` scaled to L2 norm at
+    most ``clip`` (factor ``min(1, C / (norm + 1e-6))``, as Opacus and ``fl.sgd.per_sample_gradients``), averaged;
+    differentiable w.r.t. the candidates.
+    """
+    names, total = list(params), None
+    for i in range(len(images)):
+        one = slice(i, i + 1)
+        loss = _loss(forward(images[one]), None if labels is None else labels[one],
+                     None if label_logits is None else label_logits[one])
+        grads = torch.autograd.grad(loss, [params[n] for n in names], create_graph=True, allow_unused=True)
+        grads = tuple(torch.zeros_like(params[n]) if g is None else g for n, g in zip(names, grads))
+        norm = torch.sqrt(torch.stack([(g * g).sum() for g in grads]).sum())
+        factor = torch.clamp(clip / (norm + 1e-6), max=1.0)
+        scaled = [g * factor for g in grads]
+        total = scaled if total is None else [t + g for t, g in zip(total, scaled)]
+    assert total is not None, "a batch has at least one candidate"
+    return {n: t / len(images) for n, t in zip(names, total)}
+
+
 def _replay(target: AttackTarget, spec: Unroll, part: Part, start: dict[str, torch.Tensor], images: torch.Tensor,
             labels: torch.Tensor | None, label_logits: torch.Tensor | None) -> dict[str, torch.Tensor]:
     """SGD (with momentum and the smooth-update term) on one part's candidates, differentiably."""
@@ -66,10 +92,17 @@ def _replay(target: AttackTarget, spec: Unroll, part: Part, start: dict[str, tor
     for batch in part.batches():
         sub_labels = labels[batch] if labels is not None else None
         sub_logits = label_logits[batch] if label_logits is not None else None
-        loss = _loss(functional_call(target.model, params, (images[batch],)), sub_labels, sub_logits)
-        if spec.proximal:
-            loss = loss + spec.proximal * sum(((params[n] - start[n]) ** 2).sum() for n in names)
-        grads = torch.autograd.grad(loss, [params[n] for n in names], create_graph=True, allow_unused=True)
+        if target.clip is None:
+            loss = _loss(functional_call(target.model, params, (images[batch],)), sub_labels, sub_logits)
+            if spec.proximal:
+                loss = loss + spec.proximal * sum(((params[n] - start[n]) ** 2).sum() for n in names)
+            grads = torch.autograd.grad(loss, [params[n] for n in names], create_graph=True, allow_unused=True)
+        else:  # DP-SGD: per-sample clipped mean; the data-independent penalty is added outside the clipping
+            current = params
+            mean = clipped_mean_gradient(lambda x: functional_call(target.model, current, (x,)), params,
+                                         images[batch], sub_labels, sub_logits, target.clip)
+            grads = tuple(mean[n] + (2 * spec.proximal * (params[n] - start[n]) if spec.proximal else 0)
+                          for n in names)
         new = {}
         for n, g in zip(names, grads):
             g = torch.zeros_like(params[n]) if g is None else g

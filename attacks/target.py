@@ -115,6 +115,8 @@ class AttackTarget:
         unroll: when set, candidates are scored by replaying the local training, not by one gradient.
         knowledge: the threat-model declaration recorded with the results.
         evaluations: objective evaluations so far (for benchmarks).
+        clip: the per-sample clip norm ``C`` the payload's training record declares (DP-SGD's, public):
+            candidates' gradients are clipped per sample to it before they are averaged (None: not clipped).
     """
 
     model: nn.Module
@@ -126,6 +128,7 @@ class AttackTarget:
     unroll: Unroll | None = None
     knowledge: dict[str, Any] = field(default_factory=dict)
     evaluations: int = 0
+    clip: float | None = None
 
     @classmethod
     def from_payload(cls, payload: Payload, *, base: Payload | None, model: nn.Module, num_images: int,
@@ -175,7 +178,10 @@ class AttackTarget:
             "visible_names": list(gradient),
             "visible_fraction": visible / total,
         }
-        return cls(model, gradient, num_images, image_shape, num_classes, bounds, spec, knowledge)
+        clip = payload.training.clip if payload.training else None
+        knowledge["clipping"] = (f"candidates' per-sample gradients clipped to C={clip:g} (the training record's "
+                                 "declared DP-SGD clip norm) before averaging" if clip else "none declared")
+        return cls(model, gradient, num_images, image_shape, num_classes, bounds, spec, knowledge, clip=clip)
 
     @property
     def head(self) -> str:

@@ -77,6 +77,7 @@ class DPSGD(Trainer):
             raise ConfigError(f"defense.cover: {unknown[0]!r} is not one of {', '.join(COVERABLE)}")
         self.noise_multiplier, self.target_epsilon = noise_multiplier, target_epsilon
         self.max_grad_norm, self.delta, self.accountant, self.seed = max_grad_norm, delta, accountant, seed
+        self.clip_norm = max_grad_norm
         self.cover = tuple(c for c in COVERABLE if c in cover)
         self.engines: dict[str, Any] = {}
         self.sigmas: dict[str, float] = {}

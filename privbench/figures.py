@@ -137,10 +137,13 @@ def figure(key: str) -> Figure:
 
 
 def formatted(value: Any, fmt: str) -> str:
-    """``value`` formatted with ``fmt``, or ``MISSING`` when it is missing (None or NaN).
+    """``value`` formatted with ``fmt``, or ``MISSING`` when it is missing (None or NaN). A number that JSON
+    carried as text (``"inf"``: an epsilon without noise) is formatted as the number.
 
     Example:
-        >>> formatted(float("nan"), "{:.2f}"), formatted(0.5, "{:.2f}")
-        ('-', '0.50')
+        >>> formatted(float("nan"), "{:.2f}"), formatted(0.5, "{:.2f}"), formatted("inf", "{:.2f}")
+        ('-', '0.50', 'inf')
     """
+    if isinstance(value, str) and value.strip().lower() in ("inf", "-inf", "infinity", "-infinity", "nan"):
+        value = float(value)
     return MISSING if value is None or (isinstance(value, float) and math.isnan(value)) else fmt.format(value)

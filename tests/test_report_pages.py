@@ -84,7 +84,8 @@ def test_committed_page_renders(page, tmp_path):
 #: Legend entries that name no setting, so need no key=value.
 PLAIN = {"chance", "chance of each line (dotted)", "uplink", "downlink", "all runs"}
 #: Swept keys whose values are whole counts (their axes must not show fractions).
-COUNTS = ("victim.num_images", "victim.round", "fl.gene.gamma", "fl.rounds", "data.num_clients")
+#: (fl.gene.gamma is a count of layers or a fraction, of the layers or of the model: not a count axis.)
+COUNTS = ("victim.num_images", "victim.round", "fl.rounds", "data.num_clients")
 
 
 def figure_faults(figures: list[dict[str, str]]) -> list[str]:
@@ -99,7 +100,7 @@ def figure_faults(figures: list[dict[str, str]]) -> list[str]:
         if len(entries) != len(set(entries)):
             faults.append(f"{title}: two series share a name")
         for entry in entries:
-            setting = re.sub(r"^\d+: ", "", entry).split(" [front]")[0].split(" (same point")[0]
+            setting = re.sub(r"^\d+: ", "", entry).split(" [front]")[0].split(" (same point")[0].split(" (sends nothing")[0]
             setting = setting.removeprefix("without ").split(": ", 1)[-1]
             if setting not in PLAIN and not all("=" in part for part in setting.split(", ")):
                 faults.append(f"{title}: a series named without its keys: {entry!r}")

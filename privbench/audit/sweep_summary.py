@@ -7,7 +7,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from privbench.figures import MULTIRUN, RUNS, formatted
+from privbench.figures import LEAKS, MULTIRUN, RUNS, formatted
 
 
 #: (column, header, format) of the combined table, after the setting's keys and n (``privbench.figures``).
@@ -18,7 +18,7 @@ def combined_table(root: Path) -> str:
     """Finished runs under ``root`` grouped by setting (every differing config value but the seed): keys, n, mean
     PSNR and its gain over chance, the leak verdict, accuracy, total bytes and epsilon, as aligned text."""
     from privbench.report.collect import collect
-    from privbench.report.table import summarise
+    from privbench.report.table import FAILED, summarise
 
     runs = collect(root)
     if runs.empty:
@@ -27,7 +27,9 @@ def combined_table(root: Path) -> str:
     keys = list(table.attrs["keys"])
     shown = [(c, h, f) for c, h, f in FIGURES if c in table and not table[c].isna().all()]
     header = [k.rsplit(".", 1)[-1] for k in keys] + ["n"] + [h for _, h, _ in shown]
-    rows = [[formatted(r[k], "{}") for k in keys] + [str(r[RUNS])] + [formatted(r[c], f) for c, _, f in shown]
+    short = {FAILED: "failed"}  # the leak verdict's terminal form (the report writes "attack failed")
+    rows = [[formatted(r[k], "{}") for k in keys] + [str(r[RUNS])] +
+            [short.get(r[c], formatted(r[c], f)) if c == LEAKS else formatted(r[c], f) for c, _, f in shown]
             for _, r in table.iterrows()]
     widths = [max(len(x) for x in column) for column in zip(header, *rows)]
     lines = [" ".join(x.rjust(w) if i >= len(keys) else x.ljust(w) for i, (x, w) in enumerate(zip(row, widths)))

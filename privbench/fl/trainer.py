@@ -129,7 +129,7 @@ class Trainer(ABC):
         penalty, proximal = (regulariser.settings(), regulariser.proximal()) if regulariser else ({}, 0.0)
         return self._issue(LocalTraining(lr=sgd.lr, steps=steps, batch_size=sgd.batch_size, num_samples=len(data),
                                          epochs=sgd.epochs, momentum=sgd.momentum, penalty=penalty,
-                                         proximal=proximal))
+                                         proximal=proximal, clip=self.clip_norm))
 
     def _train_stacked(self, jobs: Sequence[LocalJob], *, sgd: LocalSGD) -> list[int] | None:
         """Train all jobs as one stacked model and return their steps, or None where this trainer cannot."""
@@ -141,7 +141,8 @@ class Trainer(ABC):
         """One step's gradient on the batch ``(x, y)`` at ``model``, and its record."""
         grads = self._gradient(model, x, y, client=client, generator=generator)
         self.declare_read(AUDIT_GRADIENT, **self._protection(AUDIT_GRADIENT))
-        return grads, self._issue(LocalTraining(lr=lr, steps=1, batch_size=len(x), num_samples=len(x)))
+        return grads, self._issue(LocalTraining(lr=lr, steps=1, batch_size=len(x), num_samples=len(x),
+                                                clip=self.clip_norm))
 
     def fisher(self, model: nn.Module, data: ImageDataset, *, client: str,
                generator: torch.Generator) -> dict[str, torch.Tensor]:
@@ -157,6 +158,10 @@ class Trainer(ABC):
         """
         self.declare_read(SUBSPACE, **self._protection(SUBSPACE))
         return self._subspace(images, d, labels=labels, client=client, generator=generator)
+
+    #: The per-sample clip norm this trainer applies to every gradient it releases (None: none), declared in
+    #: the training records it issues (under DP-SGD the norm is public; a clip-aware attack uses it).
+    clip_norm: float | None = None
 
     def local_accuracy(self, model: nn.Module, data: ImageDataset, *, client: str, read: str) -> float:
         """Accuracy of ``model`` on a client's own data: a read (``read``) no trainer protects."""

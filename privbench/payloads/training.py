@@ -40,6 +40,7 @@ class LocalTraining:
         penalty: the declared settings of a penalty added to the local loss (GENE-FL's weights; empty: none).
         proximal: the weight ``mu`` of a data-independent ``mu ||theta - theta_received||^2`` in that penalty.
         parts: for an aggregate, each contributing client's training (else empty).
+        clip: the per-sample clip norm ``C`` of DP-SGD (public under DP-SGD; None: no clipping).
 
     Example:
         >>> t = LocalTraining(lr=0.1, steps=2, batch_size=1, num_samples=1)
@@ -56,22 +57,28 @@ class LocalTraining:
     penalty: dict[str, float] = field(default_factory=dict)
     proximal: float = 0.0
     parts: tuple[AggregatePart, ...] = ()
+    clip: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready fields (parts as dicts, names as lists)."""
+        """JSON-ready fields (parts as dicts, names as lists; ``clip`` only where declared)."""
         out = asdict(self)
         out["parts"] = [{**p, "names": list(p["names"])} for p in out["parts"]]
+        if out["clip"] is None:
+            del out["clip"]
         return out
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> "LocalTraining":
         """The record ``to_dict`` wrote."""
         parts = tuple(AggregatePart(**{**p, "names": tuple(p["names"])}) for p in values.get("parts", ()))
-        return cls(**{**values, "parts": parts})
+        clip = values.get("clip")
+        if clip is not None and (isinstance(clip, bool) or not isinstance(clip, (int, float)) or not clip > 0):
+            raise ValueError(f"a training record's clip norm is {clip!r}, not a positive number")
+        return cls(**{**values, "parts": parts, "clip": None if clip is None else float(clip)})
 
     def hyperparameters(self) -> dict[str, Any]:
         """The scalar settings and the penalty's, as recorded in the threat model."""
-        out = {k: v for k, v in self.to_dict().items() if k not in ("parts", "penalty", "proximal")}
+        out = {k: v for k, v in self.to_dict().items() if k not in ("parts", "penalty", "proximal")}  # clip if set
         return {**out, **self.penalty}
 
 

@@ -136,6 +136,9 @@ def named_accuracies(frame: pd.DataFrame) -> pd.DataFrame:
     if frame.empty:
         return frame
     frame = frame.copy()
+    for column in (PERSONAL_ACCURACY.key, DOWNLOADED_ACCURACY.key, ACCURACY.key):
+        if column not in frame:
+            frame[column] = math.nan
     evals = frame["fl.eval"] if "fl.eval" in frame else pd.Series(math.nan, index=frame.index)
     own = (frame["fl"] == "local") | (evals == "personal")
     for column, rows in ((PERSONAL_ACCURACY.key, own), (DOWNLOADED_ACCURACY.key, ~own & frame["fl"].notna())):

@@ -21,7 +21,8 @@ from privbench.figures import (
 #: Axis labels of swept config keys (others are shown by their key).
 KEY_LABELS = {"defense.target_epsilon": "target epsilon of DP-SGD (delta 1e-5)",
               "victim.num_images": "victim batch (images)", "victim.round": "victim round",
-              "fl.gene.gamma": "gene layers (gamma)", "defense.sigma": "noise sigma (gradient units)",
+              "fl.gene.gamma": "gamma (a count of gene layers, or a fraction of the layers or the size)",
+              "defense.sigma": "noise sigma (gradient units)",
               "defense.p": "pruned fraction"}
 LEAKAGE = [(f.key, f.label) for f in LEAKAGE_PLOTS]
 UTILITY = [(f.key, f.label) for f in UTILITY_PLOTS]
@@ -370,8 +371,13 @@ def _number_points(ax: Any, spots: dict[tuple[float, float], list[int]]) -> None
 
 def pareto_figure(table: pd.DataFrame, keys: list[str]) -> Drawn | None:
     """Leakage (PSNR gain over chance) against known-client accuracy, coloured by total bytes: every setting a
-    numbered point named in the legend, coincident settings one point with all their numbers, the front circled."""
+    numbered point named in the legend, coincident settings one point with all their numbers, the front circled.
+
+    A setting that sends nothing (local-only: 0 bytes, no attack) leaks nothing on the wire: it is drawn at a gain
+    of 0 and says so in the legend."""
     utility = utility_figure(table)
+    silent = (table[TOTAL_BYTES.key] == 0) & table[PSNR_GAIN.key].isna()
+    table = table.assign(**{PSNR_GAIN.key: table[PSNR_GAIN.key].mask(silent, 0.0), "_silent": silent})
     data = table.dropna(subset=[PSNR_GAIN.key, utility.key, TOTAL_BYTES.key]).reset_index(drop=True)
     if data.empty:
         return None
@@ -413,7 +419,8 @@ def pareto_figure(table: pd.DataFrame, keys: list[str]) -> Drawn | None:
     for i, name in enumerate(names):
         same = next(n for n in spots.values() if i + 1 in n)
         also = f" (same point as {', '.join(map(str, [n for n in same if n != i + 1]))})" if len(same) > 1 else ""
-        entries.append(f"{i + 1}: {name}{' [front]' if bool(front.iloc[i]) else ''}{also}")
+        nothing = " (sends nothing, so no attack, drawn at 0)" if bool(data["_silent"].iloc[i]) else ""
+        entries.append(f"{i + 1}: {name}{nothing}{' [front]' if bool(front.iloc[i]) else ''}{also}")
     handles = [Line2D([], [], linestyle="none") for _ in entries]
     fig.legend(handles, entries, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=2 if len(entries) > 6 else 1,
                fontsize=8, frameon=False, handlelength=0, handletextpad=0)

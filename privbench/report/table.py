@@ -46,19 +46,24 @@ def t_interval(values: pd.Series, *, level: float = 0.95) -> tuple[float, float]
     return float(x.mean()) - half, float(x.mean()) + half
 
 
+#: The verdict of a PSNR gain at or below chance.
+FAILED = "attack failed"
+
+
 def leaks(low: float, mean: float) -> str:
-    """``yes`` when the PSNR gain over chance is above 0 with its whole interval, ``no`` when its mean is at
-    or below 0, ``unclear`` when the interval reaches 0; ``-`` without an interval (one seed) or a gain.
+    """``yes`` when the PSNR gain over chance is above 0 with its whole interval, ``attack failed`` when its mean
+    is at or below 0 (the attack learned nothing: no evidence either way, never a depth of privacy), ``unclear``
+    when the interval reaches 0; ``-`` without an interval (one seed) or a gain.
 
     Example:
         >>> leaks(2.0, 5.0), leaks(-1.0, 4.0), leaks(-9.0, -4.0), leaks(math.nan, 5.0)
-        ('yes', 'unclear', 'no', '-')
+        ('yes', 'unclear', 'attack failed', '-')
     """
     if math.isnan(low) or math.isnan(mean):
         return MISSING
     if low > 0:
         return "yes"
-    return "no" if mean <= 0 else "unclear"
+    return FAILED if mean <= 0 else "unclear"
 
 
 def summarise(runs: pd.DataFrame, keys: list[str] | None = None) -> pd.DataFrame:
@@ -143,7 +148,8 @@ def caption(table: pd.DataFrame) -> str:
     named = ", ".join(f"`{k}`" for k in keys) or "nothing (every run has the same config but the seed)"
     text = (f"Runs grouped by every config value that differs between them except the seed: {named}. "
             f"n: runs (seeds) per row; `mean [lo, hi]`: {INTERVAL}; leaks: yes only when the PSNR gain over "
-            f"chance is above 0 over its whole interval. Missing values: {MISSING}.")
+            f"chance is above 0 over its whole interval, 'attack failed' when its mean is at or below 0 (the attack "
+            f"learned nothing, which is no evidence that the setting protects). Missing values: {MISSING}.")
     return text + few_seeds(table)
 
 
