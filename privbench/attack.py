@@ -10,6 +10,8 @@ some (``--non-members``, or the test split of ``data=``). The outputs are an aud
 
 Example:
     python -m privbench.attack grads.pt --batch-size 1 --truth truth.pt model=lenet attack=idlg
+    python -m privbench.attack update.pt --kind update --base start.pt --batch-size 8 --local-batch-size 4 \
+        --epochs 2 --lr 0.1 --truth truth.pt model=lenet attack=ig attack.unroll=true
 """
 from __future__ import annotations
 
@@ -156,9 +158,17 @@ def parser() -> argparse.ArgumentParser:
                    "update/learngene carry a model and need --base, --lr and --steps)")
     p.add_argument("--base", type=Path, help="the weights the model had before the message (needed for update, "
                    "learngene; for a gradient, the weights it was computed at)")
-    p.add_argument("--batch-size", type=int, default=1, help="images the message was computed from (default 1)")
+    p.add_argument("--batch-size", type=int, default=1, help="images the message was computed from, all of which "
+                   "the attack rebuilds (default 1); for an update, the client's number of samples")
     p.add_argument("--lr", type=float, help="the client's learning rate (kinds that carry a model)")
-    p.add_argument("--steps", type=int, help="the client's local SGD steps (kinds that carry a model)")
+    p.add_argument("--steps", type=int, help="the client's local SGD steps (kinds that carry a model; default "
+                   "--epochs x ceil(samples / --local-batch-size))")
+    p.add_argument("--epochs", type=int, help="the client's local epochs (default 1)")
+    p.add_argument("--local-batch-size", type=int, help="the client's SGD batch size (default: all its samples in "
+                   "one batch); with attack.unroll=true its batches are replayed in order")
+    p.add_argument("--momentum", type=float, help="the client's SGD momentum (default 0)")
+    p.add_argument("--clip", type=float, help="the per-sample clip norm C of the client's DP-SGD (public under "
+                   "DP-SGD): candidates are clipped to it as the client's gradients were")
     p.add_argument("--truth", type=Path, help="the true images ('images' [N,C,H,W] in [0,1], optional 'labels')")
     p.add_argument("--non-members", type=Path, help="images the client never had, for the chance level "
                    "(default: the test split of data=)")
@@ -172,11 +182,36 @@ def parser() -> argparse.ArgumentParser:
 
 
 def _training(args: argparse.Namespace) -> LocalTraining | None:
-    if args.lr is None and args.steps is None:
+    """What the client declared about its training, checked: learning rate, steps (or epochs and local batch size,
+    from which the steps follow), momentum and DP-SGD's clip norm; None when nothing is declared."""
+    schedule = (args.lr, args.steps, args.epochs, args.local_batch_size, args.momentum)
+    if all(v is None for v in (*schedule, args.clip)):
         return None
-    if args.lr is None or args.steps is None or not math.isfinite(args.lr) or args.lr <= 0 or args.steps < 1:
-        raise ConfigError("--lr and --steps go together: a positive learning rate and at least one step")
-    return LocalTraining(lr=args.lr, steps=args.steps, batch_size=args.batch_size, num_samples=args.batch_size)
+    if args.clip is not None and (not math.isfinite(args.clip) or args.clip <= 0):
+        raise ConfigError(f"--clip {args.clip}: the clip norm must be a positive number")
+    n = args.batch_size
+    if all(v is None for v in schedule):  # a clipped gradient: one step on the batch
+        return LocalTraining(lr=1.0, steps=1, batch_size=n, num_samples=n, clip=args.clip)
+    if args.lr is None or not math.isfinite(args.lr) or args.lr <= 0:
+        raise ConfigError("--lr and --steps go together: a positive learning rate and at least one step "
+                          "(--steps, or --epochs and --local-batch-size)")
+    for flag, value in (("--steps", args.steps), ("--epochs", args.epochs), ("--local-batch-size", args.local_batch_size)):
+        if value is not None and value < 1:
+            raise ConfigError(f"{flag} {value}: must be at least 1")
+    momentum = 0.0 if args.momentum is None else args.momentum
+    if not (math.isfinite(momentum) and 0 <= momentum < 1):
+        raise ConfigError(f"--momentum {args.momentum}: must be in [0, 1)")
+    batch, epochs = min(args.local_batch_size or n, n), args.epochs or 1
+    steps = epochs * math.ceil(n / batch)
+    if args.steps is not None:
+        if (args.epochs is not None or args.local_batch_size is not None) and args.steps != steps:
+            raise ConfigError(f"--steps {args.steps} disagrees with --epochs {epochs} x ceil({n} / {batch}) = {steps}")
+        steps = args.steps
+    elif args.epochs is None and args.local_batch_size is None:
+        raise ConfigError("--lr and --steps go together: a positive learning rate and at least one step "
+                          "(--steps, or --epochs and --local-batch-size)")
+    return LocalTraining(lr=args.lr, steps=steps, batch_size=batch, num_samples=n, epochs=epochs, momentum=momentum,
+                         clip=args.clip)
 
 
 def attack_file(args: argparse.Namespace) -> dict[str, Any]:
@@ -235,7 +270,8 @@ def attack_file(args: argparse.Namespace) -> dict[str, Any]:
     with run_log(args.out):
         target = AttackTarget.from_payload(message.payload, base=message.base, model=model,
                                            num_images=args.batch_size, image_shape=data.train.shape,
-                                           num_classes=data.train.num_classes, mean=mean, std=std)
+                                           num_classes=data.train.num_classes, mean=mean, std=std,
+                                           unroll=attack.unroll)
         target.knowledge["input_normalisation"] = {"inputs": args.inputs,
                                                    **({"mean": list(mean), "std": list(std)}
                                                       if args.inputs == "normalised" else {})}
