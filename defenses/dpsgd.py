@@ -15,6 +15,7 @@ from privbench.defenses.calibration import Event, epsilon, events, noise_multipl
 from privbench.defenses.dp_reads import dp_fisher_diagonal, dp_subspace
 from privbench.data.dataset import ImageDataset
 from privbench.errors import ConfigError
+from privbench.defenses.tradeoff import tpr_bound
 from privbench.fl.clustering.subspace import per_class_subspace
 from privbench.fl.sgd import per_sample_gradients
 from privbench.fl.reads import AUDIT_GRADIENT, COVERABLE, FISHER, LOCAL_SGD, SUBSPACE, PlannedRead
@@ -224,6 +225,13 @@ class DPSGD(Trainer):
         """Epsilon each client has spent so far at ``delta``."""
         return {c: float(e.accountant.get_epsilon(delta=self.delta)) if len(e.accountant) else 0.0
                 for c, e in sorted(self.engines.items())}
+
+    def tpr_bounds(self, client: str, fprs: Sequence[float]) -> list[float]:
+        """The highest TPR at each FPR that any membership test on one of ``client``'s records can reach against
+        what its accountant recorded (``defenses.tradeoff.tpr_bound``); chance where it released nothing."""
+        engine = self.engines.get(client)
+        history = list(engine.accountant.history) if engine is not None else []
+        return tpr_bound([(float(s), float(q), int(n)) for s, q, n in history], fprs)
 
     def describe(self) -> dict[str, Any]:
         eps = self.epsilons()

@@ -93,13 +93,17 @@ TOTAL_BYTES = Figure("total_bytes", "bytes", "total (B)", unit="B", fmt="{:,.0f}
 TOTAL_RATIO = Figure("total_ratio", "bytes", "total bytes vs FedAvg", fmt="{:.3f}", bounds="nonnegative")
 EPSILON = Figure("epsilon", "defense", "victim epsilon", fmt="{:.2f}", bounds="nonnegative")
 EPSILON_MAX = Figure("epsilon_max", "defense", "largest epsilon", fmt="{:.2f}", bounds="nonnegative")
+#: The f-DP bound of the victim's DP-SGD releases: the highest membership TPR any test can reach at that FPR.
+MIA_TPR_BOUND_1 = Figure("mia_tpr_bound_1pct", "defense", "TPR bound at FPR 1 % (f-DP)", fmt="{:.3f}", bounds="unit")
+MIA_TPR_BOUND_01 = Figure("mia_tpr_bound_0_1pct", "defense", "TPR bound at FPR 0.1 % (f-DP)", fmt="{:.3f}",
+                          bounds="unit")
 
 #: The report's figure columns, in order (NaN where a run did not measure one, never 0).
 REPORTED = (PSNR_MEAN, PSNR_CHANCE, PSNR_GAIN, PSNR_BEST, SSIM_MEAN, SSIM_CHANCE, SSIM_GAIN, SSIM_BEST, LPIPS_MEAN,
             LPIPS_CHANCE, LPIPS_BEST, NUM_TRUE, LABEL_ACCURACY, PROJECTION_PSNR_MEAN, LABEL_SET_EXACT,
             LABEL_SET_EXACT_CHANCE, LABEL_COUNTS_EXACT, LABEL_COUNT_ERROR, LABEL_COUNT_ERROR_CHANCE, ACCURACY,
             PERSONAL_ACCURACY, DOWNLOADED_ACCURACY, CLUSTER_RAND_INDEX, AGNOSTIC_ACCURACY, UPLINK_BYTES, DOWNLINK_BYTES, TOTAL_BYTES,
-            EPSILON, EPSILON_MAX, MIA_AUC, MIA_TPR_1, MIA_TPR_01, MIA_MEMBERS)
+            EPSILON, EPSILON_MAX, MIA_TPR_BOUND_1, MIA_TPR_BOUND_01, MIA_AUC, MIA_TPR_1, MIA_TPR_01, MIA_MEMBERS)
 #: Every figure spec.
 FIGURES = (*REPORTED, LPIPS_GAIN, MSE_MEAN, NUM_RECONSTRUCTED, LABEL_COUNTS_EXACT_CHANCE, GLOBAL_ACCURACY,
            TOTAL_RATIO, MIA_NON_MEMBERS)
@@ -110,7 +114,7 @@ RUNS = "runs"
 #: ``table.md`` and the HTML summary, in order (all-missing columns are left out); the leak verdict follows the gain.
 #: Accuracy has two columns, never one: each client's own model, and the model it holds after its download.
 TABLE = (PSNR_GAIN, LEAKS, MIA_AUC, MIA_TPR_1, PERSONAL_ACCURACY, DOWNLOADED_ACCURACY, TOTAL_BYTES,  # the trade-off first
-         EPSILON, MIA_TPR_01, MIA_MEMBERS, PSNR_MEAN, PSNR_CHANCE, SSIM_MEAN, SSIM_CHANCE, LPIPS_MEAN, LPIPS_CHANCE,
+         EPSILON, MIA_TPR_BOUND_1, MIA_TPR_01, MIA_TPR_BOUND_01, MIA_MEMBERS, PSNR_MEAN, PSNR_CHANCE, SSIM_MEAN, SSIM_CHANCE, LPIPS_MEAN, LPIPS_CHANCE,
          LABEL_ACCURACY, LABEL_SET_EXACT, LABEL_COUNT_ERROR, NUM_TRUE, AGNOSTIC_ACCURACY, CLUSTER_RAND_INDEX,
          UPLINK_BYTES, DOWNLINK_BYTES)
 #: The HTML page's runs table.

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from privbench.figures import (
-    ACCURACY, AGNOSTIC_ACCURACY, DOWNLINK_BYTES, EPSILON, EPSILON_MAX, LABEL_ACCURACY, LABEL_COUNTS_EXACT,
+    ACCURACY, AGNOSTIC_ACCURACY, DOWNLINK_BYTES, EPSILON, EPSILON_MAX, MIA_TPR_BOUND_01, MIA_TPR_BOUND_1, LABEL_ACCURACY, LABEL_COUNTS_EXACT,
     LABEL_COUNT_ERROR, LABEL_COUNT_ERROR_CHANCE, LABEL_SET_EXACT, LABEL_SET_EXACT_CHANCE, LPIPS_CHANCE, LPIPS_MEAN, MIA_AUC,
     MIA_MEMBERS, MIA_NON_MEMBERS, MIA_TPR_01, MIA_TPR_1,
     NUM_RECONSTRUCTED, NUM_TRUE, PERSONAL_ACCURACY, DOWNLOADED_ACCURACY, PSNR_CHANCE, PSNR_GAIN, PSNR_MEAN, SSIM_CHANCE, SSIM_MEAN,
@@ -210,6 +210,11 @@ def summary(metrics: dict[str, Any]) -> str:
         covers = "yes" if defense.get("epsilon_covers_all_reads") else "no"
         lines.append(("privacy", f"epsilon {formatted(defense[EPSILON.key], '{:.2f}')} (victim), max "
                                  f"{formatted(defense.get(EPSILON_MAX.key), '{:.2f}')}, covers every read: {covers}"))
+    if MIA_TPR_BOUND_1.key in defense:
+        lines.append(("", f"any membership test: TPR at most {formatted(defense[MIA_TPR_BOUND_1.key], '{:.3f}')} at "
+                          f"FPR 1 %, {formatted(defense.get(MIA_TPR_BOUND_01.key), '{:.3f}')} at 0.1 % (f-DP, "
+                          + ("every read accounted)" if defense.get("epsilon_covers_all_reads") else
+                             "accounted releases only: the uncovered reads are not bounded)")))
     return _wrapped(lines)
 
 

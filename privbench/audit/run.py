@@ -33,7 +33,8 @@ from privbench.payloads.comm import comm_summary, ratios
 from privbench.progress import OVERALL, log, phase, run_log
 from privbench.provenance import versions
 from privbench.figures import (
-    ACCURACY, CLUSTER_RAND_INDEX, DOWNLOADED_ACCURACY, EPSILON, GLOBAL_ACCURACY, PERSONAL_ACCURACY, TOTAL_BYTES,
+    ACCURACY, CLUSTER_RAND_INDEX, DOWNLOADED_ACCURACY, EPSILON, GLOBAL_ACCURACY, MIA_TPR_BOUND_01, MIA_TPR_BOUND_1,
+    PERSONAL_ACCURACY, TOTAL_BYTES,
 )
 
 def _overrides() -> list[str]:
@@ -66,6 +67,9 @@ def _defense_summary(p: Plan) -> dict[str, Any]:
     if per_client is not None:
         out[EPSILON.key] = per_client.get(p.victim.name, float("nan"))
         out["epsilon_covers_all_reads"] = not out["uncovered_reads"]
+    bounds = getattr(trainer, "tpr_bounds", None)
+    if bounds is not None:  # the f-DP bound of what the victim's accountant recorded
+        out[MIA_TPR_BOUND_1.key], out[MIA_TPR_BOUND_01.key] = bounds(p.victim.name, [0.01, 0.001])
     return out
 
 

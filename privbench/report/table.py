@@ -86,6 +86,7 @@ def summarise(runs: pd.DataFrame, keys: list[str] | None = None) -> pd.DataFrame
     agg.update(BEST)
     table = groups.agg({c: f for c, f in agg.items() if c in figures})
     table.insert(0, RUNS, groups.size())
+    intervals: dict[str, np.ndarray] = {}  # every interval column at once (inserting one by one fragments the frame)
     for name in figures:
         if name in BEST:
             continue
@@ -94,7 +95,8 @@ def summarise(runs: pd.DataFrame, keys: list[str] | None = None) -> pd.DataFrame
         if name in RANGES:
             floor, ceiling = RANGES[name]
             low, high = np.maximum(low, floor), np.minimum(high, ceiling)
-        table[f"{name}_lo"], table[f"{name}_hi"] = low, high
+        intervals[f"{name}_lo"], intervals[f"{name}_hi"] = low, high
+    table = pd.concat([table, pd.DataFrame(intervals, index=table.index)], axis=1)
     table[LEAKS] = [leaks(lo, m) for lo, m in zip(table[f"{PSNR_GAIN}_lo"], table[PSNR_GAIN.key])]
     table = table.reset_index()
     if not keys:

@@ -1,0 +1,58 @@
+"""The f-DP trade-off of a client's DP-SGD releases: the highest TPR any membership test can reach at a given FPR.
+
+Dong, Roth and Su, "Gaussian differential privacy" (2022): against a mechanism whose trade-off function is ``f``, every
+test of "was this record in?" has ``TPR <= 1 - f(FPR)``. The client's releases are Gaussian mechanisms of noise
+multiplier ``sigma`` (in units of the clip norm), each Poisson-subsampled at a rate, composed over their steps:
+their privacy loss distribution (Google's ``dp_accounting``, add or remove one record, as Opacus accounts) gives
+``f`` (``riskcal``, Kulynych et al. 2024). Releases at rate 1 alone are exactly ``mu``-GDP with
+``mu = sqrt(steps) / sigma``, ``TPR = Phi(Phi^-1(FPR) + mu)``, which the tests check the distribution against.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+#: One accounted release: ``(noise_multiplier, sample_rate, steps)`` (an Opacus accountant's history entry).
+Release = tuple[float, float, int]
+#: Where the privacy loss distribution is discretised (its pessimistic rounding keeps the bound an upper bound).
+DISCRETISATION = 1e-3
+
+
+def gaussian_dp_tpr(mu: float, fprs: Sequence[float]) -> list[float]:
+    """``Phi(Phi^-1(FPR) + mu)``: the trade-off of ``mu``-GDP as a TPR at each FPR.
+
+    Example:
+        >>> [round(t, 3) for t in gaussian_dp_tpr(math.sqrt(3) / 0.461, [0.001])]  # 3 rate-1 releases at sigma 0.461
+        [0.748]
+    """
+    from scipy.stats import norm
+
+    return [float(norm.cdf(norm.ppf(a) + mu)) for a in fprs]
+
+
+def tpr_bound(releases: Sequence[Release], fprs: Sequence[float]) -> list[float]:
+    """The largest TPR at each FPR of any membership test on one record against ``releases`` composed.
+
+    No release leaves chance (TPR = FPR); a release without noise allows a perfect test (TPR 1).
+    """
+    if any(not 0 < a < 1 for a in fprs):
+        raise ValueError(f"FPRs must be in (0, 1), got {list(fprs)}")
+    steps = [(float(s), float(q), int(n)) for s, q, n in releases if n > 0 and q > 0]
+    if not steps:
+        return [float(a) for a in fprs]
+    if any(s <= 0 for s, _, _ in steps):
+        return [1.0 for _ in fprs]
+    if all(q >= 1 for _, q, _ in steps):
+        return gaussian_dp_tpr(math.sqrt(sum(n / s**2 for s, _, n in steps)), fprs)
+    from dp_accounting.pld import privacy_loss_distribution as pld_lib
+    from riskcal.analysis import get_beta_from_pld
+
+    pld = None
+    for sigma, rate, count in steps:
+        one = pld_lib.from_gaussian_mechanism(standard_deviation=sigma, sampling_prob=min(rate, 1.0),
+                                              value_discretization_interval=DISCRETISATION).self_compose(count)
+        pld = one if pld is None else pld.compose(one)
+    betas = np.atleast_1d(get_beta_from_pld(pld, alpha=np.asarray(fprs, dtype=float)))
+    return [float(min(1.0, max(a, 1.0 - b))) for a, b in zip(fprs, betas)]
