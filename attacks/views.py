@@ -3,7 +3,8 @@
 ``GradientView`` (``AttackTarget``) holds an observed (pseudo-)gradient and the model it is taken at;
 ``ModelView`` a model a client uploaded with the weights it started from and its declared training;
 ``CohortView`` such a model when it is an aggregate of several clients (a ``cluster_model``); ``BasisView``
-a client's data-subspace basis. A view holds what the threat model gives the attacker and nothing else
+a client's data-subspace basis; ``MembershipView`` a message and candidate records; ``LabelView`` a
+gradient view with labelled public data. A view holds what the threat model gives the attacker and nothing else
 (never the evaluator's ground truth); ``knowledge`` is its declaration, written to ``threat_model.json``.
 """
 from __future__ import annotations
@@ -21,7 +22,7 @@ from privbench.payloads import LocalTraining, Payload
 from privbench.payloads.training import AggregatePart
 
 #: The views an attack may ask for (``Attack.view``).
-ViewKind = Literal["gradient", "model", "basis", "membership"]
+ViewKind = Literal["gradient", "model", "basis", "membership", "labels"]
 #: The gradient view is today's attack target.
 GradientView = AttackTarget
 
@@ -169,4 +170,26 @@ class MembershipView:
                    dict(payload.tensors) if carries_gradient else {}, candidates, labels, knowledge)
 
 
-View = AttackTarget | ModelView | BasisView | MembershipView
+
+
+@dataclass
+class LabelView:
+    """A message's (pseudo-)gradient at the model it was computed at, and labelled public data of the task.
+
+    Attributes:
+        target: the gradient view (the observed head gradient, the base model, the image count).
+        public: public images (the test split, which no client holds) in model input space, ``[M, C, H, W]``.
+        public_labels: their labels ``[M]``.
+    """
+
+    target: AttackTarget
+    public: torch.Tensor
+    public_labels: torch.Tensor
+
+    @property
+    def knowledge(self) -> dict[str, Any]:
+        """The gradient view's declaration, and the public data it was given."""
+        return {**self.target.knowledge, "public_data": f"{len(self.public)} labelled test-split images"}
+
+
+View = AttackTarget | ModelView | BasisView | MembershipView | LabelView

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from privbench.attacks import AttackTarget, BasisView, ModelView
-from privbench.attacks.views import MembershipView, ViewKind
+from privbench.attacks.views import LabelView, MembershipView, ViewKind
 from privbench.audit.plan import Plan
 from privbench.audit.score import Scoring, Truth, score_finding
 from privbench.data import FederatedData
@@ -50,7 +50,18 @@ def _basis_view(p: Plan, victim: Victim, payload: Payload, base: Payload | None,
     return BasisView.from_payload(payload, image_shape=data.train.shape, mean=data.train.mean, std=data.train.std)
 
 
-VIEWS: dict[ViewKind, ViewBuilder] = {"gradient": _gradient_view, "model": _model_view, "basis": _basis_view}
+def _labels_view(p: Plan, victim: Victim, payload: Payload, base: Payload | None, model: nn.Module,
+                 data: FederatedData) -> LabelView:
+    """The gradient view and labelled public data: ``attack.public`` test-split images (no client holds them)."""
+    target = _gradient_view(p, victim, payload, base, model, data)
+    order = torch.randperm(len(data.test), generator=torch.Generator().manual_seed(p.seed * 7919 + 29))
+    rows = order[: int(getattr(p.attack, "public", 2000))].to(data.test.images.device)
+    images = normalise(data.test.images[rows].cpu().float() / 255.0, data.train.mean, data.train.std)
+    return LabelView(target, images.to(target.device), data.test.labels[rows].cpu().to(target.device))
+
+
+VIEWS: dict[ViewKind, ViewBuilder] = {"gradient": _gradient_view, "model": _model_view, "basis": _basis_view,
+                                      "labels": _labels_view}
 
 
 def membership_game(p: Plan, members: list[int], payload: Payload, base: Payload | None, model: nn.Module,

@@ -1,0 +1,71 @@
+"""Label counts from the head's bias gradient: the identity by hand, planted batches, and an audit end to end."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from privbench.attacks.label_counts import counts_from_bias, largest_remainder
+from privbench.audit.run import run_audit
+from privbench.data.embedded import load_fashion_mnist_subset
+from privbench.errors import AttackNotApplicableError
+from privbench.models import ConvNet
+from privbench.pixels import normalise
+
+
+def test_the_bias_identity_gives_the_counts_back_by_hand():
+    # a model that predicts 0.1 for every class: db_c = 0.1 - n_c / B exactly, so n = B (0.1 - db)
+    true = np.array([2, 1, 0, 0, 0, 0, 0, 0, 0, 5])
+    db = torch.tensor(0.1 - true / 8)
+    assert counts_from_bias(db, 8, torch.full((10, 10), 0.1)).tolist() == true.tolist()
+    # a class-dependent prediction: class-k images predict k with 0.5 (the rest 0.5 / 9); the fixed point finds it
+    conditional = torch.full((10, 10), 0.5 / 9, dtype=torch.float64) + torch.eye(10, dtype=torch.float64) * (0.5 - 0.5 / 9)
+    pbar = torch.from_numpy(true / 8) @ conditional
+    assert counts_from_bias(pbar - torch.from_numpy(true / 8), 8, conditional).tolist() == true.tolist()
+    assert largest_remainder(np.array([-1.0, 0.2, 0.3]), 1).tolist() == [0, 0, 1]
+
+
+def test_planted_convnet_batches_at_initialisation_are_counted_exactly():
+    """16 images drawn from all 10 classes, 10 seeds of the ConvNet at its initialisation: every count exact."""
+    train, test = load_fashion_mnist_subset(train=True), load_fashion_mnist_subset(train=False)
+    x = normalise(train.images.float() / 255.0, train.mean, train.std)
+    public = normalise(test.images[:2000].float() / 255.0, train.mean, train.std)
+    rng = np.random.default_rng(0)
+    exact = 0
+    for seed in range(10):
+        torch.manual_seed(seed)
+        model = ConvNet(in_channels=1, image_size=28, num_classes=10)
+        rows = torch.from_numpy(rng.choice(len(train.labels), 16, replace=False))
+        bias = torch.autograd.grad(F.cross_entropy(model(x[rows]), train.labels[rows]), [model.fc.bias])[0]
+        with torch.no_grad():
+            p = F.softmax(model(public), 1)
+        conditional = torch.stack([p[test.labels[:2000] == k].mean(0) for k in range(10)])
+        counts = counts_from_bias(bias, 16, conditional)
+        exact += int((counts == np.bincount(train.labels[rows].numpy(), minlength=10)).all())
+    assert exact == 10
+
+
+def test_an_audit_counts_the_victims_batch_and_says_what_it_was_given(compose_cfg, tmp_path):
+    cfg = compose_cfg("attack=labels", "fl=fedavg", "payload=gradient", "model=convnet", "victim.num_images=16",
+                      "fl.rounds=1", "data.agnostic_classes=[]", f"results_dir={tmp_path}")
+    metrics = run_audit(cfg, tmp_path / "run")
+    privacy = metrics["privacy"]
+    assert privacy["label_counts_exact"] == 1.0 and privacy["label_set_exact"] == 1.0
+    assert privacy["label_counts_exact_chance"] == 0.0 and privacy["num_true"] == 16
+    assert sum(privacy["inferred_counts"].values()) == 16
+    assert metrics["threat_model"]["public_data"] == "1000 labelled test-split images"  # the whole test split
+
+
+def test_a_message_without_the_head_bias_is_refused_in_one_line(compose_cfg, tmp_path):
+    from privbench.attacks.label_counts import LabelCounts
+    from privbench.attacks.target import AttackTarget
+    from privbench.attacks.views import LabelView
+    from privbench.models import LeNet
+
+    model = LeNet(in_channels=1, image_size=28, num_classes=10)
+    target = AttackTarget(model, {"body.0.weight": torch.zeros_like(model.body[0].weight)}, 4, (1, 28, 28), 10,
+                          knowledge={"payload": "r0000-learngene-client0-server"})
+    view = LabelView(target, torch.zeros(2, 1, 28, 28), torch.tensor([0, 1]))
+    with pytest.raises(AttackNotApplicableError, match="does not carry the classifier head's bias"):
+        LabelCounts().attack(view, seed=0)
