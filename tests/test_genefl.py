@@ -333,6 +333,9 @@ def test_a_size_budget_of_a_fifth_gives_resnet18_the_papers_learngene():
     cumulative = np.cumsum([sizes[layer] for layer in by_size])
     crossing = int(np.argmax(cumulative >= 0.2 * cumulative[-1]))
     assert crossing + 1 == 36 and set(gene) == set(by_size[:36])
+    # the reading is not a constant fitted to 9.04 MB: every gamma in (0.1562, 0.2088] keeps these 36 layers
+    assert all(len(select_by_size(scores, sizes, g)) == 36 for g in (0.157, 0.18, 0.2088))
+    assert len(select_by_size(scores, sizes, 0.2090)) == 37  # the next layer adds 2.25 MB
     # the layer-count reading (gamma 0.5 of the layers) keeps the 21 smallest: 0.08 MB
     assert round(sum(mb[layer] for layer in select_layers(scores, gene_size(0.5, 41), select="top")), 2) == 0.08
 
