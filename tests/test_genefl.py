@@ -386,6 +386,7 @@ def test_adaptive_gamma_follows_each_clients_signal_in_a_run(tmp_path):
     assert "gamma_signal" in [r.what for r in protocol.trainer.reads()]
 
 
+@pytest.mark.slow
 def test_first_full_uploads_seed_every_layer_of_the_cluster_model(tmp_path):
     _, kept, wire_kept, _ = _tiny(tmp_path / "theta0")
     _, seeded, wire, _ = _tiny(tmp_path / "first", unsent="first_full")

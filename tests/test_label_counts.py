@@ -46,6 +46,7 @@ def test_planted_convnet_batches_at_initialisation_are_counted_exactly():
     assert exact == 10
 
 
+@pytest.mark.slow
 def test_an_audit_counts_the_victims_batch_and_says_what_it_was_given(compose_cfg, tmp_path):
     cfg = compose_cfg("attack=labels", "fl=fedavg", "payload=gradient", "model=convnet", "victim.num_images=16",
                       "fl.rounds=1", "data.agnostic_classes=[]", f"results_dir={tmp_path}")
