@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from skimage import data as skdata
 
 from privbench.metrics import lpips_metric, lpips_weights
-from privbench.metrics.image import mse, psnr, ssim
+from privbench.metrics.image import PSNR_CEILING, mse, psnr, ssim
 from privbench.metrics.reconstruction import match, score
 
 from lpips_reference import lpips as lpips_numpy
@@ -20,7 +20,16 @@ def test_psnr_of_known_mse():
     a = torch.full((1, 8, 8), 0.5)
     assert psnr(a + 0.1, a) == pytest.approx(20.0, abs=1e-5)  # MSE 0.01 -> 20 dB
     assert mse(a + 0.1, a) == pytest.approx(0.01)
-    assert psnr(a, a) == math.inf
+
+
+def test_psnr_stops_at_the_8_bit_grid():
+    """An exact copy, or one closer than 8-bit rounding, scores the PSNR of 8-bit rounding itself, computed here
+    from a rounded image: error uniform over a grey level, variance (1/255)^2 / 12."""
+    x = torch.rand(1, 256, 256, generator=torch.Generator().manual_seed(0))
+    rounded = torch.round(x * 255) / 255
+    assert psnr(rounded, x) == pytest.approx(PSNR_CEILING, abs=0.1) and PSNR_CEILING == pytest.approx(58.92, abs=0.01)
+    assert psnr(x, x) == PSNR_CEILING and psnr(x + 1e-5, x) == PSNR_CEILING
+    assert psnr((x + 0.5 / 255).clamp(0, 1), x) < PSNR_CEILING  # half a grey level everywhere: 54.2 dB, below
 
 
 def test_ssim_identity_and_damage():
@@ -39,7 +48,7 @@ def test_score_mean_best_and_labels():
     truth = torch.rand(2, 1, 8, 8, generator=torch.Generator().manual_seed(2))
     recon = torch.stack([truth[1], (truth[0] + 0.1).clamp(0, 1)])
     out = score(recon, truth, recon_labels=torch.tensor([3, 5]), truth_labels=torch.tensor([4, 3]), use_lpips=False)
-    assert out["psnr_best"] == math.inf and out["label_accuracy"] == 0.5
+    assert out["psnr_best"] == PSNR_CEILING and out["label_accuracy"] == 0.5
     assert math.isnan(out["lpips_mean"])
     assert [(m["recon"], m["truth"]) for m in out["matched"]] == [(0, 1), (1, 0)]
 

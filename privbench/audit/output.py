@@ -51,7 +51,7 @@ def write_metrics(out: Path, metrics: dict[str, Any]) -> None:
     """Write ``metrics.json``, a one-row ``metrics.csv`` and ``threat_model.json`` atomically.
 
     Non-finite numbers are written as missing (``null`` / empty), never as 0; infinite
-    PSNR (exact reconstruction) is written as ``"inf"``.
+    numbers (an unbounded epsilon) are written as ``"inf"``.
     """
     atomic_write_text(out / "threat_model.json", _json({**metrics.get("threat_model", {}),
                                                         "defense": metrics.get("defense", {})}))

@@ -58,7 +58,7 @@ def score(recon: torch.Tensor, truth: torch.Tensor, *, recon_labels: torch.Tenso
 
     lp = col("lpips")
     out = {
-        PSNR_MEAN.key: float(np.mean(np.minimum(col("psnr"), 100.0))),
+        PSNR_MEAN.key: float(np.mean(col("psnr"))),
         PSNR_BEST.key: float(np.max(col("psnr"))),
         SSIM_MEAN.key: float(np.mean(col("ssim"))),
         SSIM_BEST.key: float(np.max(col("ssim"))),
