@@ -171,7 +171,7 @@ def parser() -> argparse.ArgumentParser:
                    "DP-SGD): candidates are clipped to it as the client's gradients were")
     p.add_argument("--truth", type=Path, help="the true images ('images' [N,C,H,W] in [0,1], optional 'labels')")
     p.add_argument("--non-members", type=Path, help="images the client never had, for the chance level "
-                   "(default: the test split of data=)")
+                   "(with 'labels', also the class-informed one; default: the test split of data=)")
     p.add_argument("--out", type=Path, default=Path("results/attack"), help="output folder (default results/attack)")
     p.add_argument("--inputs", choices=("normalised", "raw"), default="normalised",
                    help="how the model's inputs were scaled when the message was computed: normalised (default: "
@@ -222,6 +222,7 @@ def attack_file(args: argparse.Namespace) -> dict[str, Any]:
     from privbench.audit.output import summary, write_metrics
     from privbench.audit.score import score_reconstruction
     from privbench.io import atomic_write_text
+    from privbench.metrics.reconstruction import Recovered
     from privbench.pixels import denormalise
     from privbench.progress import run_log
     from privbench.provenance import versions
@@ -240,7 +241,7 @@ def attack_file(args: argparse.Namespace) -> dict[str, Any]:
     if reason:
         raise ConfigError(f"attack={attack.name} cannot attack a {message.payload.kind}: {reason}")
     truth = _truth(args.truth) if args.truth else None
-    non_members = _truth(args.non_members)[0] if args.non_members else None
+    non_members, non_member_labels = _truth(args.non_members) if args.non_members else (None, None)
     data = build("data", cfg.data, seed=int(cfg.seed))
     c, h, _ = data.train.shape
     torch.manual_seed(int(cfg.seed))
@@ -282,10 +283,12 @@ def attack_file(args: argparse.Namespace) -> dict[str, Any]:
             recon = denormalise(result.images, mean, std)
             images, labels = truth
             labels = labels if labels is not None else torch.full((len(images),), -1)
-            pool = non_members if non_members is not None else data.test.images.float() / 255.0
+            pool, pool_labels = ((non_members, non_member_labels) if non_members is not None
+                                 else (data.test.images.float() / 255.0, data.test.labels))
             privacy.update(score_reconstruction(recon, result.labels, images, labels.long(), non_members=pool,
                                                 seed=int(cfg.seed), match_on=str(cfg.metrics.match_on),
-                                                use_lpips=bool(cfg.metrics.lpips), out=args.out))
+                                                use_lpips=bool(cfg.metrics.lpips), out=args.out,
+                                                non_member_labels=pool_labels, recovered=Recovered.of(cfg.metrics)))
         atomic_write_text(args.out / "config.yaml", OmegaConf.to_yaml(cfg))
         run = {"name": "attack-file", "source": str(args.file), "payload": message.payload.kind,
                "attack": attack.name, "model": str(cfg.model._target_), "data": str(cfg.data.get("source", "")),

@@ -51,6 +51,14 @@ def _privacy(key: str, label: str, **kw: Any) -> Figure:
 
 PSNR_MEAN = _privacy("psnr_mean", "PSNR (dB)", unit="dB", fmt="{:.2f}", leak="higher")
 PSNR_CHANCE = _privacy("psnr_chance", "chance PSNR (dB)", unit="dB", fmt="{:.2f}")
+#: The chance levels behind ``psnr_chance`` (the strongest of them): reconstructions that know nothing of the victim
+#: (the test split's mean image, random test images), and ones that know its classes (each class's test mean image).
+PSNR_CHANCE_UNINFORMED = _privacy("psnr_chance_uninformed", "uninformed chance PSNR (dB)", unit="dB", fmt="{:.2f}")
+PSNR_CHANCE_INFORMED = _privacy("psnr_chance_informed", "class-informed chance PSNR (dB)", unit="dB", fmt="{:.2f}")
+#: Record-level: the share of the message's true images whose matched reconstruction passes metrics.recovered_*.
+RECOVERED_FRACTION = _privacy("recovered_fraction", "images recovered", fmt="{:.3f}", leak="higher", bounds="unit")
+RECOVERED_FRACTION_CHANCE = _privacy("recovered_fraction_chance", "chance images recovered", fmt="{:.3f}",
+                                     bounds="unit")
 PSNR_GAIN = _privacy("psnr_gain", "PSNR gain over chance (dB)", unit="dB", fmt="{:+.2f}", leak="higher")
 PSNR_BEST = _privacy("psnr_best", "best PSNR (dB)", unit="dB", fmt="{:.2f}", leak="higher", best="max")
 SSIM_MEAN = _privacy("ssim_mean", "SSIM", fmt="{:.3f}", leak="higher", bounds="signed_unit")
@@ -99,7 +107,8 @@ MIA_TPR_BOUND_01 = Figure("mia_tpr_bound_0_1pct", "defense", "TPR bound at FPR 0
                           bounds="unit")
 
 #: The report's figure columns, in order (NaN where a run did not measure one, never 0).
-REPORTED = (PSNR_MEAN, PSNR_CHANCE, PSNR_GAIN, PSNR_BEST, SSIM_MEAN, SSIM_CHANCE, SSIM_GAIN, SSIM_BEST, LPIPS_MEAN,
+REPORTED = (PSNR_MEAN, PSNR_CHANCE, PSNR_CHANCE_UNINFORMED, PSNR_CHANCE_INFORMED, PSNR_GAIN, RECOVERED_FRACTION,
+            RECOVERED_FRACTION_CHANCE, PSNR_BEST, SSIM_MEAN, SSIM_CHANCE, SSIM_GAIN, SSIM_BEST, LPIPS_MEAN,
             LPIPS_CHANCE, LPIPS_BEST, NUM_TRUE, LABEL_ACCURACY, PROJECTION_PSNR_MEAN, LABEL_SET_EXACT,
             LABEL_SET_EXACT_CHANCE, LABEL_COUNTS_EXACT, LABEL_COUNT_ERROR, LABEL_COUNT_ERROR_CHANCE, ACCURACY,
             PERSONAL_ACCURACY, DOWNLOADED_ACCURACY, CLUSTER_RAND_INDEX, AGNOSTIC_ACCURACY, UPLINK_BYTES, DOWNLINK_BYTES, TOTAL_BYTES,
@@ -113,8 +122,9 @@ LEAKS = "leaks"
 RUNS = "runs"
 #: ``table.md`` and the HTML summary, in order (all-missing columns are left out); the leak verdict follows the gain.
 #: Accuracy has two columns, never one: each client's own model, and the model it holds after its download.
-TABLE = (PSNR_GAIN, LEAKS, MIA_AUC, MIA_TPR_1, PERSONAL_ACCURACY, DOWNLOADED_ACCURACY, TOTAL_BYTES,  # the trade-off first
-         EPSILON, MIA_TPR_BOUND_1, MIA_TPR_01, MIA_TPR_BOUND_01, MIA_MEMBERS, PSNR_MEAN, PSNR_CHANCE, SSIM_MEAN, SSIM_CHANCE, LPIPS_MEAN, LPIPS_CHANCE,
+TABLE = (PSNR_GAIN, LEAKS, RECOVERED_FRACTION, MIA_AUC, MIA_TPR_1, PERSONAL_ACCURACY, DOWNLOADED_ACCURACY,
+         TOTAL_BYTES, EPSILON, MIA_TPR_BOUND_1, MIA_TPR_01, MIA_TPR_BOUND_01, MIA_MEMBERS, PSNR_MEAN, PSNR_CHANCE,
+         PSNR_CHANCE_UNINFORMED, PSNR_CHANCE_INFORMED, RECOVERED_FRACTION_CHANCE, SSIM_MEAN, SSIM_CHANCE, LPIPS_MEAN, LPIPS_CHANCE,
          LABEL_ACCURACY, LABEL_SET_EXACT, LABEL_COUNT_ERROR, NUM_TRUE, AGNOSTIC_ACCURACY, CLUSTER_RAND_INDEX,
          UPLINK_BYTES, DOWNLINK_BYTES)
 #: The HTML page's runs table.

@@ -124,6 +124,7 @@ RULES: dict[str, Any] = {
     "defense.max_grad_norm": Number(low=0, open_low=True, high=1e6),
     "defense.delta": Number(low=0, high=1, open_low=True, open_high=True), "defense.sigma": Number(low=0, high=1e6),
     "defense.p": FRACTION,
+    "metrics.recovered_psnr": Number(low=0, high=200), "metrics.recovered_ssim": Number(low=-1, high=1),
 }
 
 

@@ -100,6 +100,47 @@ def test_chance_baseline_is_best_of_n_by_hand():
     assert one["chance"]["mean_image"]["psnr_mean"] <= out["chance"]["mean_image"]["psnr_mean"]  # best-of-N inflates
 
 
+def test_knowing_only_the_classes_is_not_leakage():
+    """The review's case: a client holds 400 Fashion-MNIST images of two classes; an 'attacker' who learned only
+    the classes outputs one class's test mean image. Against best-of-400 matching it beats the uninformed chance
+    (the old rule's false "leaks"), but it is the class-informed baseline itself, so its gain is 0."""
+    from privbench.data.embedded import load_fashion_mnist_subset
+    from privbench.metrics.reconstruction import score
+
+    train, test = load_fashion_mnist_subset(train=True), load_fashion_mnist_subset(train=False)
+    keep = torch.nonzero((train.labels == 0) | (train.labels == 1)).flatten()[:400]
+    truth, labels = train.images[keep].float() / 255, train.labels[keep]
+    pool, pool_labels = test.images.float() / 255, test.labels
+    guess = pool[pool_labels == 0].mean(0, keepdim=True)
+    attack = score(guess, truth, recon_labels=torch.tensor([0]), truth_labels=labels, use_lpips=False)
+    chance = chance_baseline(truth, labels, count=1, test_images=pool, seed=0, use_lpips=False,
+                             test_labels=pool_labels, inferred_labels=torch.tensor([0]))
+    assert attack["psnr_mean"] > chance["psnr_chance_uninformed"] + 1  # the old rule: "leaks"
+    assert chance["psnr_chance"] == chance["psnr_chance_informed"] >= attack["psnr_mean"] - 1e-9  # now: no gain
+    assert set(chance["chance"]) == {"mean_image", "non_member", "class_mean", "class_mean_inferred"}
+    majority = int(torch.mode(labels).values)  # the true-class baseline draws the most frequent class first
+    by_hand = max(10 * math.log10(1 / mse(pool[pool_labels == majority].mean(0), t)) for t in truth)
+    assert chance["chance"]["class_mean"]["psnr_mean"] == pytest.approx(by_hand, rel=1e-9)
+    no_labels = chance_baseline(truth, labels, count=1, test_images=pool, seed=0, use_lpips=False)
+    assert set(no_labels["chance"]) == {"mean_image", "non_member"} and math.isnan(no_labels["psnr_chance_informed"])
+
+
+def test_recovered_fraction_counts_true_images_by_hand():
+    """Of 4 true images, one is rebuilt exactly, one within 0.01 (40 dB), one at 0.1 (20 dB, below 25 dB), one not
+    at all (3 reconstructions): 2 of 4 recovered under the default rule, 1 of 4 at 45 dB."""
+    from privbench.metrics.reconstruction import Recovered, score
+
+    gen = torch.Generator().manual_seed(3)
+    truth = torch.rand(4, 1, 16, 16, generator=gen) * 0.8 + 0.1
+    recon = torch.stack([truth[0], truth[1] + 0.01, truth[2] + 0.1])
+    out = score(recon, truth, recon_labels=torch.zeros(3), truth_labels=torch.zeros(4), use_lpips=False)
+    assert out["recovered_fraction"] == 0.5
+    strict = score(recon, truth, recon_labels=torch.zeros(3), truth_labels=torch.zeros(4), use_lpips=False,
+                   recovered=Recovered(psnr=45.0, ssim=0.0))
+    assert strict["recovered_fraction"] == 0.25
+    assert Recovered.of({"recovered_psnr": 30}) == Recovered(psnr=30.0, ssim=0.8)
+
+
 @pytest.mark.slow
 def test_audit_with_update_data_all_reports_true_count_and_chance(compose_cfg, tmp_path):
     cfg = compose_cfg("fl=fedavg", "payload=update", "data.partition=iid", "data.num_clients=10",
@@ -109,7 +150,9 @@ def test_audit_with_update_data_all_reports_true_count_and_chance(compose_cfg, t
     privacy = run_audit(cfg, tmp_path / "run")["privacy"]
     assert privacy["num_true"] == 600 and privacy["num_reconstructed"] == 1
     assert privacy["psnr_gain"] == pytest.approx(privacy["psnr_mean"] - privacy["psnr_chance"])
-    assert set(privacy["chance"]) == {"mean_image", "non_member"} and privacy["psnr_chance"] > 10
+    assert set(privacy["chance"]) == {"mean_image", "non_member", "class_mean", "class_mean_inferred"}
+    assert privacy["psnr_chance"] == max(privacy["psnr_chance_uninformed"], privacy["psnr_chance_informed"]) > 10
+    assert 0 <= privacy["recovered_fraction"] <= 1 / 600  # one reconstruction can recover at most one of 600
 
 
 def test_victim_clients_lists_audits_and_refuses_bad_values():
@@ -161,8 +204,8 @@ def test_every_client_of_the_round_is_attacked_on_its_own(tmp_path):
 
 
 def test_victim_clients_with_an_aggregate_is_refused_before_training(tmp_path):
-    import privbench
+    from privbench.api import preflight
     from privbench.errors import ConfigError
 
     with pytest.raises(ConfigError, match="victim.clients: payload=cluster_model is one aggregate"):
-        privbench.api.preflight(["payload=cluster_model", "victim.clients=[1]"])
+        preflight(["payload=cluster_model", "victim.clients=[1]"])

@@ -19,6 +19,7 @@ from privbench.audit.plan import Plan
 from privbench.audit.score import Scoring, Truth, score_finding
 from privbench.data import FederatedData
 from privbench.errors import AttackNotApplicableError
+from privbench.metrics.reconstruction import Recovered
 from privbench.pixels import normalise
 from privbench.payloads import Payload, PayloadStore
 from privbench.victim import Victim
@@ -125,7 +126,7 @@ def attack_victims(p: Plan, store: PayloadStore, model: nn.Module, data: Federat
     for (payload, _), view, finding, folder, answer in zip(selected, views, findings, dirs, answers):
         truth = replace(_truth(p.choice.truth(store, payload), data), membership=answer)
         how = Scoring(seed=p.seed, match_on=str(p.cfg.metrics.match_on), use_lpips=bool(p.cfg.metrics.lpips),
-                      out=folder)
+                      out=folder, recovered=Recovered.of(p.cfg.metrics))
         scored.append((score_finding(finding, view, p.attack, truth, how), dict(view.knowledge), payload.nbytes))
     privacy, threat, nbytes = scored[0]
     if p.victim.clients is None:
@@ -163,4 +164,5 @@ def _truth(indices: list[int], data: FederatedData) -> Truth:
     counts = torch.bincount(labels.long(), minlength=data.train.num_classes).double()
     return Truth(images=data.train.images[index.to(data.train.images.device)].cpu().float() / 255.0,
                  labels=labels[index], non_members=data.test.images.cpu().float() / 255.0,
+                 non_member_labels=data.test.labels.cpu(),
                  class_frequencies=counts / counts.sum(), mean=data.train.mean, std=data.train.std)

@@ -17,7 +17,8 @@ from privbench.figures import (
     ACCURACY, AGNOSTIC_ACCURACY, DOWNLINK_BYTES, EPSILON, EPSILON_MAX, MIA_TPR_BOUND_01, MIA_TPR_BOUND_1, LABEL_ACCURACY, LABEL_COUNTS_EXACT,
     LABEL_COUNT_ERROR, LABEL_COUNT_ERROR_CHANCE, LABEL_SET_EXACT, LABEL_SET_EXACT_CHANCE, LPIPS_CHANCE, LPIPS_MEAN, MIA_AUC,
     MIA_MEMBERS, MIA_NON_MEMBERS, MIA_TPR_01, MIA_TPR_1,
-    NUM_RECONSTRUCTED, NUM_TRUE, PERSONAL_ACCURACY, DOWNLOADED_ACCURACY, PSNR_CHANCE, PSNR_GAIN, PSNR_MEAN, SSIM_CHANCE, SSIM_MEAN,
+    NUM_RECONSTRUCTED, NUM_TRUE, PERSONAL_ACCURACY, DOWNLOADED_ACCURACY, PSNR_CHANCE, PSNR_CHANCE_INFORMED, PSNR_CHANCE_UNINFORMED, PSNR_GAIN,
+    RECOVERED_FRACTION, RECOVERED_FRACTION_CHANCE, PSNR_MEAN, SSIM_CHANCE, SSIM_MEAN,
     TOTAL_RATIO, UPLINK_BYTES, formatted,
 )
 from privbench.io import atomic_write_bytes, atomic_write_text
@@ -166,6 +167,12 @@ def summary(metrics: dict[str, Any]) -> str:
                                  f"{formatted(privacy.get(PSNR_CHANCE.key), '{:.2f}')}, gain "
                                  f"{formatted(privacy.get(PSNR_GAIN.key), '{:+.2f}')} dB ({privacy.get(NUM_RECONSTRUCTED.key)} "
                                  f"rebuilt, {privacy.get(NUM_TRUE.key)} true)"))
+        if PSNR_CHANCE_INFORMED.key in privacy:
+            lines.append(("", f"chance uninformed {formatted(privacy.get(PSNR_CHANCE_UNINFORMED.key), '{:.2f}')} dB, "
+                              f"knowing the classes {formatted(privacy.get(PSNR_CHANCE_INFORMED.key), '{:.2f}')} dB"))
+        if RECOVERED_FRACTION.key in privacy:
+            lines.append(("", f"recovered {formatted(privacy[RECOVERED_FRACTION.key], '{:.2f}')} of the true images "
+                              f"(chance {formatted(privacy.get(RECOVERED_FRACTION_CHANCE.key), '{:.2f}')})"))
         lines.append(("", f"SSIM {formatted(privacy.get(SSIM_MEAN.key), '{:.3f}')} (chance "
                           f"{formatted(privacy.get(SSIM_CHANCE.key), '{:.3f}')}), LPIPS "
                           f"{formatted(privacy.get(LPIPS_MEAN.key), '{:.3g}')} (chance "

@@ -29,7 +29,7 @@ from privbench.victim import Victim
 GROUPS = ("data", "model", "fl", "payload", "attack", "defense", "engine")
 TOP_KEYS = set(GROUPS) | {"name", "seed", "device", "victim", "capture", "metrics", "results_dir", "resume",
                           "allow_targets", "threads"}
-METRIC_KEYS = {"lpips", "match_on"}
+METRIC_KEYS = {"lpips", "match_on", "recovered_psnr", "recovered_ssim"}
 
 
 @dataclass(frozen=True)

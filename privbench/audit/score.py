@@ -18,7 +18,7 @@ from privbench.audit.output import write_gallery, write_grid, write_roc
 from privbench.metrics.chance import chance_baseline, gains
 from privbench.metrics.labels import label_scores
 from privbench.metrics.membership import auc, clopper_pearson, roc, tpr_at_fpr
-from privbench.metrics.reconstruction import score
+from privbench.metrics.reconstruction import Recovered, score
 from privbench.pixels import denormalise
 from privbench.progress import phase
 from privbench.figures import (
@@ -37,6 +37,7 @@ class Truth:
         images: the private images it was computed from, ``[N, C, H, W]`` in [0, 1] on the CPU.
         labels: their labels.
         non_members: images no client holds (the test split), for chance baselines.
+        non_member_labels: their labels (for the class-informed baselines; None: those are not scored).
         class_frequencies: each class's share of the training split (what a prior knows).
         mean: per-channel input mean (to bring reconstructions to [0, 1]).
         std: per-channel input std.
@@ -50,16 +51,19 @@ class Truth:
     mean: tuple[float, ...]
     std: tuple[float, ...]
     membership: torch.Tensor | None = None
+    non_member_labels: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)
 class Scoring:
-    """How to score: the run's seed, the matching cost, LPIPS on or off, where a scorer writes its files."""
+    """How to score: the run's seed, the matching cost, LPIPS on or off, where a scorer writes its files, and when
+    a true image counts as recovered."""
 
     seed: int
     match_on: str
     use_lpips: bool
     out: Path
+    recovered: Recovered = Recovered()
 
 
 Scorer = Callable[[Any, Any, Attack, Truth, Scoring], dict[str, Any]]
@@ -85,18 +89,22 @@ def score_finding(finding: Finding, view: Any, attack: Attack, truth: Truth, how
 
 def score_reconstruction(recon: torch.Tensor, labels: torch.Tensor, truth: torch.Tensor, truth_labels: torch.Tensor,
                          *, non_members: torch.Tensor, seed: int, match_on: str, use_lpips: bool,
-                         out: Path) -> dict[str, Any]:
+                         out: Path, non_member_labels: torch.Tensor | None = None,
+                         recovered: Recovered = Recovered()) -> dict[str, Any]:
     """Match ``recon`` one-to-one against ``truth`` (``[N, C, H, W]`` in [0, 1]); score it and the chance
-    baselines drawn from ``non_members`` with the same matching; write ``grid.png`` and ``gallery.npz``.
+    baselines drawn from ``non_members`` (class-informed ones too, given ``non_member_labels``; the attack's
+    ``labels`` name the inferred classes) with the same matching; write ``grid.png`` and ``gallery.npz``.
 
-    Returns the privacy figures: PSNR/SSIM/LPIPS, their chance levels and gains, the matching.
+    Returns the privacy figures: PSNR/SSIM/LPIPS, the fraction recovered, their chance levels and gains, the
+    matching.
     """
     with phase("scoring", total=2, unit="set") as bar:
         scores = score(recon, truth, recon_labels=labels, truth_labels=truth_labels, match_on=match_on,
-                       use_lpips=use_lpips)
+                       use_lpips=use_lpips, recovered=recovered)
         bar.update(1, psnr=scores.get(PSNR_MEAN.key))
         chance = chance_baseline(truth, truth_labels, count=len(recon), test_images=non_members, seed=seed,
-                                 match_on=match_on, use_lpips=use_lpips)
+                                 match_on=match_on, use_lpips=use_lpips, test_labels=non_member_labels,
+                                 inferred_labels=labels, recovered=recovered)
         bar.update(1, chance=chance.get(PSNR_CHANCE.key))
     pairs = scores["matched"]
     write_grid(out / "grid.png", truth[[m["truth"] for m in pairs]], recon[[m["recon"] for m in pairs]])
@@ -123,7 +131,8 @@ def _reconstruction(finding: Reconstruction, view: Any, attack: Attack, truth: T
             recon = denormalise(recon, truth.mean, truth.std)
         privacy.update(score_reconstruction(recon, finding.labels.cpu(), truth.images, truth.labels,
                                             non_members=truth.non_members, seed=how.seed, match_on=how.match_on,
-                                            use_lpips=how.use_lpips, out=how.out))
+                                            use_lpips=how.use_lpips, out=how.out,
+                                            non_member_labels=truth.non_member_labels, recovered=how.recovered))
         if finding.label_source == "none":
             privacy[LABEL_ACCURACY.key] = float("nan")  # no labels were inferred
     return privacy

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -11,10 +12,29 @@ from scipy.optimize import linear_sum_assignment
 from privbench.metrics.image import mse, psnr, ssim
 from privbench.metrics.lpips_metric import lpips_distance
 from privbench.figures import (
-    LABEL_ACCURACY, LPIPS_BEST, LPIPS_MEAN, MSE_MEAN, PSNR_BEST, PSNR_MEAN, SSIM_BEST, SSIM_MEAN,
+    LABEL_ACCURACY, LPIPS_BEST, LPIPS_MEAN, MSE_MEAN, PSNR_BEST, PSNR_MEAN, RECOVERED_FRACTION, SSIM_BEST, SSIM_MEAN,
 )
 
 MATCH_ON = ("mse", "ssim", "lpips")
+
+
+@dataclass(frozen=True)
+class Recovered:
+    """When a true image counts as recovered: its matched reconstruction reaches both thresholds
+    (``metrics.recovered_psnr`` and ``metrics.recovered_ssim``; privbench's defaults, 25 dB and 0.8)."""
+
+    psnr: float = 25.0
+    ssim: float = 0.8
+
+    @classmethod
+    def of(cls, metrics: Any) -> "Recovered":
+        """The rule a config's ``metrics`` group states (its defaults where a key is absent)."""
+        return cls(psnr=float(metrics.get("recovered_psnr", cls.psnr)),
+                   ssim=float(metrics.get("recovered_ssim", cls.ssim)))
+
+    def count(self, rows: list[dict[str, Any]]) -> int:
+        """How many matched pairs pass."""
+        return sum(1 for row in rows if row["psnr"] >= self.psnr and row["ssim"] >= self.ssim)
 
 
 def match(recon: torch.Tensor, truth: torch.Tensor, *, on: str = "mse") -> list[tuple[int, int]]:
@@ -38,11 +58,12 @@ def match(recon: torch.Tensor, truth: torch.Tensor, *, on: str = "mse") -> list[
 
 
 def score(recon: torch.Tensor, truth: torch.Tensor, *, recon_labels: torch.Tensor, truth_labels: torch.Tensor,
-          match_on: str = "mse", use_lpips: bool = True) -> dict[str, Any]:
+          match_on: str = "mse", use_lpips: bool = True, recovered: Recovered = Recovered()) -> dict[str, Any]:
     """Metrics of ``recon`` vs ``truth`` (both ``[N, C, H, W]`` in [0, 1]).
 
     Returns mean and best PSNR / SSIM / LPIPS, mean MSE, label accuracy over matched
-    pairs, and the per-pair values. LPIPS is NaN (missing) when disabled or unavailable.
+    pairs, the share of the true images recovered (``recovered``'s rule over all of ``truth``, so best-of-N
+    matching cannot inflate it), and the per-pair values. LPIPS is NaN (missing) when disabled or unavailable.
     """
     pairs = match(recon, truth, on=match_on)
     rows = []
@@ -66,6 +87,7 @@ def score(recon: torch.Tensor, truth: torch.Tensor, *, recon_labels: torch.Tenso
         LPIPS_MEAN.key: float(np.mean(lp)) if not np.isnan(lp).all() else math.nan,
         LPIPS_BEST.key: float(np.min(lp)) if not np.isnan(lp).all() else math.nan,
         LABEL_ACCURACY.key: float(np.mean(col("label_ok"))),
+        RECOVERED_FRACTION.key: recovered.count(rows) / len(truth),
         "matched": rows,
     }
     return out
