@@ -8,12 +8,15 @@ from privbench.attacks.labels import recover_labels
 from privbench.attacks.none import NoAttack
 from privbench.attacks.projection import SubspaceProjection
 from privbench.attacks.target import AttackTarget, observed_gradient
-from privbench.attacks.views import BasisView, CohortView, GradientView, LabelView, MembershipView, ModelView, View
+from privbench.attacks.views import (
+    ActiveView, BasisView, CohortView, GradientView, LabelView, MembershipView, ModelView, View,
+)
 from privbench.attacks.membership import MembershipInference
 from privbench.attacks.label_counts import LabelCounts
+from privbench.attacks.imprint import ImprintAttack
 
-__all__ = ["DLG", "IDLG", "Attack", "AttackTarget", "Attempt", "BasisView", "CohortView", "Finding", "GradientInversion",
-           "GradientView", "InferredLabels", "InferredProperty", "InvertingGradients", "LabelCounts", "LabelView",
+__all__ = ["DLG", "IDLG", "ActiveView", "Attack", "AttackTarget", "Attempt", "BasisView", "CohortView", "Finding", "GradientInversion",
+           "GradientView", "ImprintAttack", "InferredLabels", "InferredProperty", "InvertingGradients", "LabelCounts", "LabelView",
            "MembershipInference", "MembershipScores",
            "MembershipView", "ModelView",
            "NoAttack", "Reconstruction", "SubspaceProjection", "View", "observed_gradient", "recover_labels"]

@@ -22,7 +22,7 @@ from privbench.payloads import LocalTraining, Payload
 from privbench.payloads.training import AggregatePart
 
 #: The views an attack may ask for (``Attack.view``).
-ViewKind = Literal["gradient", "model", "basis", "membership", "labels"]
+ViewKind = Literal["gradient", "model", "basis", "membership", "labels", "active"]
 #: The gradient view is today's attack target.
 GradientView = AttackTarget
 
@@ -192,4 +192,32 @@ class LabelView:
         return {**self.target.knowledge, "public_data": f"{len(self.public)} labelled test-split images"}
 
 
-View = AttackTarget | ModelView | BasisView | MembershipView | LabelView
+@dataclass
+class ActiveView:
+    """An active server's round: the download it crafted and the victim's reply, trained as usual on it.
+
+    Attributes:
+        sent: the crafted download's state (what the victim received).
+        observed: the reply as the server reads it: a gradient's tensors, or a model's change from ``sent``.
+        reply_kind: the reply's payload kind (``gradient``, ``update``).
+        training: the victim's declared training of the reply.
+        image_shape: ``(C, H, W)`` of one input.
+        mean: per-channel input mean of the model's input space.
+        std: per-channel input std.
+        knowledge: the threat-model declaration (what the server changed, what it was sent back).
+        client_check: what the victim's own check of the download found (``defenses.detector``; the
+            evaluator's figure, which the attack does not read).
+    """
+
+    sent: dict[str, torch.Tensor]
+    observed: dict[str, torch.Tensor]
+    reply_kind: str
+    training: LocalTraining | None
+    image_shape: tuple[int, int, int]
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+    knowledge: dict[str, Any] = field(default_factory=dict)
+    client_check: dict[str, Any] = field(default_factory=dict)
+
+
+View = AttackTarget | ModelView | BasisView | MembershipView | LabelView | ActiveView

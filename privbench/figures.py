@@ -24,7 +24,8 @@ class Figure:
         fmt: how tables format it.
         leak: which direction means more leakage (``higher``/``lower``; None for figures that measure no leakage).
         bounds: ``unit`` (cannot leave [0, 1]), ``signed_unit`` ([-1, 1], SSIM), ``signed_double`` ([-2, 2], a
-            difference of two SSIMs) or ``nonnegative``: the range intervals are clipped to.
+            difference of two SSIMs), ``nonnegative`` or ``psnr`` (0 to the 8-bit ceiling, 58.92 dB): the range
+            intervals are clipped to.
         best: ``max``/``min``: aggregated over seeds by the best run, not the mean.
     """
 
@@ -34,7 +35,7 @@ class Figure:
     unit: str = ""
     fmt: str = "{:.3g}"
     leak: Literal["higher", "lower"] | None = None
-    bounds: Literal["unit", "signed_unit", "signed_double", "nonnegative"] | None = None
+    bounds: Literal["unit", "signed_unit", "signed_double", "nonnegative", "psnr"] | None = None
     best: Literal["max", "min"] | None = None
 
     def __str__(self) -> str:
@@ -49,18 +50,20 @@ def _privacy(key: str, label: str, **kw: Any) -> Figure:
     return Figure(key, "privacy", label, **kw)
 
 
-PSNR_MEAN = _privacy("psnr_mean", "PSNR (dB)", unit="dB", fmt="{:.2f}", leak="higher")
-PSNR_CHANCE = _privacy("psnr_chance", "chance PSNR (dB)", unit="dB", fmt="{:.2f}")
+PSNR_MEAN = _privacy("psnr_mean", "PSNR (dB)", unit="dB", fmt="{:.2f}", leak="higher", bounds="psnr")
+PSNR_CHANCE = _privacy("psnr_chance", "chance PSNR (dB)", unit="dB", fmt="{:.2f}", bounds="psnr")
 #: The chance levels behind ``psnr_chance`` (the strongest of them): reconstructions that know nothing of the victim
 #: (the test split's mean image, random test images), and ones that know its classes (each class's test mean image).
-PSNR_CHANCE_UNINFORMED = _privacy("psnr_chance_uninformed", "uninformed chance PSNR (dB)", unit="dB", fmt="{:.2f}")
-PSNR_CHANCE_INFORMED = _privacy("psnr_chance_informed", "class-informed chance PSNR (dB)", unit="dB", fmt="{:.2f}")
+PSNR_CHANCE_UNINFORMED = _privacy("psnr_chance_uninformed", "uninformed chance PSNR (dB)", unit="dB", fmt="{:.2f}", bounds="psnr")
+PSNR_CHANCE_INFORMED = _privacy("psnr_chance_informed", "class-informed chance PSNR (dB)", unit="dB", fmt="{:.2f}", bounds="psnr")
 #: Record-level: the share of the message's true images whose matched reconstruction passes metrics.recovered_*.
 RECOVERED_FRACTION = _privacy("recovered_fraction", "images recovered", fmt="{:.3f}", leak="higher", bounds="unit")
 RECOVERED_FRACTION_CHANCE = _privacy("recovered_fraction_chance", "chance images recovered", fmt="{:.3f}",
                                      bounds="unit")
+#: An active server's round: whether the victim's own check of the download flagged it (``defenses.detector``).
+DOWNLOAD_FLAGGED = _privacy("download_flagged", "download flagged by the client", fmt="{:.2f}", bounds="unit")
 PSNR_GAIN = _privacy("psnr_gain", "PSNR gain over chance (dB)", unit="dB", fmt="{:+.2f}", leak="higher")
-PSNR_BEST = _privacy("psnr_best", "best PSNR (dB)", unit="dB", fmt="{:.2f}", leak="higher", best="max")
+PSNR_BEST = _privacy("psnr_best", "best PSNR (dB)", unit="dB", fmt="{:.2f}", leak="higher", best="max", bounds="psnr")
 SSIM_MEAN = _privacy("ssim_mean", "SSIM", fmt="{:.3f}", leak="higher", bounds="signed_unit")
 SSIM_CHANCE = _privacy("ssim_chance", "chance SSIM", fmt="{:.3f}", bounds="signed_unit")
 SSIM_GAIN = _privacy("ssim_gain", "SSIM gain", fmt="{:+.3f}", leak="higher", bounds="signed_double")
@@ -73,7 +76,7 @@ MSE_MEAN = _privacy("mse_mean", "MSE", fmt="{:.3g}", leak="lower", bounds="nonne
 NUM_RECONSTRUCTED = _privacy("num_reconstructed", "rebuilt images", fmt="{}", bounds="nonnegative")
 NUM_TRUE = _privacy("num_true", "true images", fmt="{}", bounds="nonnegative")
 LABEL_ACCURACY = _privacy("label_accuracy", "label accuracy", fmt="{:.2f}", leak="higher", bounds="unit")
-PROJECTION_PSNR_MEAN = _privacy("projection_psnr_mean", "projection PSNR (dB)", unit="dB", fmt="{:.2f}", leak="higher")
+PROJECTION_PSNR_MEAN = _privacy("projection_psnr_mean", "projection PSNR (dB)", unit="dB", fmt="{:.2f}", leak="higher", bounds="psnr")
 LABEL_SET_EXACT = _privacy("label_set_exact", "class set exact", fmt="{:.0f}", leak="higher", bounds="unit")
 LABEL_SET_EXACT_CHANCE = _privacy("label_set_exact_chance", "prior's class set exact", fmt="{:.0f}", bounds="unit")
 LABEL_COUNTS_EXACT = _privacy("label_counts_exact", "counts exact", fmt="{:.0f}", leak="higher", bounds="unit")
@@ -108,7 +111,7 @@ MIA_TPR_BOUND_01 = Figure("mia_tpr_bound_0_1pct", "defense", "TPR bound at FPR 0
 
 #: The report's figure columns, in order (NaN where a run did not measure one, never 0).
 REPORTED = (PSNR_MEAN, PSNR_CHANCE, PSNR_CHANCE_UNINFORMED, PSNR_CHANCE_INFORMED, PSNR_GAIN, RECOVERED_FRACTION,
-            RECOVERED_FRACTION_CHANCE, PSNR_BEST, SSIM_MEAN, SSIM_CHANCE, SSIM_GAIN, SSIM_BEST, LPIPS_MEAN,
+            RECOVERED_FRACTION_CHANCE, DOWNLOAD_FLAGGED, PSNR_BEST, SSIM_MEAN, SSIM_CHANCE, SSIM_GAIN, SSIM_BEST, LPIPS_MEAN,
             LPIPS_CHANCE, LPIPS_BEST, NUM_TRUE, LABEL_ACCURACY, PROJECTION_PSNR_MEAN, LABEL_SET_EXACT,
             LABEL_SET_EXACT_CHANCE, LABEL_COUNTS_EXACT, LABEL_COUNT_ERROR, LABEL_COUNT_ERROR_CHANCE, ACCURACY,
             PERSONAL_ACCURACY, DOWNLOADED_ACCURACY, CLUSTER_RAND_INDEX, AGNOSTIC_ACCURACY, UPLINK_BYTES, DOWNLINK_BYTES, TOTAL_BYTES,
@@ -122,7 +125,7 @@ LEAKS = "leaks"
 RUNS = "runs"
 #: ``table.md`` and the HTML summary, in order (all-missing columns are left out); the leak verdict follows the gain.
 #: Accuracy has two columns, never one: each client's own model, and the model it holds after its download.
-TABLE = (PSNR_GAIN, LEAKS, RECOVERED_FRACTION, MIA_AUC, MIA_TPR_1, PERSONAL_ACCURACY, DOWNLOADED_ACCURACY,
+TABLE = (PSNR_GAIN, LEAKS, RECOVERED_FRACTION, DOWNLOAD_FLAGGED, MIA_AUC, MIA_TPR_1, PERSONAL_ACCURACY, DOWNLOADED_ACCURACY,
          TOTAL_BYTES, EPSILON, MIA_TPR_BOUND_1, MIA_TPR_01, MIA_TPR_BOUND_01, MIA_MEMBERS, PSNR_MEAN, PSNR_CHANCE,
          PSNR_CHANCE_UNINFORMED, PSNR_CHANCE_INFORMED, RECOVERED_FRACTION_CHANCE, SSIM_MEAN, SSIM_CHANCE, LPIPS_MEAN, LPIPS_CHANCE,
          LABEL_ACCURACY, LABEL_SET_EXACT, LABEL_COUNT_ERROR, NUM_TRUE, AGNOSTIC_ACCURACY, CLUSTER_RAND_INDEX,

@@ -26,11 +26,12 @@ def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 def test_help_lists_groups_and_options(tmp_path):
     out = cli("--help", cwd=tmp_path)
     assert out.returncode == 0
-    for line in ("attack: dlg, idlg, ig, labels, membership, none, projection",
+    for line in ("attack: dlg, idlg, ig, imprint, labels, membership, none, projection",
                  "payload: cluster_gene, cluster_model, gene_gradient, global_model, gradient, learngene, subspace, update",
                  "model: convnet, lenet, resnet18, torchvision", "fl: cluster_fedavg, fedavg, genefl, local",
                  "defense: dpsgd, noise, none, prune",
-                 "experiment: bytes_curve, comm_accounting, dlg_paper, dp_coverage, dp_curve, idlg_paper, paper_cifar10, "
+                 "experiment: active_server, bytes_curve, comm_accounting, dlg_paper, dp_coverage, dp_curve, idlg_paper, "
+                 "paper_cifar10, "
                  "privacy_tradeoff, threat_grid, victim_settings, xi_direction",
                  "experiment/threat_grid: gradient, learngene, update"):
         assert line in out.stdout

@@ -118,6 +118,11 @@ def attack_victims(p: Plan, store: PayloadStore, model: nn.Module, data: Federat
                  for payload, base in selected]
         views: list[Any] = [view for view, _ in games]
         answers = [answer for _, answer in games]
+    elif p.attack.view == "active":  # the server crafts each victim's download; the victim's round runs on it
+        from privbench.audit.active import active_round
+
+        views = [active_round(p, payload, base, model, data, p.choice.truth(store, payload))
+                 for payload, base in selected]
     else:
         build = VIEWS[p.attack.view]
         views = [build(p, p.victim.alone(c), payload, base, model, data) for c, (payload, base) in zip(clients, selected)]
@@ -127,7 +132,8 @@ def attack_victims(p: Plan, store: PayloadStore, model: nn.Module, data: Federat
         truth = replace(_truth(p.choice.truth(store, payload), data), membership=answer)
         how = Scoring(seed=p.seed, match_on=str(p.cfg.metrics.match_on), use_lpips=bool(p.cfg.metrics.lpips),
                       out=folder, recovered=Recovered.of(p.cfg.metrics))
-        scored.append((score_finding(finding, view, p.attack, truth, how), dict(view.knowledge), payload.nbytes))
+        threat = {"server": "honest-but-curious", **view.knowledge}
+        scored.append((score_finding(finding, view, p.attack, truth, how), threat, payload.nbytes))
     privacy, threat, nbytes = scored[0]
     if p.victim.clients is None:
         return privacy, threat, nbytes

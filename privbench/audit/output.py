@@ -162,6 +162,11 @@ def summary(metrics: dict[str, Any]) -> str:
     else:
         lines = [("run", f"{run.get('fl')}, {what}, defense {run.get('defense')}, seed {run.get('seed')}, "
                          f"victim client{run.get('victim_client')} round {run.get('victim_round')}")]
+    threat = metrics.get("threat_model", {})
+    if threat.get("server") == "active":
+        crafted = threat.get("crafted", {})
+        lines.append(("server", f"ACTIVE, crafted the download: {str(crafted.get('block', '')).split(':')[0]}, "
+                                f"{crafted.get('bins')} bins"))
     if PSNR_MEAN.key in privacy:
         lines.append(("leakage", f"PSNR {formatted(privacy[PSNR_MEAN.key], '{:.2f}')} dB, chance "
                                  f"{formatted(privacy.get(PSNR_CHANCE.key), '{:.2f}')}, gain "

@@ -11,6 +11,7 @@ from scipy import stats
 
 from privbench.figures import FIGURES as FIGURES_SPEC
 from privbench.figures import LEAKS, MISSING, PSNR_GAIN, RUNS, TABLE
+from privbench.metrics.image import PSNR_CEILING
 from privbench.report.collect import FIGURES
 from privbench.report.grouping import group_keys
 
@@ -24,7 +25,8 @@ UNIT_RANGE = {f.key for f in FIGURES_SPEC if f.bounds == "unit"}
 NON_NEGATIVE = {f.key for f in FIGURES_SPEC if f.bounds == "nonnegative"}
 #: Each bounded figure's range, ``(low, high)``, that its interval is clipped to.
 RANGES = {f.key: {"unit": (0.0, 1.0), "signed_unit": (-1.0, 1.0), "signed_double": (-2.0, 2.0),
-                  "nonnegative": (0.0, math.inf)}[f.bounds] for f in FIGURES_SPEC if f.bounds}
+                  "nonnegative": (0.0, math.inf), "psnr": (0.0, PSNR_CEILING)}[f.bounds]
+          for f in FIGURES_SPEC if f.bounds}
 #: Fewer seeds than this and a row's interval is marked as coming from few seeds.
 FEW_SEEDS = 3
 #: Figures aggregated over seeds by the best run ("max" or "min"), not the mean.

@@ -1,0 +1,170 @@
+"""The imprint attack of an active server (Fowl et al., "Robbing the Fed", ICLR 2022).
+
+The server places an *imprint block* in front of the model it sends: ``k`` ReLU bins that all measure
+one statistic ``m . x`` of the input (here a fixed random direction in input space) against thresholds
+``c_1 < ... < c_k`` at equal-mass quantiles of public data, and a linear layer back to the input whose
+columns are one small vector ``v``, added to the input so the rest of the model sees ``x`` nearly
+unchanged. Because every bin shares ``v``, a sample's gradient on bin ``i`` is ``g(x) x`` on the weight
+row and ``g(x)`` on the bias whenever ``m . x > c_i``, with one scalar ``g(x)`` for every bin. The
+difference of two neighbouring rows holds only the samples between their thresholds, so
+
+    x = (dW_i - dW_{i+1}) / (db_i - db_{i+1})
+
+is one input verbatim when it is alone between ``c_i`` and ``c_{i+1}``. Any positive combination of
+gradients (a FedAvg update: ``-lr`` times their sum over local steps, or with momentum) keeps the ratio,
+up to the bins' drift during local training. With ``k + 1`` equal-mass regions and ``B`` i.i.d.
+samples, a sample is isolated with probability ``(1 - 1/(k+1))^(B-1)`` and above ``c_1`` with
+``k/(k+1)`` (``expected_fraction``).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+
+from privbench.attacks.base import Attack
+from privbench.attacks.findings import Reconstruction
+from privbench.errors import AttackNotApplicableError
+from privbench.payloads.kinds import Carries
+
+#: Names of the imprint block's tensors in the crafted model's state.
+BINS_WEIGHT, BINS_BIAS = "imprint.bins.weight", "imprint.bins.bias"
+
+
+class ImprintBlock(nn.Module):
+    """``x + back(relu(bins(flatten(x))))``, reshaped to ``x``'s shape."""
+
+    def __init__(self, *, features: int, bins: int) -> None:
+        super().__init__()
+        self.bins = nn.Linear(features, bins)
+        self.back = nn.Linear(bins, features)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        flat = x.flatten(1)
+        return x + self.back(torch.relu(self.bins(flat))).view_as(x)
+
+
+class Imprinted(nn.Module):
+    """The crafted download: the imprint block in front of an unchanged ``model``."""
+
+    def __init__(self, model: nn.Module, *, features: int, bins: int) -> None:
+        super().__init__()
+        self.imprint = ImprintBlock(features=features, bins=bins)
+        self.model = model
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.model(self.imprint(x))
+
+
+def thresholds(statistic: torch.Tensor, bins: int) -> torch.Tensor:
+    """``bins`` thresholds at the ``i / (bins + 1)`` quantiles of ``statistic``: ``bins + 1`` equal-mass regions."""
+    levels = torch.arange(1, bins + 1, dtype=torch.float64) / (bins + 1)
+    return torch.quantile(statistic.double(), levels).float()
+
+
+def craft(model: nn.Module, public: torch.Tensor, *, bins: int, seed: int, scale: float = 1e-3,
+          gain: float = 1e-2) -> Imprinted:
+    """The server's crafted download: ``model`` (a copy) behind an imprint block of ``bins`` bins.
+
+    ``public`` holds images no client has (model input space, ``[M, C, H, W]``); the measurement is ``gain``
+    times a unit random direction drawn from ``seed``, the thresholds ``gain`` times its equal-mass quantiles on
+    ``public``, and the way back ``scale`` times a random sign vector. Over several local steps the bins drift: the
+    way back's columns by about ``lr * gain * |dL/dz| / scale`` of themselves per step and the thresholds by about
+    ``lr * scale * |dL/dz|`` against their ``gain``-sized spacing; the defaults were chosen on LeNet updates of 2
+    to 20 steps (``docs/protocol.md``, Active server). ``gain`` also keeps the biases small enough that an update's
+    change of them is not lost to float32 rounding of the uploaded weights.
+    """
+    import copy
+
+    features = int(public[0].numel())
+    generator = torch.Generator().manual_seed(seed * 7919 + 101)
+    direction = torch.randn(features, generator=generator)
+    direction = direction / direction.norm()
+    crafted = Imprinted(copy.deepcopy(model), features=features, bins=bins)
+    device = next(model.parameters()).device
+    cuts = thresholds(public.flatten(1).cpu() @ direction, bins)
+    back = scale * torch.sign(torch.randn(features, generator=generator))
+    with torch.no_grad():
+        crafted.imprint.bins.weight.copy_(gain * direction.expand(bins, features))
+        crafted.imprint.bins.bias.copy_(-gain * cuts)
+        crafted.imprint.back.weight.copy_(back.view(-1, 1).expand(features, bins))
+        crafted.imprint.back.bias.zero_()
+    return crafted.to(device)
+
+
+def read_bins(weight: torch.Tensor, bias: torch.Tensor, *, tolerance: float = 1e-4) -> torch.Tensor:
+    """The inputs isolated by the bins, from the bins' gradient or change (``weight [k, D]``, ``bias [k]``):
+    neighbouring rows' differences, divided by their bias difference; regions whose bias difference is at most
+    ``tolerance`` times the largest are empty and left out. Returns ``[n, D]`` (n <= k)."""
+    w = weight.double() - torch.cat([weight.double()[1:], torch.zeros_like(weight.double()[:1])])
+    b = bias.double() - torch.cat([bias.double()[1:], torch.zeros_like(bias.double()[:1])])
+    occupied = b.abs() > tolerance * b.abs().max().clamp(min=1e-300)
+    return (w[occupied] / b[occupied].unsqueeze(1)).float()
+
+
+def expected_fraction(batch: int, bins: int) -> float:
+    """The share of ``batch`` i.i.d. samples alone in one of ``bins`` equal-mass regions above the lowest
+    threshold: ``(k/(k+1)) (1 - 1/(k+1))^(B-1)``.
+
+    Example:
+        >>> round(expected_fraction(64, 128), 4)
+        0.6077
+    """
+    return bins / (bins + 1) * (1 - 1 / (bins + 1)) ** (batch - 1)
+
+
+class ImprintAttack(Attack):
+    """The active server's imprint attack: crafts the victim's download, reads its inputs back from the reply.
+
+    Args:
+        bins: the imprint block's bins (the most inputs one reply can give away).
+        public: how many test-split images the server uses to place the thresholds.
+        scale: the size of each entry of the block's way back to the input.
+        gain: the size of the bins' measurement direction (and thresholds).
+        tolerance: a region is empty when its bias difference is at most this times the largest.
+    """
+
+    name: ClassVar[str] = "imprint"
+    reads: ClassVar[frozenset[Carries]] = frozenset({"gradient", "model"})
+    view = "active"
+
+    def __init__(self, *, bins: int = 128, public: int = 1000, scale: float = 1e-3, gain: float = 1e-2,
+                 tolerance: float = 1e-4) -> None:
+        if bins < 1 or public < 2:
+            raise ValueError("attack.bins must be >= 1 and attack.public >= 2")
+        if not scale > 0 or not gain > 0 or not tolerance > 0:
+            raise ValueError("attack.scale, attack.gain and attack.tolerance must be > 0")
+        self.bins, self.public, self.scale, self.gain, self.tolerance = bins, public, scale, gain, tolerance
+
+    def craft(self, model: nn.Module, public: torch.Tensor, *, seed: int) -> Imprinted:
+        """The download the server sends the victim instead of ``model``."""
+        return craft(model, public, bins=self.bins, seed=seed, scale=self.scale, gain=self.gain)
+
+    def describe(self) -> dict[str, Any]:
+        """What the server changed, for ``threat_model.json``."""
+        return {"server": "active", "changed": "architecture", "crafted": {
+            "block": f"imprint (Fowl et al. 2022): {self.bins} ReLU bins on one random direction of the input, "
+                     "thresholds at equal-mass quantiles of public data, a linear way back added to the input",
+            "bins": self.bins, "public_images": self.public, "scale": self.scale, "gain": self.gain},
+            "budget": "analytic (no optimisation): one read of the reply's imprint rows"}
+
+    def evaluate(self, view: Any, truth: torch.Tensor) -> dict[str, Any]:
+        """The victim's own check of the crafted download (reported beside the attack's figures)."""
+        return dict(getattr(view, "client_check", {}))
+
+    def attack(self, view: Any, *, seed: int) -> Reconstruction:
+        """The inputs read back from the reply's imprint rows (model input space); labels are not inferred."""
+        reply = view.observed
+        if BINS_WEIGHT not in reply or BINS_BIAS not in reply:
+            raise AttackNotApplicableError(f"{view.knowledge.get('payload')}: the reply carries no imprint rows "
+                                           f"({BINS_WEIGHT}, {BINS_BIAS})")
+        flat = read_bins(reply[BINS_WEIGHT], reply[BINS_BIAS], tolerance=self.tolerance)
+        if not len(flat) or not torch.isfinite(flat).all():
+            return Reconstruction([{"objective": math.nan, "status": "empty", "iterations": 0, "evaluations": 0}],
+                                  label_source="none")
+        images = flat.view(len(flat), *view.image_shape)
+        log = [{"objective": 0.0, "status": "analytic", "iterations": 0, "evaluations": 0, "occupied": len(flat)}]
+        return Reconstruction(log, images=images, labels=torch.full((len(flat),), -1), objective=0.0,
+                              label_source="none")
