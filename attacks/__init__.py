@@ -1,6 +1,8 @@
 """Attacks on recorded payloads: the contract (views in, findings out), gradient inversion, projection."""
 from privbench.attacks.base import Attack, Attempt, GradientInversion
-from privbench.attacks.findings import Finding, InferredLabels, InferredProperty, MembershipScores, Reconstruction
+from privbench.attacks.findings import (
+    CanaryScores, Finding, InferredLabels, InferredProperty, MembershipScores, Reconstruction,
+)
 from privbench.attacks.dlg import DLG
 from privbench.attacks.idlg import IDLG
 from privbench.attacks.ig import InvertingGradients
@@ -9,13 +11,14 @@ from privbench.attacks.none import NoAttack
 from privbench.attacks.projection import SubspaceProjection
 from privbench.attacks.target import AttackTarget, observed_gradient
 from privbench.attacks.views import (
-    ActiveView, BasisView, CohortView, GradientView, LabelView, MembershipView, ModelView, View,
+    ActiveView, BasisView, CanaryView, CohortView, GradientView, LabelView, MembershipView, ModelView, View,
 )
 from privbench.attacks.membership import MembershipInference
 from privbench.attacks.label_counts import LabelCounts
 from privbench.attacks.imprint import ImprintAttack
+from privbench.attacks.one_run import OneRunAudit
 
-__all__ = ["DLG", "IDLG", "ActiveView", "Attack", "AttackTarget", "Attempt", "BasisView", "CohortView", "Finding", "GradientInversion",
+__all__ = ["DLG", "IDLG", "ActiveView", "Attack", "CanaryScores", "CanaryView", "OneRunAudit", "AttackTarget", "Attempt", "BasisView", "CohortView", "Finding", "GradientInversion",
            "GradientView", "ImprintAttack", "InferredLabels", "InferredProperty", "InvertingGradients", "LabelCounts", "LabelView",
            "MembershipInference", "MembershipScores",
            "MembershipView", "ModelView",

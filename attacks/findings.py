@@ -54,6 +54,14 @@ class MembershipScores(Finding):
 
 
 @dataclass
+class CanaryScores(MembershipScores):
+    """A one-run audit's score per canary (higher: more likely included) and how many it guesses each way:
+    the ``guesses`` highest in, the ``guesses`` lowest out, the rest abstained."""
+
+    guesses: int = 0
+
+
+@dataclass
 class InferredLabels(Finding):
     """The classes a message was computed from and how many images of each (class -> count)."""
 

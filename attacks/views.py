@@ -22,7 +22,7 @@ from privbench.payloads import LocalTraining, Payload
 from privbench.payloads.training import AggregatePart
 
 #: The views an attack may ask for (``Attack.view``).
-ViewKind = Literal["gradient", "model", "basis", "membership", "labels", "active"]
+ViewKind = Literal["gradient", "model", "basis", "membership", "labels", "active", "canaries"]
 #: The gradient view is today's attack target.
 GradientView = AttackTarget
 
@@ -220,4 +220,20 @@ class ActiveView:
     client_check: dict[str, Any] = field(default_factory=dict)
 
 
-View = AttackTarget | ModelView | BasisView | MembershipView | LabelView | ActiveView
+@dataclass
+class CanaryView:
+    """A one-run DP audit's round: the victim's model change as the server sees it, and the ``m`` canaries the
+    auditor designed (one coordinate each), of which the victim's training included each with probability 1/2.
+
+    Attributes:
+        change: the uploaded model's change from its download, by name.
+        coordinates: every canary's (parameter name, flat index); which were included is the evaluator's.
+        knowledge: the threat-model declaration (the canaries, the round's DP parameters, the claimed epsilon).
+    """
+
+    change: dict[str, torch.Tensor]
+    coordinates: list[tuple[str, int]]
+    knowledge: dict[str, Any] = field(default_factory=dict)
+
+
+View = AttackTarget | ModelView | BasisView | MembershipView | LabelView | ActiveView | CanaryView

@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
+from privbench.defenses.canaries import GradientCanaries
 from privbench.defenses.calibration import Event, epsilon, events, noise_multiplier
 from privbench.defenses.dp_reads import dp_fisher_diagonal, dp_subspace
 from privbench.data.dataset import ImageDataset
@@ -80,6 +81,8 @@ class DPSGD(Trainer):
         self.max_grad_norm, self.delta, self.accountant, self.seed = max_grad_norm, delta, accountant, seed
         self.clip_norm = max_grad_norm
         self.cover = tuple(c for c in COVERABLE if c in cover)
+        #: a one-run audit's gradient canaries, appended to every local step's records (None: no audit)
+        self.canaries: GradientCanaries | None = None
         self.engines: dict[str, Any] = {}
         self.sigmas: dict[str, float] = {}
         self._calibrated: dict[tuple[Event, ...], float] = {}
@@ -170,6 +173,8 @@ class DPSGD(Trainer):
                     dp_optimizer.zero_grad(set_to_none=True)
                     # an empty batch gives empty per-sample gradients (its NaN mean loss has no terms)
                     F.cross_entropy(module(x), y).backward()
+                    if self.canaries is not None:  # a one-run audit: its canaries are records too
+                        self.canaries.append(module, rate=float(getattr(dp_loader, "sample_rate", 1.0 / len(dp_loader))))
                     if dp_optimizer.pre_step():  # clip per sample, add noise, average
                         if regulariser is not None:  # reads no data: outside the clipping
                             _add_gradient(model, regulariser(model))

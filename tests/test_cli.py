@@ -26,7 +26,7 @@ def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 def test_help_lists_groups_and_options(tmp_path):
     out = cli("--help", cwd=tmp_path)
     assert out.returncode == 0
-    for line in ("attack: dlg, idlg, ig, imprint, labels, membership, none, projection",
+    for line in ("attack: dlg, idlg, ig, imprint, labels, membership, none, one_run, projection",
                  "payload: cluster_gene, cluster_model, gene_gradient, global_model, gradient, learngene, subspace, update",
                  "model: convnet, lenet, resnet18, torchvision", "fl: cluster_fedavg, fedavg, genefl, local",
                  "defense: dpsgd, noise, none, prune",
@@ -71,7 +71,7 @@ def test_every_key_of_every_option_has_a_description():
 
 @pytest.mark.slow  # each case starts a process; tests/test_invalid_corpus.py checks the messages in-process
 @pytest.mark.parametrize("args, message", [
-    (["attack=nope"], "attack=nope: unknown option (did you mean attack=none?); allowed: dlg, idlg, ig, labels, membership, none, projection"),
+    (["attack=nope"], "attack=nope: unknown option (did you mean attack=none?); allowed: dlg, idlg, ig, imprint, labels, membership, none, one_run, projection"),
     (["bogus=1"], "bogus: unknown key; allowed keys:"),
     (["fl.lr=-1"], "fl.lr=-1: must be a number > 0"),
     (["fl.participants=11"], "fl.participants=11 exceeds data.num_clients=10"),

@@ -118,6 +118,13 @@ def attack_victims(p: Plan, store: PayloadStore, model: nn.Module, data: Federat
                  for payload, base in selected]
         views: list[Any] = [view for view, _ in games]
         answers = [answer for _, answer in games]
+    elif p.attack.view == "canaries":  # a one-run DP audit: the victim's round rerun with gradient canaries
+        from privbench.audit.one_run import canary_round
+
+        audits = [canary_round(p, payload, base, model, data, p.choice.truth(store, payload))
+                  for payload, base in selected]
+        views = [view for view, _ in audits]
+        answers = [answer for _, answer in audits]
     elif p.attack.view == "active":  # the server crafts each victim's download; the victim's round runs on it
         from privbench.audit.active import active_round
 

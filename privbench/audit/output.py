@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from privbench.figures import (
-    ACCURACY, AGNOSTIC_ACCURACY, DOWNLINK_BYTES, EPSILON, EPSILON_MAX, MIA_TPR_BOUND_01, MIA_TPR_BOUND_1, LABEL_ACCURACY, LABEL_COUNTS_EXACT,
+    ACCURACY, AGNOSTIC_ACCURACY, DOWNLINK_BYTES, EPSILON, EPSILON_CLAIMED, EPSILON_LOWER, EPSILON_MAX, MIA_TPR_BOUND_01, MIA_TPR_BOUND_1, LABEL_ACCURACY, LABEL_COUNTS_EXACT,
     LABEL_COUNT_ERROR, LABEL_COUNT_ERROR_CHANCE, LABEL_SET_EXACT, LABEL_SET_EXACT_CHANCE, LPIPS_CHANCE, LPIPS_MEAN, MIA_AUC,
     MIA_MEMBERS, MIA_NON_MEMBERS, MIA_TPR_01, MIA_TPR_1,
     NUM_RECONSTRUCTED, NUM_TRUE, PERSONAL_ACCURACY, DOWNLOADED_ACCURACY, PSNR_CHANCE, PSNR_CHANCE_INFORMED, PSNR_CHANCE_UNINFORMED, PSNR_GAIN,
@@ -192,7 +192,14 @@ def summary(metrics: dict[str, Any]) -> str:
                                  f"{formatted(privacy.get(MIA_TPR_1.key + '_hi'), '{:.3f}')}] at FPR 1 %, "
                                  f"{formatted(privacy.get(MIA_TPR_01.key), '{:.3f}')} at 0.1 % "
                                  f"({privacy.get(MIA_MEMBERS.key)} members, {privacy.get(MIA_NON_MEMBERS.key)} "
-                                 "class-matched non-members)"))
+                                 + ("excluded canaries)" if privacy.get("mia_test") == "dirac_canaries"
+                                    else "class-matched non-members)")))
+    if EPSILON_LOWER.key in privacy:
+        lines.append(("audit", f"one-run epsilon >= {formatted(privacy[EPSILON_LOWER.key], '{:.2f}')} at "
+                               f"{formatted(100 * privacy.get('epsilon_lower_bound_confidence', 0.95), '{:.0f}')} % "
+                               f"({privacy.get('canary_guesses_right')} of {privacy.get('canary_guesses')} guesses "
+                               f"right, {privacy.get('canaries')} canaries), claimed "
+                               f"{formatted(privacy.get(EPSILON_CLAIMED.key), '{:.2f}')} for the round"))
     if LABEL_SET_EXACT.key in privacy:
         lines.append(("labels", f"class set exact {formatted(privacy[LABEL_SET_EXACT.key], '{:.0f}')} (prior "
                                 f"{formatted(privacy.get(LABEL_SET_EXACT_CHANCE.key), '{:.0f}')}), counts exact "

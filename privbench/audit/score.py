@@ -13,16 +13,17 @@ from typing import Any, TypeVar
 import numpy as np
 import torch
 
-from privbench.attacks import Attack, Finding, InferredLabels, MembershipScores, Reconstruction
+from privbench.attacks import Attack, CanaryScores, Finding, InferredLabels, MembershipScores, Reconstruction
 from privbench.audit.output import write_gallery, write_grid, write_roc
 from privbench.metrics.chance import chance_baseline, gains
 from privbench.metrics.labels import label_scores
 from privbench.metrics.membership import auc, clopper_pearson, roc, tpr_at_fpr
+from privbench.metrics.one_run import epsilon_lower_bound
 from privbench.metrics.reconstruction import Recovered, score
 from privbench.pixels import denormalise
 from privbench.progress import phase
 from privbench.figures import (
-    LABEL_ACCURACY, MIA_AUC, MIA_MEMBERS, MIA_NON_MEMBERS, MIA_TPR_01, MIA_TPR_1, NUM_RECONSTRUCTED, NUM_TRUE,
+    EPSILON_CLAIMED, EPSILON_LOWER, LABEL_ACCURACY, MIA_AUC, MIA_MEMBERS, MIA_NON_MEMBERS, MIA_TPR_01, MIA_TPR_1, NUM_RECONSTRUCTED, NUM_TRUE,
     PSNR_CHANCE, PSNR_MEAN,
 )
 
@@ -164,4 +165,24 @@ def _membership(finding: MembershipScores, view: Any, attack: Attack, truth: Tru
     np.savez(how.out / "membership.npz", scores=scores, members=members, fpr=fprs, tpr=tprs)
     write_roc(how.out / "roc.png", fprs, tprs, title=f"{finding.info.get('test')}: AUC {out[MIA_AUC.key]:.3f}, "
                                                      f"{int(members.sum())} members, {int((~members).sum())} non-members")
+    return out
+
+
+@register_scorer(CanaryScores)
+def _canaries(finding: CanaryScores, view: Any, attack: Attack, truth: Truth, how: Scoring) -> dict[str, Any]:
+    """A one-run audit: the membership figures of its canary scores, and its guesses (the ``guesses`` highest in,
+    the lowest out) turned into a lower bound on epsilon at its confidence, next to the claim it tests."""
+    out = _membership(finding, view, attack, truth, how)
+    assert truth.membership is not None
+    members = truth.membership.numpy().astype(bool)
+    order = np.argsort(-finding.scores.numpy(), kind="stable")
+    k = finding.guesses
+    right = int(members[order[:k]].sum() + (~members[order[len(order) - k:]]).sum())
+    knowledge = getattr(view, "knowledge", {})
+    confidence = float(finding.info.get("confidence", 0.95))
+    bound = epsilon_lower_bound(len(members), 2 * k, right, delta=float(knowledge.get("delta", 0.0)),
+                                confidence=confidence)
+    out.update({EPSILON_LOWER.key: bound, EPSILON_CLAIMED.key: knowledge.get("claimed_epsilon"),
+                "canary_guesses": 2 * k, "canary_guesses_right": right, "canaries": len(members),
+                "epsilon_lower_bound_confidence": confidence})
     return out

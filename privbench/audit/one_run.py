@@ -1,0 +1,95 @@
+"""The round a one-run DP audit instruments: the victim's local DP-SGD rerun with gradient canaries among its records.
+
+Like the active round (``audit/active.py``) the federated run stays as it was; the audited round runs again from
+the download the victim received, on the same images, with the same local training its update declares, by a
+copy of the run's DP-SGD trainer (its planned noise; the copy's releases never reach the run's accounting), with
+``attack.canaries`` Dirac gradient canaries (10 C high) on distinct coordinates, each included with probability 1/2
+(``defenses/canaries.py``). The server's view is the uploaded change; which canaries were included is the
+evaluator's. The claim the audit tests is the accountant's epsilon for this round's releases: noise multiplier
+``sigma``, Poisson rate ``1 / ceil(n / B)`` and the round's steps, at the trainer's delta.
+"""
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import torch
+from torch import nn
+
+from privbench.attacks.views import CanaryView, at_weights
+from privbench.audit.plan import Plan
+from privbench.data import FederatedData
+from privbench.defenses.calibration import epsilon
+from privbench.defenses.canaries import GradientCanaries
+from privbench.defenses.dpsgd import DPSGD
+from privbench.errors import AttackNotApplicableError
+from privbench.fl.sgd import parameters_of
+from privbench.fl.trainer import LocalSGD
+from privbench.payloads import Payload
+
+#: A canary's gradient is this many clip norms high: a working clip brings it to C; broken clipping lets it through.
+CANARY_SCALE = 10.0
+
+
+def canary_coordinates(model: nn.Module, count: int, *, generator: torch.Generator) -> list[tuple[str, int]]:
+    """``count`` distinct coordinates drawn uniformly over the model's trainable parameters."""
+    params = [(n, p.numel()) for n, p in model.named_parameters() if p.requires_grad]
+    total = sum(size for _, size in params)
+    if count > total:
+        raise AttackNotApplicableError(f"attack.canaries={count}: the model has only {total} coordinates")
+    flat = torch.randperm(total, generator=generator)[:count].sort().values.tolist()
+    out, start, k = [], 0, 0
+    for name, size in params:
+        while k < len(flat) and flat[k] < start + size:
+            out.append((name, flat[k] - start))
+            k += 1
+        start += size
+    order = torch.randperm(count, generator=generator).tolist()
+    return [out[i] for i in order]
+
+
+def canary_round(p: Plan, payload: Payload, base: Payload | None, model: nn.Module, data: FederatedData,
+                 indices: list[int]) -> tuple[CanaryView, torch.Tensor]:
+    """Rerun the victim's round of ``payload`` with canaries; the server's view and which canaries were in."""
+    trainer = p.protocol.trainer
+    if not isinstance(trainer, DPSGD):
+        raise AttackNotApplicableError(f"attack={p.attack.name} audits DP-SGD's claim: use defense=dpsgd")
+    training = payload.training
+    if payload.kind != "update" or base is None or base.tensors is None or training is None:
+        raise AttackNotApplicableError(f"attack={p.attack.name} reads a client's update with the download it "
+                                       f"started from and its declared training; {payload.kind} is not one")
+    if training.penalty:
+        raise AttackNotApplicableError(f"{payload.id}: its local training adds a penalty ({sorted(training.penalty)}),"
+                                       " which the audited round does not rerun")
+    count = int(getattr(p.attack, "canaries"))
+    generator = torch.Generator().manual_seed(p.seed * 7919 + 43)
+    local = at_weights(model, dict(base.tensors))
+    coordinates = canary_coordinates(local, count, generator=generator)
+    included = torch.rand(count, generator=generator) < 0.5
+    copied = copy.deepcopy(trainer)
+    name = payload.sender
+    copied.canaries = GradientCanaries([c for c, keep in zip(coordinates, included.tolist()) if keep],
+                                       magnitude=CANARY_SCALE * float(copied.max_grad_norm),
+                                       generator=torch.Generator().manual_seed(p.seed * 7919 + 47))
+    index = torch.tensor(indices, dtype=torch.long, device=data.train.images.device)
+    client_data = data.train.subset(index).to(next(model.parameters()).device)
+    sent = parameters_of(local)
+    sgd = LocalSGD(epochs=training.epochs, lr=training.lr, batch_size=training.batch_size, momentum=training.momentum)
+    record = copied.train(local, client_data, client=name, sgd=sgd,
+                          generator=torch.Generator().manual_seed(p.seed * 1_000_003 + 73))
+    after = parameters_of(local)
+    change = {n: after[n] - sent[n] for n in sent if sent[n].is_floating_point()}
+    sigma = float(copied.sigma(name))
+    batches = -(-len(client_data) // training.batch_size)
+    rate = 1.0 / batches
+    claimed = epsilon(sigma, [(rate, record.steps)], delta=float(copied.delta)) if sigma > 0 else float("inf")
+    knowledge: dict[str, Any] = {
+        "payload": payload.id, "payload_kind": payload.kind, "server": "honest-but-curious (the auditor designed "
+        "the canaries)", "auditor": "one run (Steinke, Nasr and Jagielski 2023), white-box Dirac gradient canaries",
+        "canaries": count, "inclusion_probability": 0.5,
+        "canary_magnitude": f"{CANARY_SCALE:g} C (clipped to C by a working mechanism)",
+        "canaries_sampled": copied.canaries.sampled, "guesses_each_way": int(getattr(p.attack, "guesses")),
+        "sigma": sigma, "sample_rate": rate, "steps": record.steps, "delta": float(copied.delta),
+        "claimed_epsilon": claimed, "claim": "the accountant's epsilon for this round's releases (RDP)",
+        "training": record.hyperparameters()}
+    return CanaryView(change, coordinates, knowledge), included
