@@ -45,7 +45,7 @@ def _run(protocol_name, data, dp, tmp_path):
     return protocol
 
 
-@pytest.mark.parametrize("protocol_name", ["fedavg", "genefl"])
+@pytest.mark.parametrize("protocol_name", ["fedavg", pytest.param("genefl", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("target", [1.0, 8.0])
 def test_target_epsilon_holds_for_every_client_and_the_victim(protocol_name, target, three_small_clients, tmp_path):
     dp = DPSGD(target_epsilon=target, delta=1e-5, cover=COVER if protocol_name == "genefl" else ())

@@ -361,6 +361,7 @@ def test_adaptive_gamma_moves_against_the_received_models_accuracy():
     assert adapt_gamma(0.4, 0.70, 0.72, **step, tolerance=0.05) == 0.4  # within tolerance: unchanged
 
 
+@pytest.mark.slow  # a 4-round run; the rule itself is checked by hand in the quick suite
 def test_adaptive_gamma_follows_each_clients_signal_in_a_run(tmp_path):
     """Recompute each client's signal from the cluster model the store holds and check its gamma moved by the rule."""
     gene = {"gamma": 0.5, "adaptive": True, "step": 0.25, "gamma_min": 0.25, "gamma_max": 1.0}
