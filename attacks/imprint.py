@@ -18,6 +18,7 @@ samples, a sample is isolated with probability ``(1 - 1/(k+1))^(B-1)`` and above
 """
 from __future__ import annotations
 
+import copy
 import math
 from typing import Any, ClassVar
 
@@ -76,8 +77,6 @@ def craft(model: nn.Module, public: torch.Tensor, *, bins: int, seed: int, scale
     to 20 steps (``docs/protocol.md``, Active server). ``gain`` also keeps the biases small enough that an update's
     change of them is not lost to float32 rounding of the uploaded weights.
     """
-    import copy
-
     features = int(public[0].numel())
     generator = torch.Generator().manual_seed(seed * 7919 + 101)
     direction = torch.randn(features, generator=generator)

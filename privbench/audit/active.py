@@ -21,7 +21,8 @@ from privbench.data import FederatedData
 from privbench.defenses.detector import inspect_download
 from privbench.figures import DOWNLOAD_FLAGGED
 from privbench.errors import AttackNotApplicableError
-from privbench.fl.trainer import LocalSGD, SGDTrainer, Trainer
+from privbench.fl.trainer import SGDTrainer, Trainer
+from privbench.audit.rerun import local_sgd, rerun_inputs
 from privbench.pixels import normalise
 from privbench.payloads import Payload
 from privbench.fl.sgd import parameters_of
@@ -42,24 +43,18 @@ def active_round(p: Plan, payload: Payload, base: Payload | None, model: nn.Modu
     ``indices`` are the train images the recorded reply was computed from (the evaluator's truth): the victim
     trains on them again, as it did, but from the crafted download.
     """
-    training = payload.training
-    if base is None or base.tensors is None or training is None:
-        raise AttackNotApplicableError(f"{payload.id}: an active round needs the download it started from and its "
-                                       "declared training")
     if payload.kind not in ("gradient", "update"):
         raise AttackNotApplicableError(f"attack={p.attack.name} crafts the download of a gradient or an update "
                                        f"round; {payload.kind} is not one (a learnGene's layer choice is not rerun)")
-    if training.penalty:
-        raise AttackNotApplicableError(f"{payload.id}: its local training adds a penalty ({sorted(training.penalty)}),"
-                                       " which the active round does not rerun")
+    device = next(model.parameters()).device
+    received, training, client_data = rerun_inputs(payload, base, data, indices, device=device,
+                                                   what="an active round")
     craft = getattr(p.attack, "craft")
     rows = torch.randperm(len(data.test), generator=torch.Generator().manual_seed(p.seed * 7919 + 31))
     rows = rows[: int(getattr(p.attack, "public", 1000))].to(data.test.images.device)
     public = normalise(data.test.images[rows].cpu().float() / 255.0, data.train.mean, data.train.std)
-    crafted = craft(at_weights(model, dict(base.tensors)), public.to(next(model.parameters()).device), seed=p.seed)
+    crafted = craft(at_weights(model, received), public.to(device), seed=p.seed)
     sent = parameters_of(crafted)
-    index = torch.tensor(indices, dtype=torch.long, device=data.train.images.device)
-    client_data = data.train.subset(index).to(next(model.parameters()).device)
     trainer, name = _trainer(p), payload.sender
     generator = torch.Generator().manual_seed(p.seed * 1_000_003 + 71)
     if payload.kind == "gradient":
@@ -67,12 +62,10 @@ def active_round(p: Plan, payload: Payload, base: Payload | None, model: nn.Modu
         reply, record = trainer.gradient(crafted, x, y, client=name, lr=training.lr, generator=generator)
     else:
         local = copy.deepcopy(crafted)
-        sgd = LocalSGD(epochs=training.epochs, lr=training.lr, batch_size=training.batch_size,
-                       momentum=training.momentum)
-        record = trainer.train(local, client_data, client=name, sgd=sgd, generator=generator)
+        record = trainer.train(local, client_data, client=name, sgd=local_sgd(training), generator=generator)
         reply = parameters_of(local)
     message = Payload.from_tensors(kind=payload.kind, round=payload.round, sender=name, receiver="server",
-                                   tensors=reply, base=f"{base.id}-crafted", training=record)
+                                   tensors=reply, base=f"{payload.base}-crafted", training=record)
     if p.transform is not None:
         message = p.transform.protect(message, sent if payload.kind == "update" else None)
     assert message.tensors is not None
@@ -80,12 +73,12 @@ def active_round(p: Plan, payload: Payload, base: Payload | None, model: nn.Modu
                 else {n: t - sent[n] for n, t in message.tensors.items() if n in sent and t.is_floating_point()})
     describe: dict[str, Any] = getattr(p.attack, "describe")()
     knowledge = {"payload": payload.id, "payload_kind": payload.kind, **describe,
-                 "crafted_download": f"{base.id} behind the crafted block ({sum(t.numel() for t in sent.values()):,} "
+                 "crafted_download": f"{payload.base} behind the crafted block ({sum(t.numel() for t in sent.values()):,} "
                                      "elements)",
                  "reply": f"the victim's {payload.kind}, trained as usual on the crafted download "
                           f"({record.steps} step(s), batch {record.batch_size}, {record.num_samples} samples)",
                  "reply_bytes": message.nbytes, "training": record.hyperparameters(), "labels": "not given"}
-    verdict = inspect_download(sent, {n: list(t.shape) for n, t in base.tensors.items()})
+    verdict = inspect_download(sent, {n: list(t.shape) for n, t in received.items()})
     check = {DOWNLOAD_FLAGGED.key: float(verdict.flagged), "download_check": verdict.reasons}
     return ActiveView(sent, observed, payload.kind, record, data.train.shape, tuple(data.train.mean),
                       tuple(data.train.std), knowledge, check)

@@ -19,12 +19,13 @@ from torch import nn
 from privbench.attacks.views import CanaryView, at_weights
 from privbench.audit.plan import Plan
 from privbench.data import FederatedData
-from privbench.defenses.calibration import epsilon
+from privbench.defenses.calibration import epsilon, events
 from privbench.defenses.canaries import GradientCanaries
 from privbench.defenses.dpsgd import DPSGD
 from privbench.errors import AttackNotApplicableError
 from privbench.fl.sgd import parameters_of
-from privbench.fl.trainer import LocalSGD
+from privbench.fl.reads import LOCAL_SGD, PlannedRead
+from privbench.audit.rerun import local_sgd, rerun_inputs
 from privbench.payloads import Payload
 
 #: A canary's gradient is this many clip norms high: a working clip brings it to C; broken clipping lets it through.
@@ -54,16 +55,13 @@ def canary_round(p: Plan, payload: Payload, base: Payload | None, model: nn.Modu
     trainer = p.protocol.trainer
     if not isinstance(trainer, DPSGD):
         raise AttackNotApplicableError(f"attack={p.attack.name} audits DP-SGD's claim: use defense=dpsgd")
-    training = payload.training
-    if payload.kind != "update" or base is None or base.tensors is None or training is None:
-        raise AttackNotApplicableError(f"attack={p.attack.name} reads a client's update with the download it "
-                                       f"started from and its declared training; {payload.kind} is not one")
-    if training.penalty:
-        raise AttackNotApplicableError(f"{payload.id}: its local training adds a penalty ({sorted(training.penalty)}),"
-                                       " which the audited round does not rerun")
+    if payload.kind != "update":
+        raise AttackNotApplicableError(f"attack={p.attack.name} reads a client's update; {payload.kind} is not one")
+    received, training, client_data = rerun_inputs(payload, base, data, indices,
+                                                   device=next(model.parameters()).device, what="the audited round")
     count = int(getattr(p.attack, "canaries"))
     generator = torch.Generator().manual_seed(p.seed * 7919 + 43)
-    local = at_weights(model, dict(base.tensors))
+    local = at_weights(model, received)
     coordinates = canary_coordinates(local, count, generator=generator)
     included = torch.rand(count, generator=generator) < 0.5
     copied = copy.deepcopy(trainer)
@@ -71,18 +69,16 @@ def canary_round(p: Plan, payload: Payload, base: Payload | None, model: nn.Modu
     copied.canaries = GradientCanaries([c for c, keep in zip(coordinates, included.tolist()) if keep],
                                        magnitude=CANARY_SCALE * float(copied.max_grad_norm),
                                        generator=torch.Generator().manual_seed(p.seed * 7919 + 47))
-    index = torch.tensor(indices, dtype=torch.long, device=data.train.images.device)
-    client_data = data.train.subset(index).to(next(model.parameters()).device)
     sent = parameters_of(local)
-    sgd = LocalSGD(epochs=training.epochs, lr=training.lr, batch_size=training.batch_size, momentum=training.momentum)
-    record = copied.train(local, client_data, client=name, sgd=sgd,
+    record = copied.train(local, client_data, client=name, sgd=local_sgd(training),
                           generator=torch.Generator().manual_seed(p.seed * 1_000_003 + 73))
     after = parameters_of(local)
     change = {n: after[n] - sent[n] for n in sent if sent[n].is_floating_point()}
     sigma = float(copied.sigma(name))
-    batches = -(-len(client_data) // training.batch_size)
-    rate = 1.0 / batches
-    claimed = epsilon(sigma, [(rate, record.steps)], delta=float(copied.delta)) if sigma > 0 else float("inf")
+    schedule = events([PlannedRead(LOCAL_SGD, len(client_data), training.batch_size, training.epochs)])
+    [(rate, _)] = schedule
+    claimed = (epsilon(sigma, schedule, delta=float(copied.delta), accountant=copied.accountant) if sigma > 0
+               else float("inf"))
     knowledge: dict[str, Any] = {
         "payload": payload.id, "payload_kind": payload.kind, "server": "honest-but-curious (the auditor designed "
         "the canaries)", "auditor": "one run (Steinke, Nasr and Jagielski 2023), white-box Dirac gradient canaries",
@@ -90,6 +86,6 @@ def canary_round(p: Plan, payload: Payload, base: Payload | None, model: nn.Modu
         "canary_magnitude": f"{CANARY_SCALE:g} C (clipped to C by a working mechanism)",
         "canaries_sampled": copied.canaries.sampled, "guesses_each_way": int(getattr(p.attack, "guesses")),
         "sigma": sigma, "sample_rate": rate, "steps": record.steps, "delta": float(copied.delta),
-        "claimed_epsilon": claimed, "claim": "the accountant's epsilon for this round's releases (RDP)",
+        "claimed_epsilon": claimed, "claim": f"the accountant's ({copied.accountant}) epsilon for this round's releases",
         "training": record.hyperparameters()}
     return CanaryView(change, coordinates, knowledge), included

@@ -82,6 +82,10 @@ def chance_baseline(truth: torch.Tensor, truth_labels: torch.Tensor, *, count: i
     per: dict[str, dict[str, float]] = {}
     pairs: dict[str, tuple[torch.Tensor, list[dict[str, Any]]]] = {}
     for name, images in kinds.items():
+        twin = next((k for k, (done, _) in pairs.items() if torch.equal(done, images)), None)
+        if twin is not None:  # the attack's labels named the true classes: the same images, the same scores
+            per[name], pairs[name] = dict(per[twin]), pairs[twin]
+            continue
         s = score(images, truth, recon_labels=unknown, truth_labels=truth_labels, match_on=match_on,
                   use_lpips=use_lpips, recovered=recovered)
         per[name] = {PSNR_MEAN.key: s[PSNR_MEAN.key], SSIM_MEAN.key: s[SSIM_MEAN.key], LPIPS_MEAN.key: s[LPIPS_MEAN.key],
