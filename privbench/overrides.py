@@ -12,7 +12,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from privbench.errors import ConfigError, did_you_mean, shown
 
-GROUPS = ("data", "model", "fl", "payload", "attack", "defense", "engine", "experiment")
+GROUPS = ("data", "model", "fl", "payload", "attack", "defense", "aggregation", "engine", "experiment")
 
 
 def options(group: str) -> list[str]:

@@ -13,6 +13,7 @@ from privbench.audit.plan import plan
 from privbench.errors import AttackNotApplicableError, ConfigError, DatasetNotFoundError
 from privbench.fl.engine import Launcher
 from privbench.fl.protocols import FederatedProtocol
+from privbench.fl.protocols.cohort import Aggregation
 from privbench.fl.trainer import SGDTrainer, Trainer
 from privbench.overrides import GROUPS, check_overrides, options
 from privbench.payloads.select import PayloadChoice
@@ -47,10 +48,10 @@ def test_every_config_option_instantiates(compose_cfg, tmp_path, group, option):
         net = build("model", cfg.model, in_channels=1, image_size=28, num_classes=10)
         assert sum(p.numel() for p in net.parameters()) > 0
     else:
-        runtime = {"fl": {"trainer": SGDTrainer()}, "defense": {"seed": 0}}.get(group, {})
+        runtime = {"fl": {"trainer": SGDTrainer()}, "defense": {"seed": 0}, "aggregation": {"seed": 0}}.get(group, {})
         built = build(group, cfg[group], **runtime)
         expected = {"fl": FederatedProtocol, "payload": PayloadChoice, "attack": Attack,
-                    "defense": (Trainer, MessageTransform), "engine": Launcher}[group]
+                    "defense": (Trainer, MessageTransform), "aggregation": Aggregation, "engine": Launcher}[group]
         assert isinstance(built, expected)
 
 
@@ -97,6 +98,9 @@ def test_experiment_pins_a_setting(compose_cfg):
     ([f"seed={2**63}"], ConfigError, "must be an integer"),
     (["resume=maybe"], ConfigError, "resume='maybe': must be true or false"),
     (["metrics.lpips=no"], ConfigError, "metrics.lpips='no': must be true or false"),
+    (["aggregation=secagg", "aggregation.modulus_range=1e20"], ConfigError, "aggregation.modulus_range=1e"),
+    (["aggregation=secagg", "aggregation.num_shares=2"], ConfigError, "aggregation.num_shares=2: an integer count"),
+    (["aggregation=secagg", "aggregation.clipping_range=nan"], ConfigError, "must be a finite number"),
     (["fl.lr=${nope}"], ConfigError, "fl.lr: cannot resolve: Interpolation key 'nope' not found"),
 ])
 def test_invalid_values_fail_in_planning(compose_cfg, overrides, error, message):

@@ -30,9 +30,10 @@ def test_every_kind_has_one_payload_config_and_every_declared_kind_a_spec():
 
 
 def test_specs_derive_the_lists():
-    assert kinds_where(audit_only=True) == ("gradient", "gene_gradient")
-    assert kinds_where(direction="up", carries="model") == ("learngene", "update")
-    assert set(kinds_where(readable=False)) == {"global_model", "cluster_gene"}
+    assert kinds_where(audit_only=True) == ("gradient", "gene_gradient", "aggregate")
+    assert kinds_where(direction="up", carries="model", aggregate=False) == ("learngene", "update")
+    assert set(kinds_where(readable=False)) == {"global_model", "cluster_gene", *kinds_where(carries="secret")}
+    assert len(kinds_where(carries="secret")) == 7  # SecAgg+'s four stages
     for kind in KINDS:  # every kind is either read by some attack or says why not
         readers = [a.name for a in (DLG(), IDLG(), InvertingGradients(), SubspaceProjection()) if not a.cannot_read(kind)]
         assert bool(readers) == KINDS[kind].readable, kind

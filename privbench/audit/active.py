@@ -6,10 +6,17 @@ training its recorded reply declares (a one-step gradient, or local SGD epochs),
 trainer (DP-SGD included, so its accounting of the real run is untouched) and the wire's message transform. The
 attacker gets the crafted download and the reply, never the data. The victim also runs a cautious client's check
 of what it received (``defenses.detector``); its verdict is reported, and the victim trains regardless.
+
+Under secure aggregation (``payload=aggregate``) the server crafts the download of the victim's whole cohort, as
+Fowl et al. do: every member's round runs again on it (each on its own images with its declared training), their
+updates go through the run's own secure aggregation, and the server reads the imprint from the aggregate.
 """
 from __future__ import annotations
 
 import copy
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -24,8 +31,13 @@ from privbench.errors import AttackNotApplicableError
 from privbench.fl.trainer import SGDTrainer, Trainer
 from privbench.audit.rerun import local_sgd, rerun_inputs
 from privbench.pixels import normalise
-from privbench.payloads import Payload
+from privbench.payloads import CapturePolicy, LocalTraining, Payload, PayloadStore
+from privbench.fl.protocols.round import Upload
 from privbench.fl.sgd import parameters_of
+from privbench.fl.wire import Wire
+
+#: A member of the victim's cohort: its name, the train images its upload was computed from, its declared training.
+Member = tuple[str, list[int], LocalTraining]
 
 
 def _trainer(p: Plan) -> Trainer:
@@ -36,24 +48,34 @@ def _trainer(p: Plan) -> Trainer:
     return copy.deepcopy(p.protocol.trainer)
 
 
+def _crafted(p: Plan, model: nn.Module, received: dict[str, torch.Tensor], data: FederatedData) -> nn.Module:
+    """The attack's crafted download: ``received`` behind the imprint block, its bins set on public test images."""
+    device = next(model.parameters()).device
+    craft = getattr(p.attack, "craft")
+    rows = torch.randperm(len(data.test), generator=torch.Generator().manual_seed(p.seed * 7919 + 31))
+    rows = rows[: int(getattr(p.attack, "public", 1000))].to(data.test.images.device)
+    public = normalise(data.test.images[rows].cpu().float() / 255.0, data.train.mean, data.train.std)
+    crafted: nn.Module = craft(at_weights(model, received), public.to(device), seed=p.seed)
+    return crafted
+
+
 def active_round(p: Plan, payload: Payload, base: Payload | None, model: nn.Module, data: FederatedData,
-                 indices: list[int]) -> ActiveView:
+                 indices: list[int], members: Sequence[Member] = ()) -> ActiveView:
     """Craft the victim's download of ``payload``'s round, rerun its round on it, and return the server's view.
 
     ``indices`` are the train images the recorded reply was computed from (the evaluator's truth): the victim
-    trains on them again, as it did, but from the crafted download.
+    trains on them again, as it did, but from the crafted download. A secure ``aggregate`` reruns every one of
+    ``members`` and aggregates their updates securely.
     """
+    if payload.kind == "aggregate":
+        return _secure_round(p, payload, base, model, data, members)
     if payload.kind not in ("gradient", "update"):
         raise AttackNotApplicableError(f"attack={p.attack.name} crafts the download of a gradient or an update "
                                        f"round; {payload.kind} is not one (a learnGene's layer choice is not rerun)")
     device = next(model.parameters()).device
     received, training, client_data = rerun_inputs(payload, base, data, indices, device=device,
                                                    what="an active round")
-    craft = getattr(p.attack, "craft")
-    rows = torch.randperm(len(data.test), generator=torch.Generator().manual_seed(p.seed * 7919 + 31))
-    rows = rows[: int(getattr(p.attack, "public", 1000))].to(data.test.images.device)
-    public = normalise(data.test.images[rows].cpu().float() / 255.0, data.train.mean, data.train.std)
-    crafted = craft(at_weights(model, received), public.to(device), seed=p.seed)
+    crafted = _crafted(p, model, received, data)
     sent = parameters_of(crafted)
     trainer, name = _trainer(p), payload.sender
     generator = torch.Generator().manual_seed(p.seed * 1_000_003 + 71)
@@ -81,4 +103,54 @@ def active_round(p: Plan, payload: Payload, base: Payload | None, model: nn.Modu
     verdict = inspect_download(sent, {n: list(t.shape) for n, t in received.items()})
     check = {DOWNLOAD_FLAGGED.key: float(verdict.flagged), "download_check": verdict.reasons}
     return ActiveView(sent, observed, payload.kind, record, data.train.shape, tuple(data.train.mean),
+                      tuple(data.train.std), knowledge, check)
+
+
+def _secure_round(p: Plan, payload: Payload, base: Payload | None, model: nn.Module, data: FederatedData,
+                  members: Sequence[Member]) -> ActiveView:
+    """The cohort's round on the crafted download, through the run's secure aggregation: the server's view is the
+    aggregate's change from what it sent."""
+    if payload.training is None or any(len(part.names) < len(payload.names) for part in payload.training.parts):
+        raise AttackNotApplicableError(f"{payload.id}: a member uploaded part of the model (a learnGene); its layer "
+                                       "choice on a crafted download is not rerun")
+    if not members:
+        raise AttackNotApplicableError(f"{payload.id}: no member of the cohort was recorded")
+    device = next(model.parameters()).device
+    crafted = _crafted(p, model, dict(base.tensors) if base is not None and base.tensors is not None else {}, data)
+    sent = parameters_of(crafted)
+    trainer = _trainer(p)
+    uploads, records = [], []
+    for i, (name, indices, declared) in enumerate(members):
+        stand_in = Payload.from_tensors(kind="update", round=payload.round, sender=name, receiver="server",
+                                        tensors={}, base=payload.base, training=declared)
+        received, training, client_data = rerun_inputs(stand_in, base, data, indices, device=device,
+                                                       what="an active round")
+        local = copy.deepcopy(crafted)
+        generator = torch.Generator().manual_seed(p.seed * 1_000_003 + 71 + i)
+        record = trainer.train(local, client_data, client=name, sgd=local_sgd(training), generator=generator)
+        message = Payload.from_tensors(kind="update", round=payload.round, sender=name, receiver="server",
+                                       tensors=parameters_of(local), base=f"{payload.base}-crafted", training=record)
+        if p.transform is not None:
+            message = p.transform.protect(message, sent)
+        uploads.append(Upload(record.num_samples, message, list(message.names)))
+        records.append(record)
+    aggregation = p.protocol.aggregation
+    with tempfile.TemporaryDirectory() as scratch:
+        wire = Wire(PayloadStore(Path(scratch)), CapturePolicy(kinds=frozenset()), sends=aggregation.sends,
+                    trainer=trainer)
+        mean = aggregation.combine(sent, uploads, round_=payload.round, group=payload.cluster, wire=wire, seed=p.seed)
+        cost = wire.totals().uplink_bytes
+    observed = {n: mean[n] - t for n, t in sent.items() if t.is_floating_point()}
+    describe: dict[str, Any] = getattr(p.attack, "describe")()
+    images = sum(r.num_samples for r in records)
+    knowledge = {"payload": payload.id, "payload_kind": payload.kind, **describe,
+                 "crafted_download": f"{payload.base} behind the crafted block, sent to all {len(members)} members of "
+                                     "the cohort",
+                 "reply": f"the cohort's {aggregation.name} aggregate of {len(members)} updates ({images} images), "
+                          "each trained as usual on the crafted download",
+                 "reply_bytes": cost, "training": payload.training.hyperparameters(), "labels": "not given"}
+    received = base.tensors if base is not None and base.tensors is not None else {}
+    verdict = inspect_download(sent, {n: list(t.shape) for n, t in received.items()})
+    check = {DOWNLOAD_FLAGGED.key: float(verdict.flagged), "download_check": verdict.reasons}
+    return ActiveView(sent, observed, "update", payload.training, data.train.shape, tuple(data.train.mean),
                       tuple(data.train.std), knowledge, check)

@@ -21,7 +21,7 @@ from privbench.data import FederatedData
 from privbench.errors import AttackNotApplicableError
 from privbench.metrics.reconstruction import Recovered
 from privbench.pixels import normalise
-from privbench.payloads import Payload, PayloadStore
+from privbench.payloads import LocalTraining, Payload, PayloadStore
 from privbench.victim import Victim
 from privbench.figures import (
     LABEL_ACCURACY, LPIPS_CHANCE, LPIPS_MEAN, NUM_RECONSTRUCTED, NUM_TRUE, PSNR_CHANCE, PSNR_GAIN, PSNR_MEAN,
@@ -128,7 +128,8 @@ def attack_victims(p: Plan, store: PayloadStore, model: nn.Module, data: Federat
     elif p.attack.view == "active":  # the server crafts each victim's download; the victim's round runs on it
         from privbench.audit.active import active_round
 
-        views = [active_round(p, payload, base, model, data, p.choice.truth(store, payload))
+        views = [active_round(p, payload, base, model, data, p.choice.truth(store, payload),
+                              _members(store, payload) if payload.kind == "aggregate" else ())
                  for payload, base in selected]
     else:
         build = VIEWS[p.attack.view]
@@ -139,7 +140,7 @@ def attack_victims(p: Plan, store: PayloadStore, model: nn.Module, data: Federat
         truth = replace(_truth(p.choice.truth(store, payload), data), membership=answer)
         how = Scoring(seed=p.seed, match_on=str(p.cfg.metrics.match_on), use_lpips=bool(p.cfg.metrics.lpips),
                       out=folder, recovered=Recovered.of(p.cfg.metrics))
-        threat = {"server": "honest-but-curious", **view.knowledge}
+        threat = {"server": "honest-but-curious", "aggregation": _server_view(p), **view.knowledge}
         scored.append((score_finding(finding, view, p.attack, truth, how), threat, payload.nbytes))
     privacy, threat, nbytes = scored[0]
     if p.victim.clients is None:
@@ -179,3 +180,17 @@ def _truth(indices: list[int], data: FederatedData) -> Truth:
                  labels=labels[index], non_members=data.test.images.cpu().float() / 255.0,
                  non_member_labels=data.test.labels.cpu(),
                  class_frequencies=counts / counts.sum(), mean=data.train.mean, std=data.train.std)
+
+
+def _server_view(p: Plan) -> str:
+    """What the run's aggregation lets the server see of the uploads."""
+    aggregation = p.protocol.aggregation
+    if aggregation.seals:
+        return f"{aggregation.name}: each cohort's weighted mean only, never a client's upload"
+    return f"{aggregation.name}: every upload as sent"
+
+
+def _members(store: PayloadStore, aggregate: Payload) -> list[tuple[str, list[int], LocalTraining]]:
+    """Each member of a secure aggregate's cohort: its name, its images (the evaluator's truth), its declared training."""
+    return [(rec["sender"], store.truth(rec["id"]), LocalTraining.from_dict(rec["training"]))
+            for rec in store.records(kind="masked_upload", round=aggregate.round, cluster=aggregate.cluster)]

@@ -163,6 +163,8 @@ def summary(metrics: dict[str, Any]) -> str:
         lines = [("run", f"{run.get('fl')}, {what}, defense {run.get('defense')}, seed {run.get('seed')}, "
                          f"victim client{run.get('victim_client')} round {run.get('victim_round')}")]
     threat = metrics.get("threat_model", {})
+    if run.get("aggregation") not in (None, "plain"):
+        lines.append(("server", f"sees each cohort's aggregate only ({run['aggregation']}: secure aggregation)"))
     if threat.get("server") == "active":
         crafted = threat.get("crafted", {})
         lines.append(("server", f"ACTIVE, crafted the download: {str(crafted.get('block', '')).split(':')[0]}, "

@@ -16,6 +16,7 @@ from privbench.device import resolve as resolve_device
 from privbench.errors import AttackNotApplicableError, ConfigError, did_you_mean
 from privbench.fl.engine import InProcess, Launcher
 from privbench.fl.protocols import FederatedProtocol
+from privbench.fl.protocols.cohort import Aggregation
 from privbench.fl.trainer import SGDTrainer, Trainer
 from privbench.metrics.lpips_weights import alexnet_backbone
 from privbench.metrics.reconstruction import MATCH_ON
@@ -26,7 +27,7 @@ from privbench.progress import phase
 from privbench.values import check_values
 from privbench.victim import Victim
 
-GROUPS = ("data", "model", "fl", "payload", "attack", "defense", "engine")
+GROUPS = ("data", "model", "fl", "payload", "attack", "defense", "aggregation", "engine")
 TOP_KEYS = set(GROUPS) | {"name", "seed", "device", "victim", "capture", "metrics", "results_dir", "resume",
                           "allow_targets", "threads"}
 METRIC_KEYS = {"lpips", "match_on", "recovered_psnr", "recovered_ssim"}
@@ -93,7 +94,11 @@ def plan(cfg: DictConfig) -> Plan:
     defense = build("defense", cfg.defense, seed=int(cfg.seed))
     if not isinstance(defense, (Trainer, MessageTransform)):
         raise ConfigError(f"defense: {cfg.defense._target_} is neither a trainer nor a message transform")
-    protocol = build("fl", cfg.fl, trainer=defense if isinstance(defense, Trainer) else SGDTrainer())
+    aggregation = build("aggregation", cfg.aggregation, seed=int(cfg.seed))
+    if not isinstance(aggregation, Aggregation):
+        raise _not_a("aggregation", aggregation, Aggregation)
+    protocol = build("fl", cfg.fl, trainer=defense if isinstance(defense, Trainer) else SGDTrainer(),
+                     aggregation=aggregation)
     attack = build("attack", cfg.attack)
     choice = build("payload", cfg.payload)
     if not isinstance(protocol, FederatedProtocol):
@@ -116,9 +121,13 @@ def plan(cfg: DictConfig) -> Plan:
         raise ConfigError(f"victim.clients: payload={choice.kind} is one aggregate per cluster, not a message of "
                           "each client; audit aggregates with one victim (victim.clients=null)")
     if p.attacking:
-        if choice.kind not in protocol.sends:
-            sends = ", ".join(protocol.sends) or "nothing (use attack=none)"
-            raise ConfigError(f"payload={choice.kind}: fl={protocol.name} sends {sends}")
+        if choice.kind not in protocol.wire_kinds:
+            sends = ", ".join(protocol.wire_kinds) or "nothing (use attack=none)"
+            raise ConfigError(f"payload={choice.kind}: fl={protocol.name} with aggregation={aggregation.name} sends "
+                              f"{sends}")
+        if choice.kind not in protocol.readable_kinds:
+            raise ConfigError(f"payload={choice.kind}: under aggregation={aggregation.name} the server never sees a "
+                              f"client's {choice.kind}, only each cohort's mean; attack payload=aggregate")
         if attack.unroll and choice.spec.carries != "model":
             raise AttackNotApplicableError(f"attack.unroll=true needs a payload that carries a model; "
                                            f"payload={choice.kind} carries a {choice.spec.carries}")
@@ -150,7 +159,7 @@ def prepare(p: Plan) -> tuple[FederatedData, nn.Module, CapturePolicy]:
     p.protocol.check_model(model)
     policy = build("capture", OmegaConf.merge({"_target_": "privbench.payloads.CapturePolicy.build"}, cfg.capture),
                    victim_round=p.victim.round, victim_client=p.victim.client)
-    policy.check(sends=p.protocol.sends, rounds=p.protocol.rounds, clients=data.num_clients)
+    policy.check(sends=p.protocol.wire_kinds, rounds=p.protocol.rounds, clients=data.num_clients)
     p.protocol.plan_reads(data, p.victim)  # a DP trainer calibrates here: its accounting errors come before training
     _check_attack_size(p, data, model)
     return data, model, policy

@@ -61,7 +61,8 @@ def _defense_summary(p: Plan) -> dict[str, Any]:
     """The defence's settings, every read of private data and its protection, and for DP-SGD the
     epsilon of the victim (and the largest over clients)."""
     trainer = p.protocol.trainer
-    out = {**p.defense.describe(), "reads": [r.as_dict() for r in trainer.reads()],
+    out = {**p.defense.describe(), "aggregation": p.protocol.aggregation.describe(),
+           "reads": [r.as_dict() for r in trainer.reads()],
            "uncovered_reads": trainer.uncovered_reads()}
     per_client = out.get("epsilon_per_client")
     if per_client is not None:
@@ -78,6 +79,7 @@ def _run_section(p: Plan, key: str) -> dict[str, Any]:
     net = lpips_network() if p.cfg.metrics.lpips and p.attacking else None
     return {"name": str(p.cfg.name), "config_key": key, "overrides": _overrides(), "fl": p.protocol.name,
             "payload": p.choice.kind if p.attacking else None, "attack": p.attack.name, "defense": p.defense.name,
+            "aggregation": p.protocol.aggregation.name,
             "model": _choice(p.cfg, "model"), "data": _choice(p.cfg, "data"), "seed": p.seed,
             "num_images": p.victim.num_images, "victim_client": p.victim.client, "victim_round": p.victim.round,
             "lpips_backbone": getattr(net, "source", None), "versions": versions()}

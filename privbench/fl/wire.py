@@ -77,7 +77,8 @@ class Wire:
                      transform: MessageTransform | None = None,
                      truth_of: Callable[[Payload], Sequence[int]] | None = None) -> "Wire":
         """The wire ``protocol`` may send on: its declared kinds, its trainer."""
-        return cls(store, policy, sends=protocol.sends, trainer=protocol.trainer, transform=transform,
+        return cls(store, policy, sends=getattr(protocol, "wire_kinds", protocol.sends), trainer=protocol.trainer,
+                   transform=transform,
                    truth_of=truth_of)
 
     def _check(self, payload: Payload) -> None:
@@ -85,7 +86,8 @@ class Wire:
             raise WireError(f"{payload.id}: this protocol declared it sends {', '.join(sorted(self.sends)) or 'nothing'}, "
                             f"not {payload.kind}")
         spec = payload.spec
-        if spec.direction == "up" and spec.carries in ("gradient", "model") and not self.trainer.issued(payload.training):
+        if (spec.direction == "up" and spec.carries in ("gradient", "model") and not spec.aggregate
+                and not self.trainer.issued(payload.training)):
             raise WireError(f"{payload.id}: not trained by the configured trainer ({self.trainer.name}); a protocol "
                             "must train through its trainer so that defences inside training apply")
 
@@ -102,7 +104,8 @@ class Wire:
         self._check(payload)
         if payload.direction == "down" and payload.tensors is not None:
             self._received[payload.receiver] = {**self._received.get(payload.receiver, {}), **payload.tensors}
-        if self.transform is not None and payload.direction == "up":
+        if self.transform is not None and payload.direction == "up" and payload.spec.carries != "secret" \
+                and not payload.spec.aggregate:  # key material and masked vectors, and the server's own aggregate
             payload = self.transform.protect(payload, self._received.get(payload.sender))
             try:
                 payload.check_bytes()

@@ -5,8 +5,11 @@ from dataclasses import dataclass
 from typing import Literal
 
 Direction = Literal["up", "down"]
-#: What a kind carries: a gradient, model parameters, or a data-subspace basis.
-Carries = Literal["gradient", "model", "basis"]
+#: What a kind carries: a gradient, model parameters, a data-subspace basis, or secure aggregation's key
+#: material and masked vectors (``secret``: nothing an attack reads, and no message transform touches).
+Carries = Literal["gradient", "model", "basis", "secret"]
+
+
 
 
 @dataclass(frozen=True)
@@ -16,7 +19,7 @@ class PayloadKind:
     Attributes:
         name: the kind's name (``payload=<name>`` in the CLI).
         direction: ``up`` (client to server) or ``down``.
-        carries: ``gradient``, ``model`` or ``basis``.
+        carries: ``gradient``, ``model``, ``basis`` or ``secret``.
         aggregate: made by the server from several clients' uploads.
         base: the message it is relative to (the model the sender started from), or None.
         audit_only: recorded for the audit (a FedSGD worst case), not protocol traffic.
@@ -43,6 +46,12 @@ class PayloadKind:
         return self.carries if self.readable else None
 
 
+def _secret(name: str, direction: Direction, doc: str,
+            why: str = "key material of secure aggregation, not data; attack payload=aggregate") -> PayloadKind:
+    """A kind of secure aggregation's (key material, shares, masked vectors): no attack reads it."""
+    return PayloadKind(name, direction, "secret", doc, readable=False, unreadable_why=why)
+
+
 _SPECS = (
     PayloadKind("gradient", "up", "gradient", "one local step's gradient on the victim batch, all layers (FedSGD)",
                 base="the model the client received", audit_only=True),
@@ -62,6 +71,18 @@ _SPECS = (
     PayloadKind("cluster_gene", "down", "model", "a cluster's learnGene layers, sent to an agnostic client",
                 aggregate=True, readable=False,
                 unreadable_why="a server-made model carries no client gradient"),
+    PayloadKind("aggregate", "up", "model", "under secure aggregation, the server's only view of a round's uploads: "
+                "their weighted mean per cohort (a FedAvg round, a cluster), as it unmasks it", aggregate=True,
+                base="the model the cohort received", audit_only=True),
+    _secret("secagg_public_keys", "up", "SecAgg+ setup: a client's two X25519 public keys"),
+    _secret("secagg_neighbour_keys", "down", "SecAgg+ share keys: the public keys of a client's neighbours"),
+    _secret("secagg_key_shares", "up", "SecAgg+ share keys: Shamir shares of a client's mask seed and mask key, "
+            "encrypted to each neighbour"),
+    _secret("secagg_forwarded_shares", "down", "SecAgg+: the encrypted shares the server forwards to a client"),
+    _secret("masked_upload", "up", "SecAgg+ collect masked vectors: a client's quantised upload plus its masks, "
+            "mod 2^32", "a masked vector is uniform to anyone without its masks; attack payload=aggregate"),
+    _secret("secagg_unmask_request", "down", "SecAgg+ unmask: which clients survived the round"),
+    _secret("secagg_unmask_shares", "up", "SecAgg+ unmask: a client's shares of its neighbours' mask seeds"),
 )
 
 #: Every payload kind by name, in wire order (uploads first).
@@ -85,14 +106,16 @@ def kind(name: str) -> PayloadKind:
 
 
 def kinds_where(*, direction: Direction | None = None, carries: Carries | None = None,
-                audit_only: bool | None = None, readable: bool | None = None) -> tuple[str, ...]:
+                audit_only: bool | None = None, readable: bool | None = None,
+                aggregate: bool | None = None) -> tuple[str, ...]:
     """Names of the kinds whose spec matches every given field.
 
     Example:
-        >>> kinds_where(audit_only=True)
+        >>> kinds_where(audit_only=True, aggregate=False)
         ('gradient', 'gene_gradient')
     """
     return tuple(s.name for s in _SPECS
                  if (direction is None or s.direction == direction) and (carries is None or s.carries == carries)
                  and (audit_only is None or s.audit_only == audit_only)
-                 and (readable is None or s.readable == readable))
+                 and (readable is None or s.readable == readable)
+                 and (aggregate is None or s.aggregate == aggregate))

@@ -42,7 +42,8 @@ class PayloadChoice:
             # the payload and the base model it is relative to: each audited client's messages in the victim round
             return CapturePolicy(kinds="all", rounds="victim", clients=clients, victim_round=victim.round,
                                  victim_client=victim.client)
-        return CapturePolicy(kinds=frozenset({self.kind}), rounds=frozenset({victim.round + 1}), clients="all")
+        later = 0 if self.kind == "aggregate" else 1  # a secure aggregate is made in the round; a cluster model sent next
+        return CapturePolicy(kinds=frozenset({self.kind}), rounds=frozenset({victim.round + later}), clients="all")
 
     def images(self, payload: Payload, victim: Victim, *, unroll: bool = False) -> int:
         """How many private images the attacker rebuilds from ``payload``, from its declared training record.
@@ -73,9 +74,24 @@ class PayloadChoice:
         base = store.load(payload.base) if payload.base else None
         return payload, base
 
-    def _aggregate(self, store: PayloadStore, victim: Victim) -> tuple[Payload, Payload]:
+    def _secure_aggregate(self, store: PayloadStore, victim: Victim) -> tuple[Payload, Payload]:
+        """The aggregate secure aggregation unmasked for the victim's cohort in the victim round (it records its
+        members' declared training), and the model the victim received."""
         r = victim.round
-        uploads = kinds_where(direction="up", carries="model")
+        mine = list(store.records(kind="masked_upload", round=r, sender=victim.name))
+        if not mine:
+            raise PrivbenchError(f"{victim.name} sent no masked_upload in round {r} (is aggregation=secagg on?)")
+        found = [rec for rec in store.records(kind="aggregate", round=r, cluster=mine[0]["cluster"]) if rec["stored"]]
+        if not found:
+            raise PrivbenchError(f"no secure aggregate of {victim.name}'s cohort in round {r} was kept: a cohort of one "
+                                 "client is not aggregated (SecAgg+ needs two), or capture left it out")
+        return store.load(found[0]["id"]), store.load(mine[0]["base"])
+
+    def _aggregate(self, store: PayloadStore, victim: Victim) -> tuple[Payload, Payload]:
+        if self.kind == "aggregate":
+            return self._secure_aggregate(store, victim)
+        r = victim.round
+        uploads = kinds_where(direction="up", carries="model", aggregate=False)
         mine = [rec for k in uploads for rec in store.records(kind=k, round=r, sender=victim.name)]
         if not mine:
             raise PrivbenchError(f"{victim.name} sent no model upload in round {r}")
@@ -110,6 +126,10 @@ class PayloadChoice:
             return store.truth(payload.id)
         assert payload.training is not None
         members = {part.client for part in payload.training.parts}
-        uploads = kinds_where(direction="up", carries="model")
-        return [i for k in uploads for rec in store.records(kind=k, round=payload.round - 1, cluster=payload.cluster)
+        uploads: tuple[str, ...]
+        if self.kind == "aggregate":
+            uploads, round_ = ("masked_upload",), payload.round
+        else:
+            uploads, round_ = kinds_where(direction="up", carries="model", aggregate=False), payload.round - 1
+        return [i for k in uploads for rec in store.records(kind=k, round=round_, cluster=payload.cluster)
                 if rec["sender"] in members for i in store.truth(rec["id"])]

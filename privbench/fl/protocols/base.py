@@ -14,6 +14,7 @@ from torch import nn
 
 from privbench.data import FederatedData, ImageDataset
 from privbench.errors import ConfigError
+from privbench.fl.protocols.cohort import Aggregation, Cohort, Plain
 from privbench.fl.engine import ClientSide, ClientTask, Engine, InProcess, TaskReply
 from privbench.fl.layers import layers
 from privbench.fl.sgd import State, client_accuracy, model_with, parameters_of
@@ -23,7 +24,7 @@ from privbench.fl.protocols.result import ProtocolResult, RoundRecord
 from privbench.fl.protocols.round import ClientRound, ClientStart, PendingUpload, Upload, VictimStep
 from privbench.fl.vectorised import LocalJob
 from privbench.fl.wire import Wire
-from privbench.payloads import LocalTraining, Payload
+from privbench.payloads import KINDS, LocalTraining, Payload
 from privbench.victim import Victim
 
 T = TypeVar("T")
@@ -44,6 +45,7 @@ class FederatedProtocol(ABC):
         trainer: how clients train (plain SGD by default, DP-SGD with ``defense=dpsgd``).
         vectorise: train a round's clients as one stacked model (``torch.func.vmap``), equal to
             one by one within float tolerance; see ``Trainer.train_all`` for when it applies.
+        aggregation: how the server learns a group's uploads (plain by default; ``aggregation=secagg``).
 
     The server loop is ``run``: ``setup``, then per round ``configure_round`` (sample, send the
     downloads), the engine runs the clients' tasks, ``aggregate`` and ``evaluate``; ``result``
@@ -55,7 +57,8 @@ class FederatedProtocol(ABC):
     sends: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, *, rounds: int, participants: int, local_epochs: int, lr: float, batch_size: int,
-                 momentum: float = 0.0, trainer: Trainer | None = None, vectorise: bool = False) -> None:
+                 momentum: float = 0.0, trainer: Trainer | None = None, vectorise: bool = False,
+                 aggregation: Aggregation | None = None) -> None:
         for key, value, low in (("rounds", rounds, 1), ("participants", participants, 1),
                                 ("local_epochs", local_epochs, 1), ("batch_size", batch_size, 1)):
             if value < low:
@@ -68,6 +71,20 @@ class FederatedProtocol(ABC):
         self.sgd = LocalSGD(epochs=local_epochs, lr=lr, batch_size=batch_size, momentum=momentum)
         self.trainer: Trainer = trainer if trainer is not None else SGDTrainer()
         self.vectorise = bool(vectorise)
+        self.aggregation: Aggregation = aggregation if aggregation is not None else Plain()
+
+    @property
+    def wire_kinds(self) -> tuple[str, ...]:
+        """Every kind this run's wire carries: the protocol's own and its aggregation's."""
+        return tuple(self.sends) + tuple(k for k in self.aggregation.sends if k not in self.sends)
+
+    @property
+    def readable_kinds(self) -> tuple[str, ...]:
+        """The kinds of ``wire_kinds`` whose tensors reach the server (a secure aggregation seals the uploads)."""
+        if not self.aggregation.seals:
+            return self.wire_kinds
+        return tuple(k for k in self.wire_kinds if not (KINDS[k].direction == "up" and KINDS[k].carries in
+                                                        ("model", "gradient") and not KINDS[k].aggregate))
 
     def local_job(self, model: nn.Module, data: ImageDataset, *, at: ClientRound,
                   regulariser: Regulariser | None = None) -> LocalJob:
@@ -124,6 +141,9 @@ class FederatedProtocol(ABC):
         """Why these settings cannot run with each client in a process of its own (None: they can)."""
         if self.vectorise:
             return "fl.vectorise=true stacks a round's clients in one process; on Flower each ClientApp trains its own"
+        if self.aggregation.seals:
+            return (f"aggregation={self.aggregation.name} runs SecAgg+ in this process; Flower's own SecAgg+ "
+                    "workflow is not driven by privbench's Flower engine yet; use engine=inprocess")
         if type(self.trainer) is not SGDTrainer:
             return (f"the {self.trainer.name} trainer keeps its privacy accounting inside each client, which the "
                     "ClientApps do not report back; use engine=inprocess (message transforms do run on Flower)")
@@ -249,13 +269,15 @@ class FederatedProtocol(ABC):
         engine = engine or InProcess()
         self.plan_reads(data, victim)
         scratch = copy.deepcopy(model)
-        side = ClientSide(model, data, None, wire, seed, victim, parameters_of(model))
+        clients = self.aggregation.client_wire(wire)
+        side = ClientSide(model, data, None, clients, seed, victim, parameters_of(model))
+        cohort = Cohort(self.aggregation, wire, seed, clients)
         side.state = self.setup(engine, side)
         history: list[RoundRecord] = []
         for r in self.progress(range(self.rounds)):
             requests = self.configure_round(side.state, r, side, engine.downlink_wire(wire))
             replies = engine.run(self, requests, side)
-            self.aggregate(side.state, requests, replies)
+            self.aggregate(side.state, requests, replies, cohort)
             wire.store.flush()
             history.append(self.evaluate(side.state, r, scratch, side))
         return self.result(side.state, tuple(history), side)
@@ -268,8 +290,9 @@ class FederatedProtocol(ABC):
     def configure_round(self, state: Any, round_: int, side: ClientSide, down: Wire) -> list[ClientTask]:
         """Sample round ``round_``'s clients and send each its download on ``down``; the tasks to run."""
 
-    def aggregate(self, state: Any, requests: Sequence[ClientTask], replies: Sequence[TaskReply]) -> None:
-        """Fold the round's replies into ``state`` (nothing by default)."""
+    def aggregate(self, state: Any, requests: Sequence[ClientTask], replies: Sequence[TaskReply],
+                  cohort: Cohort) -> None:
+        """Fold the round's replies into ``state`` (nothing by default); ``cohort.combine`` averages a group's."""
 
     @abstractmethod
     def evaluate(self, state: Any, round_: int, scratch: nn.Module, side: ClientSide) -> RoundRecord:

@@ -13,7 +13,7 @@ from torch import nn
 
 from privbench.data import FederatedData, ImageDataset
 from privbench.errors import ConfigError
-from privbench.fl.aggregate import aggregate
+from privbench.fl.protocols.cohort import Cohort
 from privbench.fl.layers import layers, state_names
 from privbench.fl.clustering.agnostic import AgnosticSettings
 from privbench.fl.clustering.subspace import SUBSPACES, cluster, proximity
@@ -197,13 +197,14 @@ class ClusteredProtocol(FederatedProtocol):
             tasks.append(ClientTask("round", c, round_, (sent,), {"cluster": k}))
         return tasks
 
-    def aggregate(self, state: ClusterRun, requests: Sequence[ClientTask], replies: Sequence[TaskReply]) -> None:
+    def aggregate(self, state: ClusterRun, requests: Sequence[ClientTask], replies: Sequence[TaskReply],
+                  cohort: Cohort) -> None:
         """Per cluster, average the uploads of its clients (in the order they were asked)."""
         uploads: dict[int, list[Upload]] = defaultdict(list)
         for request, reply in zip(requests, replies):
             uploads[int(state.labels[request.client])].append(Upload.from_reply(reply))
         for k, ups in uploads.items():
-            state.models[k] = aggregate(state.models[k], [(u.num_samples, u.tensors) for u in ups])
+            state.models[k] = cohort.combine(state.models[k], ups, round_=requests[0].round, group=k)
             self.after_aggregation(state, k, [u.layers for u in ups])
 
     def _headline(self) -> str:

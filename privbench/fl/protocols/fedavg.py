@@ -8,7 +8,7 @@ from typing import Any
 
 from torch import nn
 
-from privbench.fl.aggregate import aggregate
+from privbench.fl.protocols.cohort import Cohort
 from privbench.fl.engine import ClientSide, ClientTask, TaskReply
 from privbench.fl.protocols.base import FederatedProtocol
 from privbench.fl.protocols.result import ProtocolResult, RoundRecord
@@ -55,9 +55,10 @@ class FedAvg(FederatedProtocol):
             tasks.append(ClientTask("round", c, round_, (sent,)))
         return tasks
 
-    def aggregate(self, state: GlobalRun, requests: Sequence[ClientTask], replies: Sequence[TaskReply]) -> None:
+    def aggregate(self, state: GlobalRun, requests: Sequence[ClientTask], replies: Sequence[TaskReply],
+                  cohort: Cohort) -> None:
         uploads = [Upload.from_reply(r) for r in replies]
-        state.model = aggregate(state.model, [(u.num_samples, u.tensors) for u in uploads])
+        state.model = cohort.combine(state.model, uploads, round_=requests[0].round if requests else 0)
 
     def evaluate(self, state: GlobalRun, round_: int, scratch: nn.Module, side: ClientSide) -> RoundRecord:
         acc, state.per_client = self.known_accuracy(scratch, side.data, lambda c: state.model)

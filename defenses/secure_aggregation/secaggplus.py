@@ -1,0 +1,320 @@
+"""SecAgg+ (Bell et al., CCS 2020), the secure aggregation of Flower's ``SecAggPlusWorkflow``, in this process.
+
+Per cohort (a FedAvg round, or one cluster's clients) and round, four stages, every message recorded and counted:
+
+1. setup: each client makes two X25519 key pairs and sends the public keys (``secagg_public_keys``); the server
+   places the clients on a seeded ring and sends each its ``num_shares - 1`` neighbours' keys
+   (``secagg_neighbour_keys``);
+2. share keys: each client draws a 32-byte mask seed ``b``, splits it and its first private key into Shamir
+   shares (any ``threshold`` rebuild them) and sends each neighbour its shares encrypted to it
+   (``secagg_key_shares``, AES-GCM under an X25519 + HKDF key); the server forwards them
+   (``secagg_forwarded_shares``);
+3. collect masked vectors: each client quantises ``[w 1[n sent], w theta_n]`` (``w = num_samples / max_weight``,
+   stochastic rounding into ``quantization_range`` levels over ``[-clipping_range, clipping_range]``) and adds
+   its own mask ``PRG(b)`` and, for each neighbour ``v``, ``+/- PRG(s_uv)`` (``s_uv`` agreed by X25519, the sign
+   by the order of the pair) mod ``modulus_range`` (``masked_upload``, 4 bytes a coordinate);
+4. unmask: the server names the survivors (``secagg_unmask_request``) and each returns its shares of its
+   neighbours' seeds (``secagg_unmask_shares``); the server rebuilds every ``b``, removes ``PRG(b)`` from the sum
+   (the pairwise masks cancel in it) and divides the weighted sum by the summed weights, per name.
+
+What the server keeps is the cohort's weighted mean (``aggregate``); no client's upload is recorded. A name a
+client did not send (a learnGene's other layers) enters as 0 with weight 0, so the mean is over its senders, as
+in plain aggregation; a learnGene is therefore masked, and sent, at the full model's size. Every client in this
+process survives (no dropouts are simulated; the dropped-client path, rebuilding a dropout's pairwise masks from
+its first key's shares, is not exercised). Key material comes from the operating system's randomness; the
+stochastic rounding is seeded, so the aggregate is the same for the same seed.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from privbench.defenses.secure_aggregation.crypto import decrypt, encrypt, key_pair, mask, shared_key
+from privbench.defenses.secure_aggregation.shamir import combine_shares, create_shares
+from privbench.errors import ConfigError
+from privbench.fl.protocols.cohort import Aggregation
+from privbench.fl.protocols.round import Upload
+from privbench.fl.sgd import State
+from privbench.fl.wire import Wire
+from privbench.payloads import AggregatePart, Payload
+from privbench.progress import log
+
+SEED_BYTES = 32
+
+
+def _u8(data: bytes) -> torch.Tensor:
+    return torch.frombuffer(bytearray(data), dtype=torch.uint8).clone()
+
+
+def _bytes(t: torch.Tensor) -> bytes:
+    return bytes(t.to(torch.uint8).numpy().tobytes())
+
+
+@dataclass
+class _Member:
+    """One client's side of the protocol: its keys and what it was told (kept by the client, never sent)."""
+
+    name: str
+    upload: Upload
+    sk1: bytes = b""
+    pk1: bytes = b""
+    sk2: bytes = b""
+    pk2: bytes = b""
+    seed: bytes = b""
+    neighbours: dict[str, tuple[bytes, bytes]] = field(default_factory=dict)
+    seed_shares: dict[str, bytes] = field(default_factory=dict)
+    key_shares: dict[str, bytes] = field(default_factory=dict)
+
+
+class SecAggPlus(Aggregation):
+    """SecAgg+ over each cohort, with Flower's settings and defaults (``SecAggPlusWorkflow``).
+
+    Args:
+        num_shares: shares of each client's secrets, one per neighbour and itself; a float is that share of the
+            cohort (rounded, made odd), 1.0 every client (SecAgg).
+        reconstruction_threshold: shares that rebuild a secret; a float is that share of ``num_shares`` (at least 2).
+        clipping_range: values are clipped to ``[-clipping_range, clipping_range]`` before quantising.
+        quantization_range: quantisation levels.
+        modulus_range: the masks' modulus, a power of 2 above ``quantization_range`` (at most 2^32).
+        max_weight: the largest sample count a client may weigh (weights are ``num_samples / max_weight``).
+        seed: the run's seed (the ring's order and the stochastic rounding).
+    """
+
+    name = "secagg"
+    sends = ("secagg_public_keys", "secagg_neighbour_keys", "secagg_key_shares", "secagg_forwarded_shares",
+             "masked_upload", "secagg_unmask_request", "secagg_unmask_shares", "aggregate")
+    seals = True
+
+    def __init__(self, *, num_shares: int | float = 1.0, reconstruction_threshold: int | float = 0.5,
+                 clipping_range: float = 8.0, quantization_range: int = 2**22, modulus_range: int = 2**32,
+                 max_weight: float = 1000.0, seed: int = 0) -> None:
+        for key, value in (("num_shares", num_shares), ("reconstruction_threshold", reconstruction_threshold)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise ConfigError(f"aggregation.{key}={value!r}: a count (int) or a share of the cohort (float) > 0")
+        if isinstance(num_shares, int) and num_shares < 3:
+            raise ConfigError(f"aggregation.num_shares={num_shares}: an integer count must be >= 3 (or 1.0: every client)")
+        if isinstance(num_shares, float) and num_shares > 1:
+            raise ConfigError(f"aggregation.num_shares={num_shares}: a share of the cohort is at most 1.0")
+        if isinstance(reconstruction_threshold, float) and reconstruction_threshold > 1:
+            raise ConfigError(f"aggregation.reconstruction_threshold={reconstruction_threshold}: a share is at most 1.0")
+        if isinstance(num_shares, int) and isinstance(reconstruction_threshold, int) and \
+                not 2 <= reconstruction_threshold < num_shares:
+            raise ConfigError(f"aggregation.reconstruction_threshold={reconstruction_threshold}: must be in 2.."
+                              f"{num_shares - 1} (below num_shares)")
+        if not clipping_range > 0:
+            raise ConfigError(f"aggregation.clipping_range={clipping_range}: must be > 0")
+        if isinstance(quantization_range, bool) or not isinstance(quantization_range, int) or quantization_range < 2:
+            raise ConfigError(f"aggregation.quantization_range={quantization_range!r}: an integer >= 2")
+        if (isinstance(modulus_range, bool) or not isinstance(modulus_range, int) or modulus_range > 2**32
+                or modulus_range <= quantization_range or modulus_range & (modulus_range - 1)):
+            raise ConfigError(f"aggregation.modulus_range={modulus_range!r}: a power of 2 above quantization_range, "
+                              "at most 2^32")
+        if not max_weight > 0:
+            raise ConfigError(f"aggregation.max_weight={max_weight}: must be > 0")
+        self.num_shares, self.threshold = num_shares, reconstruction_threshold
+        self.clip, self.levels, self.modulus, self.max_weight = float(clipping_range), quantization_range, \
+            modulus_range, float(max_weight)
+        self.seed = seed
+
+    def describe(self) -> dict[str, Any]:
+        return {"aggregation": self.name, "protocol": "SecAgg+ (Bell et al. 2020), the stages of Flower's "
+                "SecAggPlusWorkflow, in process", "num_shares": self.num_shares,
+                "reconstruction_threshold": self.threshold, "clipping_range": self.clip,
+                "quantization_range": self.levels, "modulus_range": self.modulus, "max_weight": self.max_weight,
+                "server_sees": "each cohort's weighted mean (payload=aggregate), never an upload"}
+
+    def sizes(self, n: int) -> tuple[int, int]:
+        """Shares per secret and the threshold for a cohort of ``n`` (Flower's rules)."""
+        if isinstance(self.num_shares, float):
+            shares = round(self.num_shares * n)
+            if shares < n and shares % 2 == 0:
+                shares += 1
+            if shares <= 2:
+                shares = n
+        else:
+            shares = min(int(self.num_shares), n)
+        if isinstance(self.threshold, float):
+            threshold = max(round(self.threshold * shares), 2)
+        else:
+            threshold = int(self.threshold)
+        return shares, min(threshold, shares)
+
+    def ring(self, names: Sequence[str], shares: int, *, round_: int, group: int | None) -> dict[str, list[str]]:
+        """Each client's neighbours (itself included): ``shares`` consecutive places of a seeded shuffle."""
+        order = [names[i] for i in np.random.default_rng([self.seed, round_, 0 if group is None else group + 1, 11])
+                 .permutation(len(names))]
+        half, n = shares // 2, len(order)
+        return {u: sorted({order[(i + o) % n] for o in range(-half, half + 1)}) for i, u in enumerate(order)}
+
+    # -- the client's side ------------------------------------------------------------------------------------
+
+    def _encode(self, member: _Member, names: Sequence[str], base: State, *, round_: int, client: int) -> np.ndarray:
+        """``[q(w 1[n sent]) for n] + [q(w theta_n) for n]`` (weights as integers, values stochastically rounded)."""
+        tensors = member.upload.tensors
+        q_ratio = round(member.upload.num_samples / self.max_weight * self.levels)
+        dq_ratio = q_ratio / self.levels
+        factors = np.array([q_ratio if n in tensors else 0 for n in names], dtype=np.int64)
+        values = np.concatenate([(dq_ratio * tensors[n].double().cpu().numpy().ravel()) if n in tensors
+                                 else np.zeros(base[n].numel()) for n in names])
+        clipped = int(np.count_nonzero(np.abs(values) > self.clip))
+        if clipped:
+            log.warning("secagg: %s clipped %d values beyond +/-%g before quantising", member.name, clipped, self.clip)
+        scaled = (np.clip(values, -self.clip, self.clip) + self.clip) * (self.levels / (2 * self.clip))
+        rounding = np.random.default_rng([self.seed, round_, client, 97]).random(scaled.shape)
+        quantised = np.floor(scaled).astype(np.int64) + (rounding < scaled - np.floor(scaled))
+        return np.concatenate([factors, quantised])
+
+    def _masked(self, member: _Member, vector: np.ndarray) -> np.ndarray:
+        out = (vector + mask(member.seed, vector.size, self.modulus)) % self.modulus
+        for v, (pk1, _) in member.neighbours.items():
+            if v == member.name:
+                continue
+            pairwise = mask(shared_key(member.sk1, pk1, purpose=b"mask"), vector.size, self.modulus)
+            out = (out + pairwise if member.name > v else out - pairwise) % self.modulus
+        return out
+
+    # -- the protocol -----------------------------------------------------------------------------------------
+
+    def combine(self, base: State, uploads: Sequence[Upload], *, round_: int, group: int | None, wire: Wire,
+                seed: int, truth: Mapping[str, Sequence[int]] | None = None) -> State:
+        truth = truth or {}
+        if len(uploads) < 2:
+            log.warning("secagg: round %d, cohort %s has %d client(s); SecAgg+ needs two, so its model stays as sent",
+                        round_, "all" if group is None else group, len(uploads))
+            return {n: t.clone() for n, t in base.items()}
+        members = {u.payload.sender: _Member(u.payload.sender, u) for u in uploads}
+        names = [n for n, t in base.items() if t.is_floating_point()]
+        shares, threshold = self.sizes(len(members))
+        ring = self.ring(list(members), shares, round_=round_, group=group)
+
+        def send(kind: str, sender: str, receiver: str, tensors: dict[str, torch.Tensor]) -> Payload:
+            return wire.send(Payload.from_tensors(kind=kind, round=round_, sender=sender, receiver=receiver,
+                                                  tensors=tensors, cluster=group))
+
+        # stage 0: setup
+        public: dict[str, tuple[bytes, bytes]] = {}
+        for m in members.values():
+            (m.sk1, m.pk1), (m.sk2, m.pk2) = key_pair(), key_pair()
+            sent = send("secagg_public_keys", m.name, "server", {"pk1": _u8(m.pk1), "pk2": _u8(m.pk2)})
+            assert sent.tensors is not None
+            public[m.name] = (_bytes(sent.tensors["pk1"]), _bytes(sent.tensors["pk2"]))
+        # stage 1: share keys
+        forwarded: dict[str, dict[str, torch.Tensor]] = {u: {} for u in members}
+        for m in members.values():
+            down = send("secagg_neighbour_keys", "server", m.name,
+                        {f"{v}.{k}": _u8(public[v][i]) for v in ring[m.name] for i, k in enumerate(("pk1", "pk2"))})
+            assert down.tensors is not None
+            m.neighbours = {v: (_bytes(down.tensors[f"{v}.pk1"]), _bytes(down.tensors[f"{v}.pk2"]))
+                            for v in ring[m.name]}
+            _check_keys(m)
+            m.seed = os.urandom(SEED_BYTES)
+            seed_shares = create_shares(m.seed, threshold, len(m.neighbours))
+            key_shares = create_shares(m.sk1, threshold, len(m.neighbours))
+            ciphertexts = {}
+            for i, (v, (_, pk2)) in enumerate(sorted(m.neighbours.items())):
+                if v == m.name:
+                    m.seed_shares[v], m.key_shares[v] = seed_shares[i], key_shares[i]
+                    continue
+                plain = _frame(m.name, v, seed_shares[i], key_shares[i])
+                ciphertexts[f"to.{v}"] = _u8(encrypt(shared_key(m.sk2, pk2, purpose=b"shares"), plain))
+            up = send("secagg_key_shares", m.name, "server", ciphertexts)
+            assert up.tensors is not None
+            for key, ct in up.tensors.items():
+                forwarded[key.removeprefix("to.")][f"from.{m.name}"] = ct
+        # stage 2: collect masked vectors
+        total = np.zeros(len(names) + sum(base[n].numel() for n in names), dtype=np.int64)
+        for index, m in enumerate(members.values()):
+            down = send("secagg_forwarded_shares", "server", m.name, forwarded[m.name])
+            assert down.tensors is not None
+            for key, ct in down.tensors.items():
+                src = key.removeprefix("from.")
+                if src not in m.neighbours or src == m.name:
+                    raise ValueError(f"secagg: {m.name} was forwarded shares from {src}, not a neighbour")
+                _, pk2 = m.neighbours[src]
+                frame_src, frame_dst, seed_share, key_share = _unframe(decrypt(shared_key(m.sk2, pk2, purpose=b"shares"),
+                                                                               _bytes(ct)))
+                if (frame_src, frame_dst) != (src, m.name):
+                    raise ValueError(f"secagg: {m.name} received shares addressed {frame_src} -> {frame_dst}")
+                m.seed_shares[src], m.key_shares[src] = seed_share, key_share
+            client = int(m.name.removeprefix("client")) if m.name.startswith("client") else index
+            vector = self._masked(m, self._encode(m, names, base, round_=round_, client=client))
+            upload = m.upload.payload
+            sent = wire.send(Payload.from_tensors(kind="masked_upload", round=round_, sender=m.name, receiver="server",
+                                                  tensors={"masked": torch.from_numpy(
+                                                      vector.astype(np.uint32).view(np.int32))},
+                                                  base=upload.base, cluster=group, training=upload.training),
+                             truth=list(truth.get(upload.id, ())))
+            assert sent.tensors is not None
+            total = (total + sent.tensors["masked"].numpy().view(np.uint32).astype(np.int64)) % self.modulus
+        # stage 3: unmask (every client survived)
+        alive = torch.tensor(sorted(int(u.removeprefix("client")) for u in members if u.startswith("client")))
+        collected: dict[str, list[bytes]] = {u: [] for u in members}
+        for m in members.values():
+            send("secagg_unmask_request", "server", m.name, {"survivors": alive})
+            up = send("secagg_unmask_shares", m.name, "server",
+                      {f"{v}.seed": _u8(m.seed_shares[v]) for v in sorted(m.neighbours)})
+            assert up.tensors is not None
+            for key, share in up.tensors.items():
+                collected[key.removesuffix(".seed")].append(_bytes(share))
+        for u, got in collected.items():
+            if len(got) < threshold:
+                raise ValueError(f"secagg: {len(got)} shares of {u}'s seed, below the threshold {threshold}")
+            total = (total - mask(combine_shares(got[:threshold]), total.size, self.modulus)) % self.modulus
+        return self._decode(total, names, base, len(members), round_=round_, group=group, wire=wire,
+                            uploads=uploads)
+
+    def _decode(self, total: np.ndarray, names: Sequence[str], base: State, count: int, *, round_: int,
+                group: int | None, wire: Wire, uploads: Sequence[Upload]) -> State:
+        """The weighted mean per name from the unmasked sum; record it as the server's view (``aggregate``)."""
+        weights, values = total[: len(names)], total[len(names):]
+        summed = values.astype(np.float64) * (2 * self.clip / self.levels) - self.clip - (count - 1) * self.clip
+        out = {n: t.clone() for n, t in base.items()}
+        offset = 0
+        for n, w in zip(names, weights):
+            size = base[n].numel()
+            if w > 0:
+                mean = summed[offset: offset + size] * (self.levels / float(w))
+                out[n] = torch.from_numpy(mean.reshape(base[n].shape)).to(base[n].dtype).to(base[n].device)
+            offset += size
+        first = uploads[0].payload
+        own = first.training
+        parts = tuple(AggregatePart(client=u.payload.sender, images=u.num_samples, num_samples=u.num_samples,
+                                    steps=u.payload.training.steps if u.payload.training else 1,
+                                    batch_size=u.payload.training.batch_size if u.payload.training else u.num_samples,
+                                    names=tuple(u.payload.names)) for u in uploads)
+        carried = sorted({n for u in uploads for n in u.payload.names}, key=list(base).index)
+        training = None
+        if own is not None:
+            steps = round(sum(p.steps * p.num_samples for p in parts) / max(sum(p.num_samples for p in parts), 1))
+            training = dataclasses.replace(own, steps=steps, num_samples=sum(p.num_samples for p in parts), parts=parts)
+        wire.send(Payload.from_tensors(kind="aggregate", round=round_, sender=f"cohort{0 if group is None else group}",
+                                       receiver="server", tensors={n: out[n] for n in carried}, base=first.base,
+                                       cluster=group, training=training))
+        return out
+
+
+def _check_keys(m: _Member) -> None:
+    """A client refuses a neighbour list without its own keys, or with a key used twice."""
+    if m.neighbours.get(m.name) != (m.pk1, m.pk2):
+        raise ValueError(f"secagg: {m.name}'s own public keys are not among its neighbours' as sent")
+    keys = [k for pair in m.neighbours.values() for k in pair]
+    if len(set(keys)) != len(keys):
+        raise ValueError(f"secagg: {m.name} received a public key twice")
+
+
+def _frame(src: str, dst: str, seed_share: bytes, key_share: bytes) -> bytes:
+    head = f"{src}>{dst}".encode()
+    return len(head).to_bytes(2, "big") + head + len(seed_share).to_bytes(2, "big") + seed_share + key_share
+
+
+def _unframe(data: bytes) -> tuple[str, str, bytes, bytes]:
+    n = int.from_bytes(data[:2], "big")
+    src, dst = data[2: 2 + n].decode().split(">")
+    k = int.from_bytes(data[2 + n: 4 + n], "big")
+    return src, dst, data[4 + n: 4 + n + k], data[4 + n + k:]

@@ -1,0 +1,101 @@
+"""How the server learns a group's uploads: each one in the clear, or only their sum (secure aggregation).
+
+A defence of the third shape: not a transform of one message (``MessageTransform``) nor a way of training
+(``Trainer``) but a wrapper around a round's cohort. ``Aggregation.combine`` turns the uploads of one group
+(FedAvg's round, one cluster of a clustered protocol) into the model the server keeps; an aggregation that
+``seals`` the uploads gets a ``Sealed`` client wire, on which uploads are checked and defended where they are
+made and then held for it, never recorded: the store then holds only what its own protocol sends.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from privbench.fl.aggregate import aggregate
+from privbench.fl.protocols.round import Upload
+from privbench.fl.sgd import State
+from privbench.fl.wire import Wire
+from privbench.payloads import Payload
+
+
+def sealed_kind(payload: Payload) -> bool:
+    """Whether a secure aggregation holds ``payload`` back: a client's model upload or gradient."""
+    spec = payload.spec
+    return spec.direction == "up" and spec.carries in ("model", "gradient") and not spec.aggregate
+
+
+class Sealed(Wire):
+    """The clients' wire under secure aggregation: their uploads and gradients are prepared (checked, and defended
+    by the message transform) as on the run's wire, then held with their ground truth instead of recorded; every
+    other message goes to the run's wire."""
+
+    def __init__(self, wire: Wire) -> None:
+        self.inner = wire
+        self.store, self.policy, self.sends, self.trainer = wire.store, wire.policy, wire.sends, wire.trainer
+        self.transform, self.truth_of, self.bytes, self._received = (wire.transform, wire.truth_of, wire.bytes,
+                                                                     wire._received)
+        self.held: dict[str, list[int]] = {}
+
+    def send(self, payload: Payload, *, truth: Sequence[int] = ()) -> Payload:
+        prepared = self.inner.prepare(payload)
+        if sealed_kind(prepared):
+            self.held[prepared.id] = [int(i) for i in truth]
+            return prepared
+        return self.inner.record(prepared, truth=truth)
+
+
+class Aggregation(ABC):
+    """How a group's uploads become the server's model (the ``aggregation`` config group)."""
+
+    name: ClassVar[str] = "aggregation"
+    #: payload kinds it sends beyond the protocol's own.
+    sends: ClassVar[tuple[str, ...]] = ()
+    #: the server sees no individual upload, only each group's aggregate.
+    seals: ClassVar[bool] = False
+
+    def client_wire(self, wire: Wire) -> Wire:
+        """The wire the clients send on (``wire`` itself unless the uploads are sealed)."""
+        return Sealed(wire) if self.seals else wire
+
+    @abstractmethod
+    def combine(self, base: State, uploads: Sequence[Upload], *, round_: int, group: int | None, wire: Wire,
+                seed: int, truth: Mapping[str, Sequence[int]] | None = None) -> State:
+        """The model the server keeps from ``uploads`` (one group's, in the order asked) on top of ``base``.
+
+        ``wire`` records what it sends; ``truth`` is the evaluator's ground truth of each held upload, by id.
+        """
+
+    @abstractmethod
+    def describe(self) -> dict[str, Any]:
+        """Settings recorded with the results."""
+
+
+class Plain(Aggregation):
+    """The server reads every upload and averages each name over those that carry it, weighted by samples."""
+
+    name = "plain"
+
+    def combine(self, base: State, uploads: Sequence[Upload], *, round_: int, group: int | None, wire: Wire,
+                seed: int, truth: Mapping[str, Sequence[int]] | None = None) -> State:
+        return aggregate(base, [(u.num_samples, u.tensors) for u in uploads])
+
+    def describe(self) -> dict[str, Any]:
+        return {"aggregation": self.name}
+
+
+@dataclass(frozen=True)
+class Cohort:
+    """A run's aggregation bound to its wire, seed and the clients' wire: what a protocol's ``aggregate`` hook calls."""
+
+    aggregation: Aggregation
+    wire: Wire
+    seed: int
+    clients: Wire | None = None
+
+    def combine(self, base: State, uploads: Sequence[Upload], *, round_: int, group: int | None = None) -> State:
+        """``aggregation.combine`` of one group's uploads."""
+        held = self.clients.held if isinstance(self.clients, Sealed) else {}
+        return self.aggregation.combine(base, uploads, round_=round_, group=group, wire=self.wire, seed=self.seed,
+                                        truth=held)
