@@ -28,10 +28,13 @@ from torch import nn
 from privbench.attacks.base import Attack
 from privbench.attacks.findings import Reconstruction
 from privbench.errors import AttackNotApplicableError
+from privbench.figures import RECOVERED_FRACTION
 from privbench.payloads.kinds import Carries
 
 #: Names of the imprint block's tensors in the crafted model's state.
 BINS_WEIGHT, BINS_BIAS = "imprint.bins.weight", "imprint.bins.bias"
+#: The crafted layer (as ``privbench.fl.layers`` names layers): what a learnGene must upload for the read to work.
+BLOCK = "imprint.bins"
 
 
 class ImprintBlock(nn.Module):
@@ -150,12 +153,19 @@ class ImprintAttack(Attack):
             "budget": "analytic (no optimisation): one read of the reply's imprint rows"}
 
     def evaluate(self, view: Any, truth: torch.Tensor) -> dict[str, Any]:
-        """The victim's own check of the crafted download (reported beside the attack's figures)."""
-        return dict(getattr(view, "client_check", {}))
+        """The victim's own check of the crafted download (reported beside the attack's figures); a learnGene that
+        left the crafted layer out returns no image, and that is 0 recovered."""
+        out = dict(getattr(view, "client_check", {}))
+        if BINS_WEIGHT not in getattr(view, "observed", {}):
+            out[RECOVERED_FRACTION.key] = 0.0
+        return out
 
     def attack(self, view: Any, *, seed: int) -> Reconstruction:
         """The inputs read back from the reply's imprint rows (model input space); labels are not inferred."""
         reply = view.observed
+        if view.reply_kind == "learngene" and BINS_WEIGHT not in reply:  # GENE-FL kept the crafted layer back
+            return Reconstruction([{"objective": math.nan, "status": "crafted layer not uploaded", "iterations": 0,
+                                    "evaluations": 0}], label_source="none")
         if BINS_WEIGHT not in reply or BINS_BIAS not in reply:
             raise AttackNotApplicableError(f"{view.knowledge.get('payload')}: the reply carries no imprint rows "
                                            f"({BINS_WEIGHT}, {BINS_BIAS})")

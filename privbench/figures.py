@@ -62,6 +62,8 @@ RECOVERED_FRACTION_CHANCE = _privacy("recovered_fraction_chance", "chance images
                                      bounds="unit")
 #: An active server's round: whether the victim's own check of the download flagged it (``defenses.detector``).
 DOWNLOAD_FLAGGED = _privacy("download_flagged", "download flagged by the client", fmt="{:.2f}", bounds="unit")
+#: An active server's learnGene round: whether GENE-FL's layer choice uploaded the crafted layer.
+CRAFTED_UPLOADED = _privacy("crafted_layer_uploaded", "crafted layer uploaded", fmt="{:.2f}", bounds="unit")
 #: A one-run DP audit (Steinke et al. 2023): its lower bound on epsilon at its confidence, and the claim it tests.
 EPSILON_LOWER = _privacy("epsilon_lower_bound", "empirical epsilon (one-run lower bound)", fmt="{:.2f}",
                          bounds="nonnegative")
@@ -115,7 +117,7 @@ MIA_TPR_BOUND_01 = Figure("mia_tpr_bound_0_1pct", "defense", "TPR bound at FPR 0
 
 #: The report's figure columns, in order (NaN where a run did not measure one, never 0).
 REPORTED = (PSNR_MEAN, PSNR_CHANCE, PSNR_CHANCE_UNINFORMED, PSNR_CHANCE_INFORMED, PSNR_GAIN, RECOVERED_FRACTION,
-            RECOVERED_FRACTION_CHANCE, DOWNLOAD_FLAGGED, EPSILON_LOWER, EPSILON_CLAIMED, PSNR_BEST, SSIM_MEAN, SSIM_CHANCE, SSIM_GAIN, SSIM_BEST, LPIPS_MEAN,
+            RECOVERED_FRACTION_CHANCE, DOWNLOAD_FLAGGED, CRAFTED_UPLOADED, EPSILON_LOWER, EPSILON_CLAIMED, PSNR_BEST, SSIM_MEAN, SSIM_CHANCE, SSIM_GAIN, SSIM_BEST, LPIPS_MEAN,
             LPIPS_CHANCE, LPIPS_BEST, NUM_TRUE, LABEL_ACCURACY, PROJECTION_PSNR_MEAN, LABEL_SET_EXACT,
             LABEL_SET_EXACT_CHANCE, LABEL_COUNTS_EXACT, LABEL_COUNT_ERROR, LABEL_COUNT_ERROR_CHANCE, ACCURACY,
             PERSONAL_ACCURACY, DOWNLOADED_ACCURACY, CLUSTER_RAND_INDEX, AGNOSTIC_ACCURACY, UPLINK_BYTES, DOWNLINK_BYTES, TOTAL_BYTES,
@@ -129,7 +131,7 @@ LEAKS = "leaks"
 RUNS = "runs"
 #: ``table.md`` and the HTML summary, in order (all-missing columns are left out); the leak verdict follows the gain.
 #: Accuracy has two columns, never one: each client's own model, and the model it holds after its download.
-TABLE = (PSNR_GAIN, LEAKS, RECOVERED_FRACTION, DOWNLOAD_FLAGGED, EPSILON_LOWER, EPSILON_CLAIMED, MIA_AUC, MIA_TPR_1, PERSONAL_ACCURACY, DOWNLOADED_ACCURACY,
+TABLE = (PSNR_GAIN, LEAKS, RECOVERED_FRACTION, DOWNLOAD_FLAGGED, CRAFTED_UPLOADED, EPSILON_LOWER, EPSILON_CLAIMED, MIA_AUC, MIA_TPR_1, PERSONAL_ACCURACY, DOWNLOADED_ACCURACY,
          TOTAL_BYTES, EPSILON, MIA_TPR_BOUND_1, MIA_TPR_01, MIA_TPR_BOUND_01, MIA_MEMBERS, PSNR_MEAN, PSNR_CHANCE,
          PSNR_CHANCE_UNINFORMED, PSNR_CHANCE_INFORMED, RECOVERED_FRACTION_CHANCE, SSIM_MEAN, SSIM_CHANCE, LPIPS_MEAN, LPIPS_CHANCE,
          LABEL_ACCURACY, LABEL_SET_EXACT, LABEL_COUNT_ERROR, NUM_TRUE, AGNOSTIC_ACCURACY, CLUSTER_RAND_INDEX,

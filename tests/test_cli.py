@@ -33,7 +33,7 @@ def test_help_lists_groups_and_options(tmp_path):
                  "aggregation: plain, secagg",
                  "model: convnet, lenet, resnet18, torchvision", "fl: cluster_fedavg, fedavg, genefl, local",
                  "defense: dpsgd, noise, none, prune",
-                 "experiment: active_server, bytes_curve, comm_accounting, dlg_paper, dp_coverage, dp_curve, idlg_paper, "
+                 "experiment: active_genefl, active_server, bytes_curve, comm_accounting, dlg_paper, dp_coverage, dp_curve, idlg_paper, "
                  "paper_cifar10, "
                  "privacy_tradeoff, secure_aggregation, threat_grid, victim_settings, xi_direction",
                  "experiment/threat_grid: gradient, learngene, update"):

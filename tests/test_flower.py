@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import json
 import os
@@ -63,7 +64,8 @@ class LoopbackGrid:
             if self.fail and m.metadata.message_type == MessageType.TRAIN:
                 replies.append(Message(Error(code=1, reason=self.fail), reply_to=m))
             elif not (self.drop and m.metadata.message_type == MessageType.TRAIN):
-                replies.append(client_app(m, self.contexts[m.metadata.dst_node_id]))
+                # a message crosses the transport serialised: a ClientApp never shares the server's objects
+                replies.append(client_app(copy.deepcopy(m), self.contexts[m.metadata.dst_node_id]))
         return replies
 
 
@@ -181,6 +183,7 @@ def test_client_failures_and_missing_nodes_are_one_clear_error(tmp_path, task_id
     (["fl.downlink=gene"], "fl.downlink=gene rebuilds each client's model"),
     (["fl.eval=both"], "fl.eval=both scores each client's own trained model"),
     (["fl.vectorise=true"], "fl.vectorise=true stacks a round's clients"),
+    (["aggregation=secagg", "payload=aggregate"], r"aggregation=secagg: Flower's SecAgg\+ sums one layout"),
 ])
 def test_settings_flower_cannot_run_fail_before_compute(overrides, message):
     with pytest.raises(ConfigError, match=f"engine=flower: {message}"):
@@ -463,3 +466,27 @@ def test_federation_certificates_chain_to_their_ca_and_node_keys_pair_up(tmp_pat
     with pytest.raises(SystemExit) as exit_:
         main([str(tmp_path / "certs"), "--nodes", "2"])
     assert exit_.value.code == 2 and "already exists" in capsys.readouterr().err
+
+
+def test_secagg_on_flower_runs_flowers_own_workflow_and_gives_the_inprocess_aggregate(tmp_path, task_identity):
+    """aggregation=secagg on the Flower engine: Flower's SecAggPlusWorkflow and secaggplus_mod, every stage recorded;
+    the same messages per stage as in process, no upload stored, the same aggregate within quantisation."""
+    overrides = ["fl=fedavg", *SMALL, "aggregation=secagg", "attack=none", "capture.rounds=all", "capture.clients=all",
+                 f"results_dir={tmp_path}"]
+    run_audit(api.compose(overrides), tmp_path / "inprocess")
+    run_audit(api.compose([*overrides, "engine=flower"]), tmp_path / "flower", launcher=FlowerGrid(LoopbackGrid(5)))
+    ids = {r: sorted(x["id"] for x in _records(tmp_path / r)) for r in ("inprocess", "flower")}
+    assert ids["inprocess"] == ids["flower"]
+    kinds = {x.split("-")[1] for x in ids["flower"]}
+    assert not kinds & {"update", "gradient"} and {"masked_upload", "aggregate", "secagg_key_shares"} <= kinds
+    sa, sb = (PayloadStore.open(tmp_path / r / "payloads") for r in ("inprocess", "flower"))
+    for round_ in (0, 1):  # one quantisation level (3.8e-6) per client over weights of about 0.6, and round 0's drift
+        a, b = (s.load(f"r{round_:04d}-aggregate-cohort0-server") for s in (sa, sb))
+        assert a.names == b.names
+        assert all(torch.allclose(a.tensors[n], b.tensors[n], atol=3e-5) for n in a.names)
+    elements = sum(t.numel() for t in sa.load("r0000-aggregate-cohort0-server").tensors.values())
+    masked = {s: s.load("r0001-masked_upload-client0-server").nbytes for s in (sa, sb)}
+    assert masked[sa] == 4 * (elements + 8)  # privbench's: 4 bytes a coordinate and a weight per tensor
+    assert masked[sb] > 8 * elements  # Flower's: int64 arrays, serialised with their headers
+    ma, mb = (json.loads((tmp_path / r / "metrics.json").read_text()) for r in ("inprocess", "flower"))
+    assert mb["run"]["aggregation"] == "secagg" and mb["bytes"]["uplink_bytes"] > ma["bytes"]["uplink_bytes"]

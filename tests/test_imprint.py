@@ -136,3 +136,22 @@ def test_a_cautious_client_flags_every_crafted_download_and_no_honest_one(fmnist
             assert verdict.flagged and verdict.reasons[0].startswith("architecture: unexpected imprint")
             accepting = inspect_download(crafted, {n: list(t.shape) for n, t in crafted.items()})
             assert accepting.flagged and any(f"{bins} of {bins} rows" in r for r in accepting.reasons)
+
+
+@pytest.mark.slow
+def test_genefls_own_layer_choice_decides_whether_the_crafted_layer_goes_up(tmp_path):
+    """The victim's GENE-FL client code runs on the crafted download (Fisher pass, penalty, xi over the crafted
+    model's layers): under the paper's select=top with cos_per_dim a 128-bin block is the largest layer, scores
+    lowest and stays home, so nothing is recovered; select=bottom sends it and the victim's image comes back."""
+    import privbench
+
+    common = ["attack=imprint", "payload=learngene", "metrics.lpips=false", "fl.rounds=1"]
+    top = privbench.run([*common, "fl.gene.select=top"], results_dir=tmp_path / "top")
+    threat = json.loads((top.run_dir / "threat_model.json").read_text())
+    assert threat["crafted_layer_uploaded"] is False and "imprint.bins" not in threat["reply"]
+    assert top.metrics["privacy"]["crafted_layer_uploaded"] == 0.0
+    assert top.metrics["privacy"]["recovered_fraction"] == 0.0
+    bottom = privbench.run([*common, "fl.gene.select=bottom"], results_dir=tmp_path / "bottom")
+    threat = json.loads((bottom.run_dir / "threat_model.json").read_text())
+    assert threat["crafted_layer_uploaded"] is True and threat["crafted_layer_xi"] < 0.01
+    assert bottom.metrics["privacy"]["recovered_fraction"] == 1.0  # its one image, at the 8-bit ceiling

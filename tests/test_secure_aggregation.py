@@ -233,7 +233,8 @@ def test_the_aggregate_replays_as_its_members_trained(tmp_path):
 @pytest.mark.parametrize("overrides, message", [
     (["aggregation=secagg"], "payload=learngene: under aggregation=secagg the server never sees"),
     (["aggregation=secagg", "fl=fedavg", "payload=gradient"], "attack payload=aggregate"),
-    (["aggregation=secagg", "payload=aggregate", "engine=flower"], "engine=flower: aggregation=secagg runs SecAgg"),
+    (["aggregation=secagg", "payload=aggregate", "engine=flower"], "engine=flower: aggregation=secagg: Flower's SecAgg"
+                                                                     r"\+ sums one layout"),
     (["payload=aggregate"], "payload=aggregate: fl=genefl with aggregation=plain sends"),
 ])
 def test_plan_refuses_what_the_server_cannot_see(compose_cfg, overrides, message):

@@ -19,14 +19,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
+from privbench.attacks.imprint import BLOCK
 from privbench.attacks.views import ActiveView, at_weights
 from privbench.audit.plan import Plan
 from privbench.data import FederatedData
 from privbench.defenses.detector import inspect_download
-from privbench.figures import DOWNLOAD_FLAGGED
+from privbench.figures import CRAFTED_UPLOADED, DOWNLOAD_FLAGGED
 from privbench.errors import AttackNotApplicableError
 from privbench.fl.trainer import SGDTrainer, Trainer
 from privbench.audit.rerun import local_sgd, rerun_inputs
@@ -69,9 +71,11 @@ def active_round(p: Plan, payload: Payload, base: Payload | None, model: nn.Modu
     """
     if payload.kind == "aggregate":
         return _secure_round(p, payload, base, model, data, members)
+    if payload.kind == "learngene":
+        return _gene_round(p, payload, base, model, data)
     if payload.kind not in ("gradient", "update"):
-        raise AttackNotApplicableError(f"attack={p.attack.name} crafts the download of a gradient or an update "
-                                       f"round; {payload.kind} is not one (a learnGene's layer choice is not rerun)")
+        raise AttackNotApplicableError(f"attack={p.attack.name} crafts the download of a gradient, an update or a "
+                                       f"learnGene round; {payload.kind} is not one")
     device = next(model.parameters()).device
     received, training, client_data = rerun_inputs(payload, base, data, indices, device=device,
                                                    what="an active round")
@@ -153,4 +157,46 @@ def _secure_round(p: Plan, payload: Payload, base: Payload | None, model: nn.Mod
     verdict = inspect_download(sent, {n: list(t.shape) for n, t in received.items()})
     check = {DOWNLOAD_FLAGGED.key: float(verdict.flagged), "download_check": verdict.reasons}
     return ActiveView(sent, observed, "update", payload.training, data.train.shape, tuple(data.train.mean),
+                      tuple(data.train.std), knowledge, check)
+
+
+def _gene_round(p: Plan, payload: Payload, base: Payload | None, model: nn.Module, data: FederatedData) -> ActiveView:
+    """GENE-FL's client round on the crafted download, by GENE-FL's own client code (its Fisher pass, penalty, xi
+    and layer choice over the crafted model's layers, the block among them): the server reads what it uploads."""
+    from privbench.fl.protocols.genefl import GeneFL
+    from privbench.fl.protocols.round import ClientRound, ClientStart
+    from privbench.fl.wire import Outbox
+
+    protocol = p.protocol
+    if not isinstance(protocol, GeneFL) or base is None or base.tensors is None:
+        raise AttackNotApplicableError(f"{payload.id}: a learnGene round needs GENE-FL and the download it started from")
+    crafted = _crafted(p, model, dict(base.tensors), data)
+    sent = parameters_of(crafted)
+    rerun = copy.copy(protocol)
+    rerun.trainer = _trainer(p)
+    outbox = Outbox(sends=protocol.wire_kinds, trainer=rerun.trainer, transform=p.transform)
+    outbox.received(payload.sender, sent)
+    client = int(payload.sender.removeprefix("client"))
+    at = ClientRound(client, payload.round, p.seed, p.victim, outbox, cluster=payload.cluster)
+    state = rerun.start(crafted, np.zeros(data.num_clients, dtype=int), sent)
+    pending = rerun.begin_round(crafted, ClientStart(at, sent, f"{payload.base}-crafted"), data, state)
+    training, = rerun.train_clients([pending.job])
+    upload = rerun.end_round(pending, training, state).payload
+    assert upload.tensors is not None
+    chosen = list(upload.condensation.layers) if upload.condensation else []
+    uploaded = BLOCK in chosen
+    observed = {n: t - sent[n] for n, t in upload.tensors.items() if n in sent and t.is_floating_point()}
+    describe: dict[str, Any] = getattr(p.attack, "describe")()
+    xi = upload.condensation.xi if upload.condensation else {}
+    knowledge = {"payload": payload.id, "payload_kind": payload.kind, **describe,
+                 "crafted_download": f"{payload.base} behind the crafted block ({sum(t.numel() for t in sent.values()):,} "
+                                     "elements)",
+                 "reply": f"the victim's learnGene, its layers chosen by GENE-FL on the crafted download "
+                          f"(select={protocol.gene.select}, score={protocol.gene.score}): {', '.join(chosen)}",
+                 "crafted_layer_uploaded": uploaded, "crafted_layer_xi": xi.get(BLOCK),
+                 "reply_bytes": upload.nbytes, "training": training.hyperparameters(), "labels": "not given"}
+    verdict = inspect_download(sent, {n: list(t.shape) for n, t in base.tensors.items()})
+    check = {DOWNLOAD_FLAGGED.key: float(verdict.flagged), "download_check": verdict.reasons,
+             CRAFTED_UPLOADED.key: float(uploaded)}
+    return ActiveView(sent, observed, "learngene", training, data.train.shape, tuple(data.train.mean),
                       tuple(data.train.std), knowledge, check)

@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
@@ -17,10 +18,11 @@ from privbench.fl.engine import ClientSide, ClientTask
 from privbench.fl.sgd import parameters_of
 from privbench.fl.wire import Outbox
 from privbench.flower.codec import TASK, payloads_in, put_payloads, task
+from privbench.flower.secagg import asked, fitres_reply, secagg_when_asked
 from privbench.flower.engine import ENVELOPE
 from privbench.overrides import check_received_targets
 
-app = ClientApp()
+app = ClientApp(mods=[secagg_when_asked])
 #: Module prefixes (comma-separated) beyond privbench's own that this node lets a received config instantiate.
 ALLOW_ENV = "PRIVBENCH_ALLOW_TARGETS"
 
@@ -88,6 +90,12 @@ def train(message: Message, context: Context) -> Message:
         assert down.tensors is not None
         outbox.received(down.receiver, down.tensors)
     reply, = protocol.serve(request.task, [request], s.side)
+    if asked(message):  # a SecAgg+ round: Flower's mod masks the upload; nothing else leaves the node
+        np.random.seed(int(np.random.SeedSequence([s.plan.seed, request.round, request.client, 131])
+                           .generate_state(1)[0]))  # the mod's stochastic rounding, fixed by the run
+        state = s.side.model.state_dict()
+        return Message(fitres_reply(reply, [n for n, t in state.items() if t.is_floating_point()]),
+                       reply_to=message)
     out: dict[str, Any] = dict(reply.fields)
     if reply.payload is not None:
         out["payload"] = next(i for i, p in enumerate(outbox.sent) if p is reply.payload)

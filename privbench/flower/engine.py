@@ -85,9 +85,21 @@ class FlowerEngine(Engine):
         return self._post
 
     def run(self, protocol: ClientTasks, requests: Sequence[ClientTask], side: ClientSide) -> list[TaskReply]:
-        """One message per request; the replies in the order of ``requests``."""
+        """One message per request; the replies in the order of ``requests``. Under secure aggregation a round runs
+        Flower's SecAgg+ per cohort (``privbench.flower.secagg``) and each reply carries its cohort's aggregate."""
         if self._post is not None:
             self._post.sent.clear()  # the downloads travel in the requests' messages
+        aggregation = getattr(protocol, "aggregation", None)
+        if requests and requests[0].task == "round" and getattr(aggregation, "seals", False):
+            from privbench.flower.secagg import secure_round
+
+            state = side.model.state_dict()
+            names = [n for n, t in state.items() if t.is_floating_point()]
+            try:
+                return secure_round(self.grid, self.grid.wire, requests, [self._message(q) for q in requests],
+                                    aggregation=aggregation, names=names, base=state)
+            except (ValueError, KeyError, TypeError) as exc:
+                raise FlowerClientError(f"a secure round's reply was refused: {exc}") from None
         replies: list[TaskReply | None] = [None] * len(requests)
 
         def check(i: int, message: Message, reply: Message, sent: Sequence[Payload]) -> None:

@@ -141,9 +141,9 @@ class FederatedProtocol(ABC):
         """Why these settings cannot run with each client in a process of its own (None: they can)."""
         if self.vectorise:
             return "fl.vectorise=true stacks a round's clients in one process; on Flower each ClientApp trains its own"
-        if self.aggregation.seals:
-            return (f"aggregation={self.aggregation.name} runs SecAgg+ in this process; Flower's own SecAgg+ "
-                    "workflow is not driven by privbench's Flower engine yet; use engine=inprocess")
+        if self.aggregation.seals and "learngene" in self.sends:
+            return (f"aggregation={self.aggregation.name}: Flower's SecAgg+ sums one layout (the whole model), and "
+                    f"{self.name}'s learnGenes differ by client; use engine=inprocess")
         if type(self.trainer) is not SGDTrainer:
             return (f"the {self.trainer.name} trainer keeps its privacy accounting inside each client, which the "
                     "ClientApps do not report back; use engine=inprocess (message transforms do run on Flower)")
@@ -208,7 +208,8 @@ class FederatedProtocol(ABC):
         protocol's clients compute them (``begin_round``, ``victim_gradient``, ``send_subspace``). For messages
         recorded where they pass the server (Flower), whose messages never carry it.
         """
-        if payload.direction == "down":
+        if payload.direction == "down" or payload.spec.aggregate or (payload.spec.carries == "secret"
+                                                                       and payload.kind != "masked_upload"):
             return []
         agnostic = payload.phase == "agnostic"
         c = int(payload.sender.removeprefix("agnostic" if agnostic else "client"))

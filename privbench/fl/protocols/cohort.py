@@ -96,6 +96,9 @@ class Cohort:
 
     def combine(self, base: State, uploads: Sequence[Upload], *, round_: int, group: int | None = None) -> State:
         """``aggregation.combine`` of one group's uploads."""
+        if uploads and all(u.payload.kind == "aggregate" for u in uploads):  # the engine aggregated securely (Flower)
+            made = uploads[0].tensors
+            return {n: (made[n] if n in made else t).clone().to(t.device) for n, t in base.items()}
         held = self.clients.held if isinstance(self.clients, Sealed) else {}
         return self.aggregation.combine(base, uploads, round_=round_, group=group, wire=self.wire, seed=self.seed,
                                         truth=held)
