@@ -46,7 +46,7 @@ def _run(protocol_name, data, dp, tmp_path):
 
 
 @pytest.mark.parametrize("protocol_name", ["fedavg", pytest.param("genefl", marks=pytest.mark.slow)])
-@pytest.mark.parametrize("target", [1.0, 8.0])
+@pytest.mark.parametrize("target", [1.0, pytest.param(8.0, marks=pytest.mark.slow)])
 def test_target_epsilon_holds_for_every_client_and_the_victim(protocol_name, target, three_small_clients, tmp_path):
     dp = DPSGD(target_epsilon=target, delta=1e-5, cover=COVER if protocol_name == "genefl" else ())
     _run(protocol_name, three_small_clients, dp, tmp_path)

@@ -404,11 +404,13 @@ def _first_nan(tensors: dict) -> dict:  # type: ignore[type-arg]
 
 @pytest.mark.parametrize("tamper, message", [
     (lambda f, s: (f, _gene(s, _first_nan)), "holds NaN or infinite values"),
-    (lambda f, s: (f, _gene(s, lambda t: {**t, next(iter(t)): torch.zeros(1)})), r"is float32 \[1\], the model's is"),
+    pytest.param(lambda f, s: (f, _gene(s, lambda t: {**t, next(iter(t)): torch.zeros(1)})),
+                 r"is float32 \[1\], the model's is", marks=pytest.mark.slow),
     (lambda f, s: ({**f, "num_samples": 10**12}, s), "claims num_samples=1000000000000; the server planned"),
-    (lambda f, s: ({**f, "num_samples": -50}, s), "claims num_samples=-50"),
+    pytest.param(lambda f, s: ({**f, "num_samples": -50}, s), "claims num_samples=-50", marks=pytest.mark.slow),
     (lambda f, s: (f, [dataclasses.replace(p, sender="client3") for p in s]), "only uploads from client1"),
-    (lambda f, s: (f, _gene(s, lambda t: {**t, "body.0.weight": t[next(iter(t))].long()})), "not a floating tensor"),
+    pytest.param(lambda f, s: (f, _gene(s, lambda t: {**t, "body.0.weight": t[next(iter(t))].long()})),
+                 "not a floating tensor", marks=pytest.mark.slow),
 ])
 def test_a_hostile_reply_ends_the_run_naming_the_client_and_nothing_of_it_is_recorded(tmp_path, task_identity,
                                                                                         tamper, message):
@@ -490,3 +492,18 @@ def test_secagg_on_flower_runs_flowers_own_workflow_and_gives_the_inprocess_aggr
     assert masked[sb] > 8 * elements  # Flower's: int64 arrays, serialised with their headers
     ma, mb = (json.loads((tmp_path / r / "metrics.json").read_text()) for r in ("inprocess", "flower"))
     assert mb["run"]["aggregation"] == "secagg" and mb["bytes"]["uplink_bytes"] > ma["bytes"]["uplink_bytes"]
+
+
+@pytest.mark.slow
+def test_flower_simulation_runs_secagg_with_clientapps_in_other_processes(tmp_path):
+    """SecAgg+ on Flower's Ray simulation (every stage's message serialised between processes): the same messages
+    and the same aggregate as in process, within quantisation."""
+    overrides = ["fl=fedavg", *SMALL, "aggregation=secagg", "attack=none", "capture.rounds=all",
+                 "capture.clients=all", f"results_dir={tmp_path}"]
+    api.run(overrides, run_dir=tmp_path / "inprocess")
+    api.run([*overrides, "engine=flower"], run_dir=tmp_path / "flower")
+    ids = {r: sorted(x["id"] for x in _records(tmp_path / r)) for r in ("inprocess", "flower")}
+    assert ids["inprocess"] == ids["flower"] and not any("-update-" in i for i in ids["flower"])
+    sa, sb = (PayloadStore.open(tmp_path / r / "payloads") for r in ("inprocess", "flower"))
+    a, b = (s.load("r0001-aggregate-cohort0-server") for s in (sa, sb))
+    assert all(torch.allclose(a.tensors[n], b.tensors[n], atol=3e-5) for n in a.names)

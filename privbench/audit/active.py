@@ -193,7 +193,7 @@ def _gene_round(p: Plan, payload: Payload, base: Payload | None, model: nn.Modul
                                      "elements)",
                  "reply": f"the victim's learnGene, its layers chosen by GENE-FL on the crafted download "
                           f"(select={protocol.gene.select}, score={protocol.gene.score}): {', '.join(chosen)}",
-                 "crafted_layer_uploaded": uploaded, "crafted_layer_xi": xi.get(BLOCK),
+                 CRAFTED_UPLOADED.key: uploaded, "crafted_layer_xi": xi.get(BLOCK),
                  "reply_bytes": upload.nbytes, "training": training.hyperparameters(), "labels": "not given"}
     verdict = inspect_download(sent, {n: list(t.shape) for n, t in base.tensors.items()})
     check = {DOWNLOAD_FLAGGED.key: float(verdict.flagged), "download_check": verdict.reasons,
