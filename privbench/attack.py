@@ -29,6 +29,7 @@ from omegaconf import OmegaConf
 
 from privbench.errors import ConfigError, PrivbenchError
 from privbench.payloads import Payload, PayloadStore
+from privbench.payloads.encoding import decode
 from privbench.payloads.kinds import KINDS
 from privbench.payloads.training import LocalTraining
 
@@ -128,6 +129,10 @@ def recorded(source: Path, *, payload_id: str | None, kind: str, base: Path | No
         payload.training = training
     if payload.spec.carries == "model" and base_payload is None:
         raise ConfigError(f"a {payload.kind} payload carries a model: give --base, the weights the client started from")
+    try:
+        payload = decode(payload, base_payload.tensors if base_payload is not None else None)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
     return Recorded(payload, base_payload)
 
 

@@ -32,7 +32,7 @@ def test_help_lists_groups_and_options(tmp_path):
                  "secagg_unmask_request, secagg_unmask_shares, subspace, update",
                  "aggregation: plain, secagg",
                  "model: convnet, lenet, resnet18, torchvision", "fl: cluster_fedavg, fedavg, genefl, local",
-                 "defense: dpsgd, noise, none, prune",
+                 "defense: dpsgd, noise, none, prune, quantize, topk",
                  "experiment: active_genefl, active_server, bytes_curve, comm_accounting, dlg_paper, dp_coverage, dp_curve, idlg_paper, "
                  "paper_cifar10, "
                  "privacy_tradeoff, secure_aggregation, threat_grid, victim_settings, xi_direction",

@@ -243,13 +243,18 @@ def test_the_flower_engine_sends_what_the_inprocess_engine_sends(tmp_path, task_
 
 
 @pytest.mark.slow
-def test_a_message_transform_runs_on_the_client_and_matches_inprocess(tmp_path, task_identity):
-    overrides = [*SMALL, *CLUSTERED, "attack=none", "defense=prune", f"results_dir={tmp_path}"]
+@pytest.mark.parametrize("defense", ["prune", "topk"])
+def test_a_message_transform_runs_on_the_client_and_matches_inprocess(tmp_path, task_identity, defense):
+    """Also a compressed upload (topk): the server checks it decoded, and records it encoded, as in process."""
+    overrides = [*SMALL, *CLUSTERED, "attack=none", f"defense={defense}", f"results_dir={tmp_path}"]
     run_audit(api.compose(overrides), tmp_path / "inprocess")
     run_audit(api.compose([*overrides, "engine=flower"]), tmp_path / "flower", launcher=FlowerGrid(LoopbackGrid(7)))
     _same_run(tmp_path / "inprocess", tmp_path / "flower", atol=1e-6)
     index = json.loads((tmp_path / "flower" / "payloads" / "index.json").read_text())
-    assert {r["kind"] for r in index if r["protection"]} >= {"learngene", "subspace"}
+    assert {r["kind"] for r in index if r["protection"]} >= ({"learngene", "subspace"} if defense == "prune"
+                                                             else {"learngene"})
+    if defense == "topk":
+        assert all(r["encoding"] == "sparse/change" for r in index if r["kind"] == "learngene")
 
 
 @pytest.mark.slow

@@ -34,6 +34,7 @@ from privbench.fl.trainer import SGDTrainer, Trainer
 from privbench.audit.rerun import local_sgd, rerun_inputs
 from privbench.pixels import normalise
 from privbench.payloads import CapturePolicy, LocalTraining, Payload, PayloadStore
+from privbench.payloads.encoding import decode
 from privbench.fl.protocols.round import Upload
 from privbench.fl.sgd import parameters_of
 from privbench.fl.wire import Wire
@@ -93,7 +94,7 @@ def active_round(p: Plan, payload: Payload, base: Payload | None, model: nn.Modu
     message = Payload.from_tensors(kind=payload.kind, round=payload.round, sender=name, receiver="server",
                                    tensors=reply, base=f"{payload.base}-crafted", training=record)
     if p.transform is not None:
-        message = p.transform.protect(message, sent if payload.kind == "update" else None)
+        message = decode(p.transform.protect(message, sent if payload.kind == "update" else None), sent)
     assert message.tensors is not None
     observed = (dict(message.tensors) if payload.kind == "gradient"
                 else {n: t - sent[n] for n, t in message.tensors.items() if n in sent and t.is_floating_point()})
@@ -135,7 +136,7 @@ def _secure_round(p: Plan, payload: Payload, base: Payload | None, model: nn.Mod
         message = Payload.from_tensors(kind="update", round=payload.round, sender=name, receiver="server",
                                        tensors=parameters_of(local), base=f"{payload.base}-crafted", training=record)
         if p.transform is not None:
-            message = p.transform.protect(message, sent)
+            message = decode(p.transform.protect(message, sent), sent)
         uploads.append(Upload(record.num_samples, message, list(message.names)))
         records.append(record)
     aggregation = p.protocol.aggregation
@@ -181,7 +182,7 @@ def _gene_round(p: Plan, payload: Payload, base: Payload | None, model: nn.Modul
     state = rerun.start(crafted, np.zeros(data.num_clients, dtype=int), sent)
     pending = rerun.begin_round(crafted, ClientStart(at, sent, f"{payload.base}-crafted"), data, state)
     training, = rerun.train_clients([pending.job])
-    upload = rerun.end_round(pending, training, state).payload
+    upload = decode(rerun.end_round(pending, training, state).payload, sent)
     assert upload.tensors is not None
     chosen = list(upload.condensation.layers) if upload.condensation else []
     uploaded = BLOCK in chosen

@@ -106,6 +106,10 @@ def plan(cfg: DictConfig) -> Plan:
     launcher = build("engine", cfg.engine)
     if not isinstance(launcher, Launcher):
         raise _not_a("engine", launcher, Launcher)
+    if isinstance(defense, MessageTransform) and defense.encodes and aggregation.seals:
+        raise ConfigError(f"defense={defense.name} with aggregation={aggregation.name}: SecAgg+ sums the masked "
+                          "tensors themselves, and a compressed upload's parts do not add up; SecAgg+ quantises on "
+                          "its own (aggregation.quantization_range)")
     problem = launcher.problem(protocol)
     if problem:
         raise ConfigError(f"engine={launcher.name}: {problem}")

@@ -46,6 +46,8 @@ class Payload:
         condensation: the gene layers chosen and their scores (GENE-FL uploads).
         protection: what a message transform did to the tensors (e.g. the noise added to
             what), or None when sent as computed.
+        encoding: how a compressing transform encoded the tensors (``privbench.payloads.encoding``: ``sparse/change``,
+            ``quantized:4/values``, ...), or None when they go as named tensors.
         tensors: the named tensors, or None when the capture policy did not keep them.
     """
 
@@ -63,6 +65,7 @@ class Payload:
     training: LocalTraining | None = None
     condensation: Condensation | None = None
     protection: str | None = None
+    encoding: str | None = None
     tensors: dict[str, torch.Tensor] | None = field(default=None, repr=False)
 
     @classmethod

@@ -5,6 +5,7 @@ import dataclasses
 
 from privbench.errors import ConfigError, PrivbenchError
 from privbench.payloads.capture import CapturePolicy
+from privbench.payloads.encoding import decode, plain_name
 from privbench.payloads.kinds import PayloadKind, kinds_where
 from privbench.payloads.kinds import kind as kind_spec
 from privbench.payloads.payload import Payload
@@ -72,6 +73,10 @@ class PayloadChoice:
             raise PrivbenchError(f"no {self.kind} payload of {victim.name} in round {round_} was recorded")
         payload = store.load(found[0]["id"])
         base = store.load(payload.base) if payload.base else None
+        try:  # a compressed message as the server reads it
+            payload = decode(payload, base.tensors if base is not None else None)
+        except ValueError as exc:
+            raise PrivbenchError(str(exc)) from None
         return payload, base
 
     def _secure_aggregate(self, store: PayloadStore, victim: Victim) -> tuple[Payload, Payload]:
@@ -104,13 +109,14 @@ class PayloadChoice:
         received = store.load(mine[0]["base"])
         model = store.load(after[0]["id"])
         assert model.tensors is not None
-        names = [n for n in model.names if any(n in m["names"] for m in members)]
+        sent = [{plain_name(n) for n in m["names"]} for m in members]
+        names = [n for n in model.names if any(n in s for s in sent)]
         parts: list[AggregatePart] = []
-        for m in members:
+        for m, s in zip(members, sent):
             t = LocalTraining.from_dict(m["training"])
             parts.append(AggregatePart(client=m["sender"], images=t.num_samples, num_samples=t.num_samples,
                                        steps=t.steps, batch_size=t.batch_size,
-                                       names=tuple(n for n in m["names"] if n in names)))
+                                       names=tuple(n for n in names if n in s)))
         total = sum(p.num_samples for p in parts)
         own = LocalTraining.from_dict(mine[0]["training"])
         training = dataclasses.replace(own, steps=round(sum(p.steps * p.num_samples for p in parts) / total),

@@ -17,6 +17,8 @@ class MessageTransform(ABC):
     """
 
     name = "transform"
+    #: it sends an encoded form (``privbench.payloads.encoding``), which readers decode.
+    encodes = False
 
     @abstractmethod
     def protect(self, payload: Payload, base: dict[str, torch.Tensor] | None = None) -> Payload:

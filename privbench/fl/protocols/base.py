@@ -25,6 +25,7 @@ from privbench.fl.protocols.round import ClientRound, ClientStart, PendingUpload
 from privbench.fl.vectorised import LocalJob
 from privbench.fl.wire import Wire
 from privbench.payloads import KINDS, LocalTraining, Payload
+from privbench.payloads.encoding import decode
 from privbench.victim import Victim
 
 T = TypeVar("T")
@@ -320,7 +321,8 @@ class FederatedProtocol(ABC):
         with the model's names, shapes and dtypes; for a ``round``, the upload it names and the sample count the
         server planned for it."""
         state = side.model.state_dict()
-        for p in sent:
+        received = {n: t for down in request.downloads if down.tensors is not None for n, t in down.tensors.items()}
+        for p in [decode(p, received) for p in sent]:  # a compressed upload is checked as the server reads it
             if p.kind not in self.sends:
                 raise ValueError(f"it sent a {p.kind}; fl={self.name} sends {', '.join(self.sends)}")
             if p.direction != "up" or p.sender != request.name or p.receiver != "server":

@@ -18,6 +18,7 @@ from privbench.fl.protocols.round import Upload
 from privbench.fl.sgd import State
 from privbench.fl.wire import Wire
 from privbench.payloads import Payload
+from privbench.payloads.encoding import decode
 
 
 def sealed_kind(payload: Payload) -> bool:
@@ -79,7 +80,9 @@ class Plain(Aggregation):
 
     def combine(self, base: State, uploads: Sequence[Upload], *, round_: int, group: int | None, wire: Wire,
                 seed: int, truth: Mapping[str, Sequence[int]] | None = None) -> State:
-        return aggregate(base, [(u.num_samples, u.tensors) for u in uploads])
+        """Each upload decoded (a compressed one against ``base``, the model its senders received), then averaged."""
+        decoded = [decode(u.payload, base).tensors for u in uploads]
+        return aggregate(base, [(u.num_samples, t) for u, t in zip(uploads, decoded) if t is not None])
 
     def describe(self) -> dict[str, Any]:
         return {"aggregation": self.name}
