@@ -235,7 +235,7 @@ def test_the_aggregate_replays_as_its_members_trained(tmp_path):
     (["aggregation=secagg", "fl=fedavg", "payload=gradient"], "attack payload=aggregate"),
     (["aggregation=secagg", "payload=aggregate", "engine=flower"], "engine=flower: aggregation=secagg: Flower's SecAgg"
                                                                      r"\+ sums one layout"),
-    (["payload=aggregate"], "payload=aggregate: fl=genefl with aggregation=plain sends"),
+    (["payload=aggregate"], "payload=aggregate: fl=genefl sends subspace"),
 ])
 def test_plan_refuses_what_the_server_cannot_see(compose_cfg, overrides, message):
     with pytest.raises(ConfigError, match=message):

@@ -127,8 +127,8 @@ def plan(cfg: DictConfig) -> Plan:
     if p.attacking:
         if choice.kind not in protocol.wire_kinds:
             sends = ", ".join(protocol.wire_kinds) or "nothing (use attack=none)"
-            raise ConfigError(f"payload={choice.kind}: fl={protocol.name} with aggregation={aggregation.name} sends "
-                              f"{sends}")
+            under = "" if aggregation.name == "plain" else f" with aggregation={aggregation.name}"
+            raise ConfigError(f"payload={choice.kind}: fl={protocol.name}{under} sends {sends}")
         if choice.kind not in protocol.readable_kinds:
             raise ConfigError(f"payload={choice.kind}: under aggregation={aggregation.name} the server never sees a "
                               f"client's {choice.kind}, only each cohort's mean; attack payload=aggregate")
