@@ -9,7 +9,7 @@ import torch
 
 from privbench.audit.plan import plan
 from privbench.defenses.compression import StochasticQuantization, TopK
-from privbench.defenses.prune import Prune, keep_top
+from privbench.defenses.prune import Prune
 from privbench.errors import ConfigError
 from privbench.fl.protocols.fedavg import FedAvg
 from privbench.fl.wire import Wire

@@ -34,7 +34,7 @@ def _wire(tmp_path, cls=Wire):
     return cls(PayloadStore(tmp_path), KEEP_ALL, sends=("update", *SecAggPlus.sends), trainer=SGDTrainer())
 
 
-def _uploads(trainer_wire: Wire, weights, tensors):
+def _uploads(weights, tensors):
     out = []
     for i, (w, t) in enumerate(zip(weights, tensors)):
         training = LocalTraining(lr=0.1, steps=1, batch_size=w, num_samples=w)
@@ -70,7 +70,7 @@ def test_secure_sum_is_the_weighted_mean_over_each_names_senders(tmp_path):
     weights, tensors = _three()
     secagg = SecAggPlus(max_weight=10.0)
     wire = _wire(tmp_path)
-    out = secagg.combine(BASE, _uploads(wire, weights, tensors), round_=0, group=None, wire=wire, seed=0)
+    out = secagg.combine(BASE, _uploads(weights, tensors), round_=0, group=None, wire=wire, seed=0)
     # by hand: a over all three (weights 2, 3, 5), b over clients 0 and 2 only (2, 5); the integer buffer stays
     a = (2 * tensors[0]["a"] + 3 * tensors[1]["a"] + 5 * tensors[2]["a"]) / 10
     b = (2 * tensors[0]["b"] + 5 * tensors[2]["b"]) / 7
@@ -78,14 +78,14 @@ def test_secure_sum_is_the_weighted_mean_over_each_names_senders(tmp_path):
     assert torch.allclose(out["a"], a, atol=3 * step) and torch.allclose(out["b"], b, atol=3 * step)
     assert not torch.equal(out["a"], a)  # it went through quantisation, not a copy of the plain mean
     assert out["steps"].item() == 3
-    plain = Plain().combine(BASE, _uploads(wire, weights, tensors), round_=0, group=None, wire=wire, seed=0)
+    plain = Plain().combine(BASE, _uploads(weights, tensors), round_=0, group=None, wire=wire, seed=0)
     assert all(torch.allclose(out[n], plain[n], atol=3 * step) for n in ("a", "b"))
 
 
 def test_no_upload_is_recorded_and_every_secagg_message_is_counted(tmp_path):
     weights, tensors = _three()
     wire = _wire(tmp_path)
-    SecAggPlus(max_weight=10.0).combine(BASE, _uploads(wire, weights, tensors), round_=0, group=None, wire=wire,
+    SecAggPlus(max_weight=10.0).combine(BASE, _uploads(weights, tensors), round_=0, group=None, wire=wire,
                                         seed=0)
     kinds = [r["kind"] for r in wire.store.records()]
     assert "update" not in kinds
@@ -112,7 +112,7 @@ def test_fresh_keys_fresh_masks_same_aggregate(tmp_path):
     runs = []
     for name in ("a", "b"):
         wire = _wire(tmp_path / name)
-        out = SecAggPlus(max_weight=10.0).combine(BASE, _uploads(wire, weights, tensors), round_=0, group=None,
+        out = SecAggPlus(max_weight=10.0).combine(BASE, _uploads(weights, tensors), round_=0, group=None,
                                                   wire=wire, seed=4)
         runs.append((out, wire.store.load("r0000-masked_upload-client0-server").tensors["masked"]))
     assert torch.equal(runs[0][0]["a"], runs[1][0]["a"])  # the rounding is seeded
@@ -135,7 +135,7 @@ def test_a_client_refuses_altered_shares(tmp_path):
     weights, tensors = _three()
     wire = _wire(tmp_path, _Tampering)
     with pytest.raises(ValueError, match="authentication tag"):
-        SecAggPlus(max_weight=10.0).combine(BASE, _uploads(wire, weights, tensors), round_=0, group=None, wire=wire,
+        SecAggPlus(max_weight=10.0).combine(BASE, _uploads(weights, tensors), round_=0, group=None, wire=wire,
                                             seed=0)
 
 

@@ -26,7 +26,6 @@ stochastic rounding is seeded, so the aggregate is the same for the same seed.
 """
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -283,16 +282,12 @@ class SecAggPlus(Aggregation):
                 out[n] = torch.from_numpy(mean.reshape(base[n].shape)).to(base[n].dtype).to(base[n].device)
             offset += size
         first = uploads[0].payload
-        own = first.training
         parts = tuple(AggregatePart(client=u.payload.sender, images=u.num_samples, num_samples=u.num_samples,
                                     steps=u.payload.training.steps if u.payload.training else 1,
                                     batch_size=u.payload.training.batch_size if u.payload.training else u.num_samples,
                                     names=tuple(u.payload.names)) for u in uploads)
         carried = sorted({n for u in uploads for n in u.payload.names}, key=list(base).index)
-        training = None
-        if own is not None:
-            steps = round(sum(p.steps * p.num_samples for p in parts) / max(sum(p.num_samples for p in parts), 1))
-            training = dataclasses.replace(own, steps=steps, num_samples=sum(p.num_samples for p in parts), parts=parts)
+        training = first.training.of_cohort(parts) if first.training is not None else None
         wire.send(Payload.from_tensors(kind="aggregate", round=round_, sender=f"cohort{0 if group is None else group}",
                                        receiver="server", tensors={n: out[n] for n in carried}, base=first.base,
                                        cluster=group, training=training))

@@ -35,9 +35,10 @@ from privbench.audit.rerun import local_sgd, rerun_inputs
 from privbench.pixels import normalise
 from privbench.payloads import CapturePolicy, LocalTraining, Payload, PayloadStore
 from privbench.payloads.encoding import decode
-from privbench.fl.protocols.round import Upload
+from privbench.fl.protocols.genefl import GeneFL
+from privbench.fl.protocols.round import ClientRound, ClientStart, Upload
 from privbench.fl.sgd import parameters_of
-from privbench.fl.wire import Wire
+from privbench.fl.wire import Outbox, Wire
 
 #: A member of the victim's cohort: its name, the train images its upload was computed from, its declared training.
 Member = tuple[str, list[int], LocalTraining]
@@ -60,6 +61,26 @@ def _crafted(p: Plan, model: nn.Module, received: dict[str, torch.Tensor], data:
     public = normalise(data.test.images[rows].cpu().float() / 255.0, data.train.mean, data.train.std)
     crafted: nn.Module = craft(at_weights(model, received), public.to(device), seed=p.seed)
     return crafted
+
+
+def _change(tensors: dict[str, torch.Tensor], sent: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A model reply as the server reads it: each floating tensor's change from the crafted download."""
+    return {n: t - sent[n] for n, t in tensors.items() if n in sent and t.is_floating_point()}
+
+
+def _knowledge(p: Plan, payload: Payload, *, crafted: str, reply: str, reply_bytes: int,
+               training: LocalTraining | None, **extra: Any) -> dict[str, Any]:
+    """The threat model of an active round: the attack's settings, what it sent and what came back."""
+    describe: dict[str, Any] = getattr(p.attack, "describe")()
+    return {"payload": payload.id, "payload_kind": payload.kind, **describe, "crafted_download": crafted,
+            "reply": reply, **extra, "reply_bytes": reply_bytes,
+            "training": training.hyperparameters() if training is not None else None, "labels": "not given"}
+
+
+def _client_check(sent: dict[str, torch.Tensor], received: dict[str, torch.Tensor]) -> dict[str, Any]:
+    """The victim's own check of the crafted download against the architecture it expected (``received``)."""
+    verdict = inspect_download(sent, {n: list(t.shape) for n, t in received.items()})
+    return {DOWNLOAD_FLAGGED.key: float(verdict.flagged), "download_check": verdict.reasons}
 
 
 def active_round(p: Plan, payload: Payload, base: Payload | None, model: nn.Module, data: FederatedData,
@@ -96,19 +117,14 @@ def active_round(p: Plan, payload: Payload, base: Payload | None, model: nn.Modu
     if p.transform is not None:
         message = decode(p.transform.protect(message, sent if payload.kind == "update" else None), sent)
     assert message.tensors is not None
-    observed = (dict(message.tensors) if payload.kind == "gradient"
-                else {n: t - sent[n] for n, t in message.tensors.items() if n in sent and t.is_floating_point()})
-    describe: dict[str, Any] = getattr(p.attack, "describe")()
-    knowledge = {"payload": payload.id, "payload_kind": payload.kind, **describe,
-                 "crafted_download": f"{payload.base} behind the crafted block ({sum(t.numel() for t in sent.values()):,} "
-                                     "elements)",
-                 "reply": f"the victim's {payload.kind}, trained as usual on the crafted download "
-                          f"({record.steps} step(s), batch {record.batch_size}, {record.num_samples} samples)",
-                 "reply_bytes": message.nbytes, "training": record.hyperparameters(), "labels": "not given"}
-    verdict = inspect_download(sent, {n: list(t.shape) for n, t in received.items()})
-    check = {DOWNLOAD_FLAGGED.key: float(verdict.flagged), "download_check": verdict.reasons}
+    observed = dict(message.tensors) if payload.kind == "gradient" else _change(message.tensors, sent)
+    knowledge = _knowledge(
+        p, payload, crafted=f"{payload.base} behind the crafted block ({sum(t.numel() for t in sent.values()):,} "
+                            "elements)",
+        reply=f"the victim's {payload.kind}, trained as usual on the crafted download ({record.steps} step(s), batch "
+              f"{record.batch_size}, {record.num_samples} samples)", reply_bytes=message.nbytes, training=record)
     return ActiveView(sent, observed, payload.kind, record, data.train.shape, tuple(data.train.mean),
-                      tuple(data.train.std), knowledge, check)
+                      tuple(data.train.std), knowledge, _client_check(sent, received))
 
 
 def _secure_round(p: Plan, payload: Payload, base: Payload | None, model: nn.Module, data: FederatedData,
@@ -121,15 +137,15 @@ def _secure_round(p: Plan, payload: Payload, base: Payload | None, model: nn.Mod
     if not members:
         raise AttackNotApplicableError(f"{payload.id}: no member of the cohort was recorded")
     device = next(model.parameters()).device
-    crafted = _crafted(p, model, dict(base.tensors) if base is not None and base.tensors is not None else {}, data)
+    received = dict(base.tensors) if base is not None and base.tensors is not None else {}
+    crafted = _crafted(p, model, received, data)
     sent = parameters_of(crafted)
     trainer = _trainer(p)
     uploads, records = [], []
     for i, (name, indices, declared) in enumerate(members):
         stand_in = Payload.from_tensors(kind="update", round=payload.round, sender=name, receiver="server",
                                         tensors={}, base=payload.base, training=declared)
-        received, training, client_data = rerun_inputs(stand_in, base, data, indices, device=device,
-                                                       what="an active round")
+        _, training, client_data = rerun_inputs(stand_in, base, data, indices, device=device, what="an active round")
         local = copy.deepcopy(crafted)
         generator = torch.Generator().manual_seed(p.seed * 1_000_003 + 71 + i)
         record = trainer.train(local, client_data, client=name, sgd=local_sgd(training), generator=generator)
@@ -145,29 +161,18 @@ def _secure_round(p: Plan, payload: Payload, base: Payload | None, model: nn.Mod
                     trainer=trainer)
         mean = aggregation.combine(sent, uploads, round_=payload.round, group=payload.cluster, wire=wire, seed=p.seed)
         cost = wire.totals().uplink_bytes
-    observed = {n: mean[n] - t for n, t in sent.items() if t.is_floating_point()}
-    describe: dict[str, Any] = getattr(p.attack, "describe")()
     images = sum(r.num_samples for r in records)
-    knowledge = {"payload": payload.id, "payload_kind": payload.kind, **describe,
-                 "crafted_download": f"{payload.base} behind the crafted block, sent to all {len(members)} members of "
-                                     "the cohort",
-                 "reply": f"the cohort's {aggregation.name} aggregate of {len(members)} updates ({images} images), "
-                          "each trained as usual on the crafted download",
-                 "reply_bytes": cost, "training": payload.training.hyperparameters(), "labels": "not given"}
-    received = base.tensors if base is not None and base.tensors is not None else {}
-    verdict = inspect_download(sent, {n: list(t.shape) for n, t in received.items()})
-    check = {DOWNLOAD_FLAGGED.key: float(verdict.flagged), "download_check": verdict.reasons}
-    return ActiveView(sent, observed, "update", payload.training, data.train.shape, tuple(data.train.mean),
-                      tuple(data.train.std), knowledge, check)
+    knowledge = _knowledge(
+        p, payload, crafted=f"{payload.base} behind the crafted block, sent to all {len(members)} members of the cohort",
+        reply=f"the cohort's {aggregation.name} aggregate of {len(members)} updates ({images} images), each trained as "
+              "usual on the crafted download", reply_bytes=cost, training=payload.training)
+    return ActiveView(sent, _change(mean, sent), "update", payload.training, data.train.shape, tuple(data.train.mean),
+                      tuple(data.train.std), knowledge, _client_check(sent, received))
 
 
 def _gene_round(p: Plan, payload: Payload, base: Payload | None, model: nn.Module, data: FederatedData) -> ActiveView:
     """GENE-FL's client round on the crafted download, by GENE-FL's own client code (its Fisher pass, penalty, xi
     and layer choice over the crafted model's layers, the block among them): the server reads what it uploads."""
-    from privbench.fl.protocols.genefl import GeneFL
-    from privbench.fl.protocols.round import ClientRound, ClientStart
-    from privbench.fl.wire import Outbox
-
     protocol = p.protocol
     if not isinstance(protocol, GeneFL) or base is None or base.tensors is None:
         raise AttackNotApplicableError(f"{payload.id}: a learnGene round needs GENE-FL and the download it started from")
@@ -186,18 +191,14 @@ def _gene_round(p: Plan, payload: Payload, base: Payload | None, model: nn.Modul
     assert upload.tensors is not None
     chosen = list(upload.condensation.layers) if upload.condensation else []
     uploaded = BLOCK in chosen
-    observed = {n: t - sent[n] for n, t in upload.tensors.items() if n in sent and t.is_floating_point()}
-    describe: dict[str, Any] = getattr(p.attack, "describe")()
     xi = upload.condensation.xi if upload.condensation else {}
-    knowledge = {"payload": payload.id, "payload_kind": payload.kind, **describe,
-                 "crafted_download": f"{payload.base} behind the crafted block ({sum(t.numel() for t in sent.values()):,} "
-                                     "elements)",
-                 "reply": f"the victim's learnGene, its layers chosen by GENE-FL on the crafted download "
-                          f"(select={protocol.gene.select}, score={protocol.gene.score}): {', '.join(chosen)}",
-                 CRAFTED_UPLOADED.key: uploaded, "crafted_layer_xi": xi.get(BLOCK),
-                 "reply_bytes": upload.nbytes, "training": training.hyperparameters(), "labels": "not given"}
-    verdict = inspect_download(sent, {n: list(t.shape) for n, t in base.tensors.items()})
-    check = {DOWNLOAD_FLAGGED.key: float(verdict.flagged), "download_check": verdict.reasons,
-             CRAFTED_UPLOADED.key: float(uploaded)}
-    return ActiveView(sent, observed, "learngene", training, data.train.shape, tuple(data.train.mean),
-                      tuple(data.train.std), knowledge, check)
+    knowledge = _knowledge(
+        p, payload, crafted=f"{payload.base} behind the crafted block ({sum(t.numel() for t in sent.values()):,} "
+                            "elements)",
+        reply=f"the victim's learnGene, its layers chosen by GENE-FL on the crafted download "
+              f"(select={protocol.gene.select}, score={protocol.gene.score}): {', '.join(chosen)}",
+        reply_bytes=upload.nbytes, training=training,
+        **{CRAFTED_UPLOADED.key: uploaded, "crafted_layer_xi": xi.get(BLOCK)})
+    check = {**_client_check(sent, base.tensors), CRAFTED_UPLOADED.key: float(uploaded)}
+    return ActiveView(sent, _change(upload.tensors, sent), "learngene", training, data.train.shape,
+                      tuple(data.train.mean), tuple(data.train.std), knowledge, check)

@@ -86,8 +86,7 @@ class Wire:
             raise WireError(f"{payload.id}: this protocol declared it sends {', '.join(sorted(self.sends)) or 'nothing'}, "
                             f"not {payload.kind}")
         spec = payload.spec
-        if (spec.direction == "up" and spec.carries in ("gradient", "model") and not spec.aggregate
-                and not self.trainer.issued(payload.training)):
+        if spec.client_own and not self.trainer.issued(payload.training):
             raise WireError(f"{payload.id}: not trained by the configured trainer ({self.trainer.name}); a protocol "
                             "must train through its trainer so that defences inside training apply")
 

@@ -21,7 +21,7 @@ from flwr.client.mod import secaggplus_mod
 from flwr.clientapp.typing import ClientAppCallable
 from flwr.common import Code, FitIns, FitRes, Parameters, Status, ndarrays_to_parameters, parameters_to_ndarrays
 from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS, Key, Stage
-from flwr.compat.common.recorddict_compat import fitres_to_recorddict
+from flwr.compat.common.recorddict_compat import fitres_to_recorddict, parameters_to_arrayrecord
 from flwr.server.client_manager import SimpleClientManager
 from flwr.server.client_proxy import ClientProxy
 from flwr.server.compat.grid_client_proxy import GridClientProxy
@@ -36,6 +36,7 @@ from privbench.fl.engine import ClientTask, TaskReply
 from privbench.fl.wire import Wire
 from privbench.flower.capture import CapturingGrid
 from privbench.payloads import AggregatePart, LocalTraining, Payload
+from privbench.progress import log
 
 #: The fitres metric holding the reply's scalar fields and its upload's declared training (sent in the clear).
 FIELDS = "privbench.fields"
@@ -177,8 +178,6 @@ def secure_round(grid: CapturingGrid, wire: Wire, requests: Sequence[ClientTask]
         round_ = requests[members[0]].round
         group = None if cluster is None else int(cluster)
         if len(members) < 2:
-            from privbench.progress import log
-
             log.warning("secagg: round %d, cohort %s has one client; SecAgg+ needs two, so its model stays as sent",
                         round_, "all" if group is None else group)
             for i in members:
@@ -190,8 +189,6 @@ def secure_round(grid: CapturingGrid, wire: Wire, requests: Sequence[ClientTask]
         context = LegacyContext(Context(run_id=0, node_id=0, node_config={}, state=RecordDict(), run_config={}),
                                 strategy=strategy, client_manager=SimpleClientManager())
         context.state.config_records[MAIN_CONFIGS_RECORD] = ConfigRecord({WorkflowKey.CURRENT_ROUND: round_})
-        from flwr.compat.common.recorddict_compat import parameters_to_arrayrecord
-
         context.state.array_records[MAIN_PARAMS_RECORD] = parameters_to_arrayrecord(
             ndarrays_to_parameters([np.zeros(1)]), keep_input=True)
         workflow = _Workflow({int(messages[i].metadata.dst_node_id): messages[i].content for i in members},
@@ -222,19 +219,12 @@ def _empty(request: ClientTask, group: int | None) -> Payload:
 def _aggregate(tensors: dict[str, torch.Tensor], fields: Sequence[dict[str, Any]], clients: Sequence[str], *,
                round_: int, group: int | None) -> Payload:
     """The cohort's mean as the server unmasked it, with its members' declared training (``aggregate``)."""
-    import dataclasses
-
     trainings = [LocalTraining.from_dict(json.loads(f["training"])) if f["training"] != "null" else None
                  for f in fields]
     parts = tuple(AggregatePart(client=c, images=int(f["num_samples"]), num_samples=int(f["num_samples"]),
                                 steps=t.steps if t else 1, batch_size=t.batch_size if t else int(f["num_samples"]),
                                 names=tuple(tensors)) for c, f, t in zip(clients, fields, trainings))
-    own = trainings[0]
-    training = None
-    if own is not None:
-        total = max(sum(p.num_samples for p in parts), 1)
-        training = dataclasses.replace(own, steps=round(sum(p.steps * p.num_samples for p in parts) / total),
-                                       num_samples=sum(p.num_samples for p in parts), parts=parts)
+    training = trainings[0].of_cohort(parts) if trainings[0] is not None else None
     return Payload.from_tensors(kind="aggregate", round=round_, sender=f"cohort{0 if group is None else group}",
                                 receiver="server", tensors=tensors, base=str(fields[0]["base"]) or None,
                                 cluster=group, training=training)

@@ -41,6 +41,11 @@ class PayloadKind:
     unreadable_why: str = ""
 
     @property
+    def client_own(self) -> bool:
+        """A client's own upload or gradient (what secure aggregation holds back from the server)."""
+        return self.direction == "up" and self.carries in ("model", "gradient") and not self.aggregate
+
+    @property
     def reads_as(self) -> Carries | None:
         """What an attack reads this kind as (``None``: no attack applies)."""
         return self.carries if self.readable else None

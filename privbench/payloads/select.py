@@ -1,7 +1,6 @@
 """Which recorded payload the attack reads: the victim's message of a given kind."""
 from __future__ import annotations
 
-import dataclasses
 
 from privbench.errors import ConfigError, PrivbenchError
 from privbench.payloads.capture import CapturePolicy
@@ -117,10 +116,7 @@ class PayloadChoice:
             parts.append(AggregatePart(client=m["sender"], images=t.num_samples, num_samples=t.num_samples,
                                        steps=t.steps, batch_size=t.batch_size,
                                        names=tuple(n for n in names if n in s)))
-        total = sum(p.num_samples for p in parts)
-        own = LocalTraining.from_dict(mine[0]["training"])
-        training = dataclasses.replace(own, steps=round(sum(p.steps * p.num_samples for p in parts) / total),
-                                       parts=tuple(parts))
+        training = LocalTraining.from_dict(mine[0]["training"]).of_cohort(parts)
         payload = Payload.from_tensors(kind=self.kind, round=r + 1, sender="server", receiver=after[0]["receiver"],
                                        tensors={n: model.tensors[n] for n in names}, base=received.id, cluster=k,
                                        training=training)

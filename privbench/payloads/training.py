@@ -1,7 +1,8 @@
 """Typed records a payload carries: how the sender trained locally, and which layers it condensed."""
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 
@@ -75,6 +76,21 @@ class LocalTraining:
         if clip is not None and (isinstance(clip, bool) or not isinstance(clip, (int, float)) or not clip > 0):
             raise ValueError(f"a training record's clip norm is {clip!r}, not a positive number")
         return cls(**{**values, "parts": parts, "clip": None if clip is None else float(clip)})
+
+    def of_cohort(self, parts: Sequence[AggregatePart]) -> "LocalTraining":
+        """The training record of an aggregate of ``parts`` (this record one of theirs): their sample-weighted mean
+        step count, their summed samples, and each part.
+
+        Example:
+            >>> one = LocalTraining(lr=0.1, steps=2, batch_size=8, num_samples=8)
+            >>> parts = [AggregatePart("client0", 8, 8, 2, 8, ("w",)), AggregatePart("client1", 24, 24, 6, 8, ("w",))]
+            >>> t = one.of_cohort(parts)
+            >>> t.steps, t.num_samples, len(t.parts)
+            (5, 32, 2)
+        """
+        total = sum(p.num_samples for p in parts)
+        steps = round(sum(p.steps * p.num_samples for p in parts) / max(total, 1))
+        return replace(self, steps=steps, num_samples=total, parts=tuple(parts))
 
     def hyperparameters(self) -> dict[str, Any]:
         """The scalar settings and the penalty's, as recorded in the threat model."""

@@ -84,8 +84,7 @@ class FederatedProtocol(ABC):
         """The kinds of ``wire_kinds`` whose tensors reach the server (a secure aggregation seals the uploads)."""
         if not self.aggregation.seals:
             return self.wire_kinds
-        return tuple(k for k in self.wire_kinds if not (KINDS[k].direction == "up" and KINDS[k].carries in
-                                                        ("model", "gradient") and not KINDS[k].aggregate))
+        return tuple(k for k in self.wire_kinds if not KINDS[k].client_own)
 
     def local_job(self, model: nn.Module, data: ImageDataset, *, at: ClientRound,
                   regulariser: Regulariser | None = None) -> LocalJob:

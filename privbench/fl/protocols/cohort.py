@@ -21,12 +21,6 @@ from privbench.payloads import Payload
 from privbench.payloads.encoding import decode
 
 
-def sealed_kind(payload: Payload) -> bool:
-    """Whether a secure aggregation holds ``payload`` back: a client's model upload or gradient."""
-    spec = payload.spec
-    return spec.direction == "up" and spec.carries in ("model", "gradient") and not spec.aggregate
-
-
 class Sealed(Wire):
     """The clients' wire under secure aggregation: their uploads and gradients are prepared (checked, and defended
     by the message transform) as on the run's wire, then held with their ground truth instead of recorded; every
@@ -41,7 +35,7 @@ class Sealed(Wire):
 
     def send(self, payload: Payload, *, truth: Sequence[int] = ()) -> Payload:
         prepared = self.inner.prepare(payload)
-        if sealed_kind(prepared):
+        if prepared.spec.client_own:
             self.held[prepared.id] = [int(i) for i in truth]
             return prepared
         return self.inner.record(prepared, truth=truth)
