@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
 import pytest
 import torch
 from hydra import compose, initialize_config_module
@@ -26,6 +27,15 @@ def compose_cfg():
         return cfg
 
     return _compose
+
+
+@pytest.fixture
+def four_pairs() -> FederatedData:
+    """Four clients of two random train images each (seed 0): a cohort whose aggregate an attack can rebuild whole."""
+    data = FederatedData.build(source="fashion_mnist_subset", num_clients=4, partition="iid", agnostic_classes=[])
+    rng = np.random.default_rng(0)
+    data.clients = [np.sort(rng.choice(len(data.train), 2, replace=False)) for _ in range(4)]
+    return data
 
 
 @pytest.fixture(scope="session")

@@ -11,7 +11,7 @@ from privbench.attacks.matching import candidate_gradient
 from privbench.attacks.objectives import cosine_distance, total_variation
 from privbench.attacks.projection import SubspaceProjection
 from privbench.audit.run import plan
-from privbench.data import FederatedData, denormalise
+from privbench.data import denormalise
 from privbench.errors import AttackNotApplicableError
 from privbench.fl.protocols.genefl import GeneFL
 from privbench.fl.sgd import batch_gradient, local_train, parameters_of
@@ -134,10 +134,8 @@ def test_attacks_refuse_payloads_with_a_reason(compose_cfg, overrides, message):
         plan(compose_cfg(*overrides))
 
 
-def test_cluster_model_aggregate_target(tmp_path):
-    data = FederatedData.build(source="fashion_mnist_subset", num_clients=4, partition="iid", agnostic_classes=[])
-    rng = np.random.default_rng(0)
-    data.clients = [np.sort(rng.choice(len(data.train), 2, replace=False)) for _ in range(4)]
+def test_cluster_model_aggregate_target(tmp_path, four_pairs):
+    data = four_pairs
     torch.manual_seed(0)
     model = LeNet(in_channels=1, image_size=28, num_classes=10)
     victim = Victim(client=0, round=0, num_images=2)

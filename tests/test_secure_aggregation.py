@@ -11,7 +11,6 @@ import torch
 from privbench.attacks import AttackTarget
 from privbench.attacks.matching import candidate_gradient
 from privbench.audit.plan import plan
-from privbench.data import FederatedData
 from privbench.defenses.secure_aggregation import SecAggPlus
 from privbench.defenses.secure_aggregation.shamir import combine_shares, create_shares
 from privbench.errors import ConfigError
@@ -204,10 +203,8 @@ def test_genefl_learngenes_are_masked_at_the_full_models_size(tmp_path, fmnist):
         assert all(len(p.names) < len(model.state_dict()) for p in parts)  # each sent its gene layers only
 
 
-def test_the_aggregate_replays_as_its_members_trained(tmp_path):
-    data = FederatedData.build(source="fashion_mnist_subset", num_clients=4, partition="iid", agnostic_classes=[])
-    rng = np.random.default_rng(0)
-    data.clients = [np.sort(rng.choice(len(data.train), 2, replace=False)) for _ in range(4)]
+def test_the_aggregate_replays_as_its_members_trained(tmp_path, four_pairs):
+    data = four_pairs
     torch.manual_seed(0)
     model = LeNet(in_channels=1, image_size=28, num_classes=10)
     victim = Victim(client=0, round=0, num_images=2)
