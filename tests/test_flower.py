@@ -408,10 +408,11 @@ def _first_nan(tensors: dict) -> dict:  # type: ignore[type-arg]
 
 
 @pytest.mark.parametrize("tamper, message", [
-    (lambda f, s: (f, _gene(s, _first_nan)), "holds NaN or infinite values"),
+    pytest.param(lambda f, s: (f, _gene(s, _first_nan)), "holds NaN or infinite values", marks=pytest.mark.slow),
     pytest.param(lambda f, s: (f, _gene(s, lambda t: {**t, next(iter(t)): torch.zeros(1)})),
                  r"is float32 \[1\], the model's is", marks=pytest.mark.slow),
-    (lambda f, s: ({**f, "num_samples": 10**12}, s), "claims num_samples=1000000000000; the server planned"),
+    pytest.param(lambda f, s: ({**f, "num_samples": 10**12}, s), "claims num_samples=1000000000000; the server planned",
+                 marks=pytest.mark.slow),
     pytest.param(lambda f, s: ({**f, "num_samples": -50}, s), "claims num_samples=-50", marks=pytest.mark.slow),
     (lambda f, s: (f, [dataclasses.replace(p, sender="client3") for p in s]), "only uploads from client1"),
     pytest.param(lambda f, s: (f, _gene(s, lambda t: {**t, "body.0.weight": t[next(iter(t))].long()})),

@@ -61,6 +61,7 @@ def _screen_lines(raw: bytes) -> list[str]:
     return [line for line in scrolled + [row.rstrip() for row in screen.display] if line]
 
 
+@pytest.mark.slow
 def test_progress_renders_cleanly_in_a_terminal(tmp_path):
     raw = _in_a_terminal([*SMALL, f"results_dir={tmp_path}"], tmp_path)
     lines = _screen_lines(raw)
