@@ -1,5 +1,5 @@
 """Attacks on recorded payloads: the contract (views in, findings out), gradient inversion, projection."""
-from privbench.attacks.base import Attack, Attempt, GradientInversion
+from privbench.attacks.base import ActiveAttack, Attack, Attempt, GradientInversion
 from privbench.attacks.findings import (
     CanaryScores, Finding, InferredLabels, InferredProperty, MembershipScores, Reconstruction,
 )
@@ -16,10 +16,11 @@ from privbench.attacks.views import (
 from privbench.attacks.membership import MembershipInference
 from privbench.attacks.label_counts import LabelCounts
 from privbench.attacks.imprint import ImprintAttack
+from privbench.attacks.trap_weights import TrapWeightsAttack
 from privbench.attacks.one_run import OneRunAudit
 
-__all__ = ["DLG", "IDLG", "ActiveView", "Attack", "CanaryScores", "CanaryView", "OneRunAudit", "AttackTarget", "Attempt", "BasisView", "CohortView", "Finding", "GradientInversion",
+__all__ = ["DLG", "IDLG", "ActiveAttack", "ActiveView", "Attack", "CanaryScores", "CanaryView", "OneRunAudit", "AttackTarget", "Attempt", "BasisView", "CohortView", "Finding", "GradientInversion",
            "GradientView", "ImprintAttack", "InferredLabels", "InferredProperty", "InvertingGradients", "LabelCounts", "LabelView",
            "MembershipInference", "MembershipScores",
            "MembershipView", "ModelView",
-           "NoAttack", "Reconstruction", "SubspaceProjection", "View", "observed_gradient", "recover_labels"]
+           "NoAttack", "Reconstruction", "SubspaceProjection", "TrapWeightsAttack", "View", "observed_gradient", "recover_labels"]

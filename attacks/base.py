@@ -7,15 +7,17 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
+from torch import nn
 
 from privbench.attacks.findings import Finding, Reconstruction
 from privbench.attacks.target import UNKNOWN_LABELS, AttackTarget
 from privbench.attacks.views import ViewKind
 from privbench.errors import AttackNotApplicableError
+from privbench.figures import CRAFTED_UPLOADED, RECOVERED_FRACTION
 from privbench.payloads import kind as payload_kind
 from privbench.payloads.kinds import Carries, kinds_where
 
-__all__ = ["UNKNOWN_LABELS", "Attack", "Attempt", "GradientInversion", "Reconstruction"]
+__all__ = ["UNKNOWN_LABELS", "ActiveAttack", "Attack", "Attempt", "GradientInversion", "Reconstruction"]
 
 
 @dataclass
@@ -62,6 +64,10 @@ class Attack(ABC):
         """``attack`` on each view (several victims); an attack may batch them, with the same results."""
         return [self.attack(view, seed=seed) for view in views]
 
+    def check_model(self, model: nn.Module, image_shape: tuple[int, ...]) -> None:
+        """Refuse (``AttackNotApplicableError``, one line) a model this attack cannot run on; called before
+        training. Any model by default."""
+
     def evaluate(self, view: Any, truth: torch.Tensor) -> dict[str, Any]:
         """Figures only the evaluator can compute (it holds ``truth``, the private images in [0, 1]); none by default."""
         return {}
@@ -77,6 +83,55 @@ class Attack(ABC):
         return (f"attack {self.name} reads payloads carrying a {' or a '.join(sorted(self.reads))} "
                 f"({', '.join(readable)}); {kind} carries a {spec.carries}")
 
+
+
+class ActiveAttack(Attack):
+    """An active server's attack: it crafts the victim's download of the audited round (``craft``), the victim
+    trains on it as usual, and the attack reads the reply (an ``ActiveView``, ``privbench.audit.active``).
+
+    Subclasses name the layer the read needs (``crafted_layer``) and say what they changed (``describe``, for
+    ``threat_model.json``). A reply that left that layer out (a learnGene) gives nothing: 0 recovered.
+    """
+
+    reads: ClassVar[frozenset[Carries]] = frozenset({"gradient", "model"})
+    view: ClassVar[ViewKind] = "active"
+    #: test-split images the server may use to set its crafted weights (public data).
+    public: int = 1000
+
+    @abstractmethod
+    def craft(self, model: nn.Module, public: torch.Tensor, *, seed: int, mean: tuple[float, ...],
+              std: tuple[float, ...]) -> nn.Module:
+        """The download the server sends instead of ``model``; ``public`` in model input space, normalised by
+        ``mean`` and ``std`` (the run's public normalisation)."""
+
+    @abstractmethod
+    def crafted_layer(self, crafted: nn.Module) -> str:
+        """The layer of ``crafted`` (as ``privbench.fl.layers`` names layers) whose reply the read needs."""
+
+    @abstractmethod
+    def describe(self) -> dict[str, Any]:
+        """What the server changed and the attack's budget, for ``threat_model.json``."""
+
+    def withheld(self, view: Any) -> bool:
+        """Whether the reply left the crafted layer out (GENE-FL kept it back)."""
+        return not any(name.startswith(f"{view.crafted_layer}.") for name in view.observed)
+
+    def kept_back(self, view: Any) -> bool:
+        """Whether GENE-FL's layer choice kept the crafted layer home (the reply is a learnGene without it)."""
+        return self.withheld(view) and view.knowledge.get(CRAFTED_UPLOADED.key) is False
+
+    def evaluate(self, view: Any, truth: torch.Tensor) -> dict[str, Any]:
+        """The victim's own check of the crafted download (reported beside the attack's figures); a reply without
+        the crafted layer returns no image, and that is 0 recovered."""
+        out = dict(getattr(view, "client_check", {}))
+        if self.withheld(view):
+            out[RECOVERED_FRACTION.key] = 0.0
+        return out
+
+    def nothing(self, status: str) -> Reconstruction:
+        """The finding of a read that gave no image (``status`` says why)."""
+        return Reconstruction([{"objective": math.nan, "status": status, "iterations": 0, "evaluations": 0}],
+                              label_source="none")
 
 class GradientInversion(Attack):
     """A gradient-inversion attack with restarts.

@@ -19,17 +19,14 @@ samples, a sample is isolated with probability ``(1 - 1/(k+1))^(B-1)`` and above
 from __future__ import annotations
 
 import copy
-import math
 from typing import Any, ClassVar
 
 import torch
 from torch import nn
 
-from privbench.attacks.base import Attack
+from privbench.attacks.base import ActiveAttack
 from privbench.attacks.findings import Reconstruction
 from privbench.errors import AttackNotApplicableError
-from privbench.figures import RECOVERED_FRACTION
-from privbench.payloads.kinds import Carries
 
 #: Names of the imprint block's tensors in the crafted model's state.
 BINS_WEIGHT, BINS_BIAS = "imprint.bins.weight", "imprint.bins.bias"
@@ -117,7 +114,7 @@ def expected_fraction(batch: int, bins: int) -> float:
     return bins / (bins + 1) * (1 - 1 / (bins + 1)) ** (batch - 1)
 
 
-class ImprintAttack(Attack):
+class ImprintAttack(ActiveAttack):
     """The active server's imprint attack: crafts the victim's download, reads its inputs back from the reply.
 
     Args:
@@ -129,8 +126,6 @@ class ImprintAttack(Attack):
     """
 
     name: ClassVar[str] = "imprint"
-    reads: ClassVar[frozenset[Carries]] = frozenset({"gradient", "model"})
-    view = "active"
 
     def __init__(self, *, bins: int = 128, public: int = 1000, scale: float = 1e-3, gain: float = 1e-2,
                  tolerance: float = 1e-4) -> None:
@@ -140,9 +135,14 @@ class ImprintAttack(Attack):
             raise ValueError("attack.scale, attack.gain and attack.tolerance must be > 0")
         self.bins, self.public, self.scale, self.gain, self.tolerance = bins, public, scale, gain, tolerance
 
-    def craft(self, model: nn.Module, public: torch.Tensor, *, seed: int) -> Imprinted:
-        """The download the server sends the victim instead of ``model``."""
+    def craft(self, model: nn.Module, public: torch.Tensor, *, seed: int, mean: tuple[float, ...] = (),
+              std: tuple[float, ...] = ()) -> Imprinted:
+        """The download the server sends the victim instead of ``model`` (the bins measure normalised inputs)."""
         return craft(model, public, bins=self.bins, seed=seed, scale=self.scale, gain=self.gain)
+
+    def crafted_layer(self, crafted: nn.Module) -> str:
+        """The imprint block's bins."""
+        return BLOCK
 
     def describe(self) -> dict[str, Any]:
         """What the server changed, for ``threat_model.json``."""
@@ -152,27 +152,17 @@ class ImprintAttack(Attack):
             "bins": self.bins, "public_images": self.public, "scale": self.scale, "gain": self.gain},
             "budget": "analytic (no optimisation): one read of the reply's imprint rows"}
 
-    def evaluate(self, view: Any, truth: torch.Tensor) -> dict[str, Any]:
-        """The victim's own check of the crafted download (reported beside the attack's figures); a learnGene that
-        left the crafted layer out returns no image, and that is 0 recovered."""
-        out = dict(getattr(view, "client_check", {}))
-        if BINS_WEIGHT not in getattr(view, "observed", {}):
-            out[RECOVERED_FRACTION.key] = 0.0
-        return out
-
     def attack(self, view: Any, *, seed: int) -> Reconstruction:
         """The inputs read back from the reply's imprint rows (model input space); labels are not inferred."""
         reply = view.observed
-        if view.reply_kind == "learngene" and BINS_WEIGHT not in reply:  # GENE-FL kept the crafted layer back
-            return Reconstruction([{"objective": math.nan, "status": "crafted layer not uploaded", "iterations": 0,
-                                    "evaluations": 0}], label_source="none")
+        if self.kept_back(view):  # GENE-FL kept the crafted layer back
+            return self.nothing("crafted layer not uploaded")
         if BINS_WEIGHT not in reply or BINS_BIAS not in reply:
             raise AttackNotApplicableError(f"{view.knowledge.get('payload')}: the reply carries no imprint rows "
                                            f"({BINS_WEIGHT}, {BINS_BIAS})")
         flat = read_bins(reply[BINS_WEIGHT], reply[BINS_BIAS], tolerance=self.tolerance)
         if not len(flat) or not torch.isfinite(flat).all():
-            return Reconstruction([{"objective": math.nan, "status": "empty", "iterations": 0, "evaluations": 0}],
-                                  label_source="none")
+            return self.nothing("empty")
         images = flat.view(len(flat), *view.image_shape)
         log = [{"objective": 0.0, "status": "analytic", "iterations": 0, "evaluations": 0, "occupied": len(flat)}]
         return Reconstruction(log, images=images, labels=torch.full((len(flat),), -1), objective=0.0,

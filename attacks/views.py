@@ -204,6 +204,7 @@ class ActiveView:
         image_shape: ``(C, H, W)`` of one input.
         mean: per-channel input mean of the model's input space.
         std: per-channel input std.
+        crafted_layer: the layer the attack crafted (``privbench.fl.layers`` names), which its read needs.
         knowledge: the threat-model declaration (what the server changed, what it was sent back).
         client_check: what the victim's own check of the download found (``defenses.detector``; the
             evaluator's figure, which the attack does not read).
@@ -216,6 +217,7 @@ class ActiveView:
     image_shape: tuple[int, int, int]
     mean: tuple[float, ...]
     std: tuple[float, ...]
+    crafted_layer: str
     knowledge: dict[str, Any] = field(default_factory=dict)
     client_check: dict[str, Any] = field(default_factory=dict)
 

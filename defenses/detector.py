@@ -1,19 +1,25 @@
 """A cautious client's check of the model it receives, before it trains on it.
 
-Two tests, each cheap enough for any client: the download's tensors must be the agreed architecture's
-(names and shapes), and no weight matrix may have rows that point the same way. The imprint block (Fowl et
-al. 2022) fails both: it adds tensors, and its bins share one measurement direction. Honest downloads
-(random initialisations, trained models) have no such rows; ``docs/protocol.md`` (Active server) gives the
-measured false and true positive rates.
+Three tests, each cheap enough for any client: the download's tensors must be the agreed architecture's
+(names and shapes); no weight matrix may have rows that point the same way; and, on the client's own data, the
+model's first ReLU layer must not be nearly silent. The imprint block (Fowl et al. 2022) fails the first two: it
+adds tensors, and its bins share one measurement direction. Trap weights (Boenisch et al. 2023) keep the
+architecture and draw each row at random, so they pass both; they fail the third, as their rows are built to fire
+for few inputs. Honest downloads (random initialisations, trained models) fail none; ``docs/protocol.md``
+(Active server) gives the measured false and true positive rates.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
+from torch import nn
 
 #: Rows of one weight matrix whose cosine similarity is above this count as pointing the same way.
 COSINE = 0.999
+#: A first ReLU layer whose units fire, on average, on fewer than this share of the client's inputs is silent.
+FIRING = 0.2
 
 
 @dataclass(frozen=True)
@@ -40,9 +46,43 @@ def aligned_rows(weight: torch.Tensor, *, cosine: float = COSINE) -> int:
     return int(similar.any(1).sum())
 
 
+def first_firing(model: nn.Module, inputs: torch.Tensor) -> tuple[str, float] | None:
+    """The first ``nn.ReLU`` module of ``model`` that ``inputs`` reach, and the share of its outputs that are
+    positive on them (its units' mean firing rate); None when the model has no ReLU module.
+
+    Example:
+        >>> net = nn.Sequential(nn.Linear(2, 2), nn.ReLU())
+        >>> with torch.no_grad():
+        ...     _ = net[0].weight.copy_(torch.eye(2)), net[0].bias.zero_()
+        >>> first_firing(net, torch.tensor([[1.0, -1.0], [2.0, 3.0]]))
+        ('1', 0.75)
+    """
+    seen: list[tuple[str, float]] = []
+
+    def hook(name: str) -> Callable[[nn.Module, tuple[torch.Tensor, ...], torch.Tensor], None]:
+        def record(_module: nn.Module, _inputs: tuple[torch.Tensor, ...], output: torch.Tensor) -> None:
+            if not seen:
+                seen.append((name, float((output > 0).double().mean())))
+        return record
+
+    handles = [m.register_forward_hook(hook(n)) for n, m in model.named_modules() if isinstance(m, nn.ReLU)]
+    training = model.training
+    model.eval()  # the check must not move the model's running statistics
+    try:
+        with torch.no_grad():
+            model(inputs)
+    finally:
+        model.train(training)
+        for handle in handles:
+            handle.remove()
+    return seen[0] if seen else None
+
+
 def inspect_download(received: dict[str, torch.Tensor], expected: dict[str, list[int]], *,
-                     cosine: float = COSINE) -> Verdict:
-    """Check a download against the agreed architecture (``expected``: name -> shape) and for aligned rows."""
+                     cosine: float = COSINE, model: nn.Module | None = None, local: torch.Tensor | None = None,
+                     firing: float = FIRING) -> Verdict:
+    """Check a download against the agreed architecture (``expected``: name -> shape) and for aligned rows; given
+    the received ``model`` and the client's ``local`` inputs (model input space), also for a silent first ReLU."""
     reasons = []
     extra = sorted(set(received) - set(expected))
     missing = sorted(set(expected) - set(received))
@@ -57,4 +97,9 @@ def inspect_download(received: dict[str, torch.Tensor], expected: dict[str, list
             count = aligned_rows(tensor, cosine=cosine)
             if count:
                 reasons.append(f"{name}: {count} of {len(tensor)} rows point the same way (cosine > {cosine})")
+    if model is not None and local is not None and len(local):
+        first = first_firing(model, local)
+        if first is not None and first[1] < firing:
+            reasons.append(f"{first[0]}: its units fire on {first[1]:.1%} of the client's {len(local)} inputs on "
+                           f"average (under {firing:.0%})")
     return Verdict(bool(reasons), reasons)

@@ -26,16 +26,16 @@ def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 def test_help_lists_groups_and_options(tmp_path):
     out = cli("--help", cwd=tmp_path)
     assert out.returncode == 0
-    for line in ("attack: dlg, idlg, ig, imprint, labels, membership, none, one_run, projection",
+    for line in ("attack: dlg, idlg, ig, imprint, labels, membership, none, one_run, projection, trap_weights",
                  "payload: aggregate, cluster_gene, cluster_model, gene_gradient, global_model, gradient, learngene, "
                  "masked_upload, secagg_forwarded_shares, secagg_key_shares, secagg_neighbour_keys, secagg_public_keys, "
                  "secagg_unmask_request, secagg_unmask_shares, subspace, update",
                  "aggregation: plain, secagg",
-                 "model: convnet, lenet, resnet18, torchvision", "fl: cluster_fedavg, fedavg, genefl, local",
+                 "model: convnet, lenet, mlp, resnet18, torchvision", "fl: cluster_fedavg, fedavg, genefl, local",
                  "defense: dpsgd, noise, none, prune, quantize, topk",
                  "experiment: active_genefl, active_server, bytes_curve, comm_accounting, dlg_paper, dp_coverage, dp_curve, idlg_paper, "
                  "paper_cifar10, "
-                 "privacy_tradeoff, secure_aggregation, threat_grid, victim_settings, xi_direction",
+                 "privacy_tradeoff, secure_aggregation, server_threat, threat_grid, trap_weights, victim_settings, xi_direction",
                  "experiment/threat_grid: gradient, learngene, update"):
         assert line in out.stdout
     for line in ("  lr: 0.1  # local SGD learning rate.", "    gamma: 0.5  # kept: a count (>= 1) or fraction (< 1) of layers",

@@ -148,9 +148,9 @@ def test_every_protocol_plans(compose_cfg, fl):
 
 
 def _arms(experiment: str) -> list[str]:
-    """The options of an experiment's own group ``experiment/<name>/`` (one per arm of its sweep)."""
+    """The options of an experiment's own groups ``experiment/<name>/`` and below (one per arm of its sweep)."""
     folder = CONFIGS / "experiment" / experiment
-    return sorted(p.stem for p in folder.glob("*.yaml")) if folder.is_dir() else []
+    return sorted(str(p.relative_to(folder).with_suffix("")) for p in folder.rglob("*.yaml")) if folder.is_dir() else []
 
 
 def _sweep_values(spec: str, key: str = "") -> list[str]:

@@ -6,7 +6,7 @@ import torch
 from opacus.validators import ModuleValidator
 from torch import nn
 
-from privbench.models import ConvNet, LeNet, ResNet18, classifier_head
+from privbench.models import MLP, ConvNet, LeNet, ResNet18, classifier_head
 
 
 def test_lenet_is_dlgs_architecture():
@@ -21,7 +21,7 @@ def test_lenet_is_dlgs_architecture():
         assert p.min() >= -0.5 and p.max() <= 0.5 and p.std() > 0.2  # uniform(-0.5, 0.5): std 0.289
 
 
-@pytest.mark.parametrize("cls", [LeNet, ConvNet, ResNet18])
+@pytest.mark.parametrize("cls", [LeNet, ConvNet, MLP, ResNet18])
 @pytest.mark.parametrize("shape, classes", [((1, 28, 28), 10), ((3, 32, 32), 100)])
 def test_models_follow_the_dataset(cls, shape, classes):
     model = cls(in_channels=shape[0], image_size=shape[1], num_classes=classes)

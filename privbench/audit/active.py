@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from privbench.attacks.imprint import BLOCK
+from privbench.attacks.base import ActiveAttack
 from privbench.attacks.views import ActiveView, at_weights
 from privbench.audit.plan import Plan
 from privbench.data import FederatedData
@@ -52,15 +52,21 @@ def _trainer(p: Plan) -> Trainer:
     return copy.deepcopy(p.protocol.trainer)
 
 
+def _attack(p: Plan) -> ActiveAttack:
+    assert isinstance(p.attack, ActiveAttack)
+    return p.attack
+
+
 def _crafted(p: Plan, model: nn.Module, received: dict[str, torch.Tensor], data: FederatedData) -> nn.Module:
-    """The attack's crafted download: ``received`` behind the imprint block, its bins set on public test images."""
+    """The attack's crafted download of ``received``, given public test images (model input space)."""
     device = next(model.parameters()).device
-    craft = getattr(p.attack, "craft")
+    attack = _attack(p)
     rows = torch.randperm(len(data.test), generator=torch.Generator().manual_seed(p.seed * 7919 + 31))
-    rows = rows[: int(getattr(p.attack, "public", 1000))].to(data.test.images.device)
+    rows = rows[: attack.public].to(data.test.images.device)
     public = normalise(data.test.images[rows].cpu().float() / 255.0, data.train.mean, data.train.std)
-    crafted: nn.Module = craft(at_weights(model, received), public.to(device), seed=p.seed)
-    return crafted
+    crafted = attack.craft(at_weights(model, received), public.to(device), seed=p.seed,
+                           mean=tuple(data.train.mean), std=tuple(data.train.std))
+    return crafted.to(device)
 
 
 def _change(tensors: dict[str, torch.Tensor], sent: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -71,15 +77,26 @@ def _change(tensors: dict[str, torch.Tensor], sent: dict[str, torch.Tensor]) -> 
 def _knowledge(p: Plan, payload: Payload, *, crafted: str, reply: str, reply_bytes: int,
                training: LocalTraining | None, **extra: Any) -> dict[str, Any]:
     """The threat model of an active round: the attack's settings, what it sent and what came back."""
-    describe: dict[str, Any] = getattr(p.attack, "describe")()
+    describe = _attack(p).describe()
     return {"payload": payload.id, "payload_kind": payload.kind, **describe, "crafted_download": crafted,
             "reply": reply, **extra, "reply_bytes": reply_bytes,
             "training": training.hyperparameters() if training is not None else None, "labels": "not given"}
 
 
-def _client_check(sent: dict[str, torch.Tensor], received: dict[str, torch.Tensor]) -> dict[str, Any]:
-    """The victim's own check of the crafted download against the architecture it expected (``received``)."""
-    verdict = inspect_download(sent, {n: list(t.shape) for n, t in received.items()})
+def _what_was_sent(p: Plan, payload: Payload, crafted: nn.Module) -> str:
+    """The crafted download in words: the model behind a crafted block, or with crafted weights in one layer."""
+    attack = _attack(p)
+    elements = sum(t.numel() for t in parameters_of(crafted).values())
+    if attack.describe().get("changed") == "weights":
+        return f"{payload.base} with crafted weights in {attack.crafted_layer(crafted)} ({elements:,} elements)"
+    return f"{payload.base} behind the crafted block ({elements:,} elements)"
+
+
+def _client_check(crafted: nn.Module, received: dict[str, torch.Tensor], local: torch.Tensor) -> dict[str, Any]:
+    """The victim's own check of the crafted download against the architecture it expected (``received``) and on
+    its own inputs ``local``."""
+    sent = parameters_of(crafted)
+    verdict = inspect_download(sent, {n: list(t.shape) for n, t in received.items()}, model=crafted, local=local)
     return {DOWNLOAD_FLAGGED.key: float(verdict.flagged), "download_check": verdict.reasons}
 
 
@@ -103,6 +120,7 @@ def active_round(p: Plan, payload: Payload, base: Payload | None, model: nn.Modu
                                                    what="an active round")
     crafted = _crafted(p, model, received, data)
     sent = parameters_of(crafted)
+    check = _client_check(crafted, received, client_data.normalised())
     trainer, name = _trainer(p), payload.sender
     generator = torch.Generator().manual_seed(p.seed * 1_000_003 + 71)
     if payload.kind == "gradient":
@@ -119,21 +137,17 @@ def active_round(p: Plan, payload: Payload, base: Payload | None, model: nn.Modu
     assert message.tensors is not None
     observed = dict(message.tensors) if payload.kind == "gradient" else _change(message.tensors, sent)
     knowledge = _knowledge(
-        p, payload, crafted=f"{payload.base} behind the crafted block ({sum(t.numel() for t in sent.values()):,} "
-                            "elements)",
+        p, payload, crafted=_what_was_sent(p, payload, crafted),
         reply=f"the victim's {payload.kind}, trained as usual on the crafted download ({record.steps} step(s), batch "
               f"{record.batch_size}, {record.num_samples} samples)", reply_bytes=message.nbytes, training=record)
     return ActiveView(sent, observed, payload.kind, record, data.train.shape, tuple(data.train.mean),
-                      tuple(data.train.std), knowledge, _client_check(sent, received))
+                      tuple(data.train.std), _attack(p).crafted_layer(crafted), knowledge, check)
 
 
 def _secure_round(p: Plan, payload: Payload, base: Payload | None, model: nn.Module, data: FederatedData,
                   members: Sequence[Member]) -> ActiveView:
     """The cohort's round on the crafted download, through the run's secure aggregation: the server's view is the
     aggregate's change from what it sent."""
-    if payload.training is None or any(len(part.names) < len(payload.names) for part in payload.training.parts):
-        raise AttackNotApplicableError(f"{payload.id}: a member uploaded part of the model (a learnGene); its layer "
-                                       "choice on a crafted download is not rerun")
     if not members:
         raise AttackNotApplicableError(f"{payload.id}: no member of the cohort was recorded")
     device = next(model.parameters()).device
@@ -141,11 +155,19 @@ def _secure_round(p: Plan, payload: Payload, base: Payload | None, model: nn.Mod
     crafted = _crafted(p, model, received, data)
     sent = parameters_of(crafted)
     trainer = _trainer(p)
-    uploads, records = [], []
+    uploads, records, checks = [], [], []
     for i, (name, indices, declared) in enumerate(members):
+        if isinstance(p.protocol, GeneFL):  # each member's own GENE-FL client code chooses its layers
+            sending, record, check = _gene_client(p, crafted, received, data, sender=name, round_=payload.round,
+                                                  cluster=payload.cluster, base_id=str(payload.base))
+            uploads.append(sending)
+            records.append(record)
+            checks.append(check)
+            continue
         stand_in = Payload.from_tensors(kind="update", round=payload.round, sender=name, receiver="server",
                                         tensors={}, base=payload.base, training=declared)
         _, training, client_data = rerun_inputs(stand_in, base, data, indices, device=device, what="an active round")
+        checks.append(_client_check(crafted, received, client_data.normalised()))
         local = copy.deepcopy(crafted)
         generator = torch.Generator().manual_seed(p.seed * 1_000_003 + 71 + i)
         record = trainer.train(local, client_data, client=name, sgd=local_sgd(training), generator=generator)
@@ -162,43 +184,73 @@ def _secure_round(p: Plan, payload: Payload, base: Payload | None, model: nn.Mod
         mean = aggregation.combine(sent, uploads, round_=payload.round, group=payload.cluster, wire=wire, seed=p.seed)
         cost = wire.totals().uplink_bytes
     images = sum(r.num_samples for r in records)
+    layer = _attack(p).crafted_layer(crafted)
+    carried = {n for u in uploads for n in u.payload.names}  # names no member uploaded are the server's own
+    extra: dict[str, Any] = {}
+    if isinstance(p.protocol, GeneFL):
+        sending_layer = sum(layer in u.layers for u in uploads)
+        extra = {CRAFTED_UPLOADED.key: sending_layer > 0, "members_uploading_crafted_layer": sending_layer}
     knowledge = _knowledge(
-        p, payload, crafted=f"{payload.base} behind the crafted block, sent to all {len(members)} members of the cohort",
-        reply=f"the cohort's {aggregation.name} aggregate of {len(members)} updates ({images} images), each trained as "
-              "usual on the crafted download", reply_bytes=cost, training=payload.training)
-    return ActiveView(sent, _change(mean, sent), "update", payload.training, data.train.shape, tuple(data.train.mean),
-                      tuple(data.train.std), knowledge, _client_check(sent, received))
+        p, payload, crafted=f"{_what_was_sent(p, payload, crafted)}, sent to all {len(members)} members of the cohort",
+        reply=f"the cohort's {aggregation.name} aggregate of {len(members)} {_payload_word(p)} ({images} images), each "
+              "trained as usual on the crafted download", reply_bytes=cost, training=payload.training, **extra)
+    flagged = [c for c in checks if c[DOWNLOAD_FLAGGED.key]]  # a member that halts would stop the round
+    check = {**(flagged or checks)[0], "members_flagging": len(flagged)}
+    if extra:
+        check[CRAFTED_UPLOADED.key] = float(extra[CRAFTED_UPLOADED.key])
+    observed = {n: t for n, t in _change(mean, sent).items() if n in carried}
+    return ActiveView(sent, observed, "update", payload.training, data.train.shape, tuple(data.train.mean),
+                      tuple(data.train.std), layer, knowledge, check)
+
+
+def _payload_word(p: Plan) -> str:
+    """What the cohort's members upload, in words."""
+    return "learnGenes" if isinstance(p.protocol, GeneFL) else "updates"
+
+
+def _gene_client(p: Plan, crafted: nn.Module, received: dict[str, torch.Tensor], data: FederatedData, *,
+                 sender: str, round_: int, cluster: int | None, base_id: str) -> tuple[Upload, LocalTraining,
+                                                                                     dict[str, Any]]:
+    """One GENE-FL client's round on the crafted download, by GENE-FL's own client code (its Fisher pass, penalty,
+    xi and layer choice over the crafted model's layers): its upload, training and check of the download."""
+    protocol = p.protocol
+    assert isinstance(protocol, GeneFL)
+    sent = parameters_of(crafted)
+    rerun = copy.copy(protocol)
+    rerun.trainer = _trainer(p)
+    outbox = Outbox(sends=protocol.wire_kinds, trainer=rerun.trainer, transform=p.transform)
+    outbox.received(sender, sent)
+    client = int(sender.removeprefix("client"))
+    at = ClientRound(client, round_, p.seed, p.victim, outbox, cluster=cluster)
+    local = copy.deepcopy(crafted)
+    state = rerun.start(local, np.zeros(data.num_clients, dtype=int), sent)
+    pending = rerun.begin_round(local, ClientStart(at, sent, f"{base_id}-crafted"), data, state)
+    check = _client_check(crafted, received, pending.job.data.normalised())
+    training, = rerun.train_clients([pending.job])
+    return rerun.end_round(pending, training, state), training, check
 
 
 def _gene_round(p: Plan, payload: Payload, base: Payload | None, model: nn.Module, data: FederatedData) -> ActiveView:
-    """GENE-FL's client round on the crafted download, by GENE-FL's own client code (its Fisher pass, penalty, xi
-    and layer choice over the crafted model's layers, the block among them): the server reads what it uploads."""
+    """The victim's GENE-FL round on the crafted download (``_gene_client``): the server reads what it uploads."""
     protocol = p.protocol
     if not isinstance(protocol, GeneFL) or base is None or base.tensors is None:
         raise AttackNotApplicableError(f"{payload.id}: a learnGene round needs GENE-FL and the download it started from")
     crafted = _crafted(p, model, dict(base.tensors), data)
     sent = parameters_of(crafted)
-    rerun = copy.copy(protocol)
-    rerun.trainer = _trainer(p)
-    outbox = Outbox(sends=protocol.wire_kinds, trainer=rerun.trainer, transform=p.transform)
-    outbox.received(payload.sender, sent)
-    client = int(payload.sender.removeprefix("client"))
-    at = ClientRound(client, payload.round, p.seed, p.victim, outbox, cluster=payload.cluster)
-    state = rerun.start(crafted, np.zeros(data.num_clients, dtype=int), sent)
-    pending = rerun.begin_round(crafted, ClientStart(at, sent, f"{payload.base}-crafted"), data, state)
-    training, = rerun.train_clients([pending.job])
-    upload = decode(rerun.end_round(pending, training, state).payload, sent)
+    sending, training, check = _gene_client(p, crafted, dict(base.tensors), data, sender=payload.sender,
+                                            round_=payload.round, cluster=payload.cluster, base_id=str(payload.base))
+    upload = decode(sending.payload, sent)
     assert upload.tensors is not None
     chosen = list(upload.condensation.layers) if upload.condensation else []
-    uploaded = BLOCK in chosen
+    layer = _attack(p).crafted_layer(crafted)
+    uploaded = layer in chosen
     xi = upload.condensation.xi if upload.condensation else {}
     knowledge = _knowledge(
-        p, payload, crafted=f"{payload.base} behind the crafted block ({sum(t.numel() for t in sent.values()):,} "
-                            "elements)",
+        p, payload, crafted=_what_was_sent(p, payload, crafted),
         reply=f"the victim's learnGene, its layers chosen by GENE-FL on the crafted download "
               f"(select={protocol.gene.select}, score={protocol.gene.score}): {', '.join(chosen)}",
         reply_bytes=upload.nbytes, training=training,
-        **{CRAFTED_UPLOADED.key: uploaded, "crafted_layer_xi": xi.get(BLOCK)})
-    check = {**_client_check(sent, base.tensors), CRAFTED_UPLOADED.key: float(uploaded)}
+        **{CRAFTED_UPLOADED.key: uploaded, "crafted_layer_xi": xi.get(layer)})
+    check = {**check, CRAFTED_UPLOADED.key: float(uploaded)}
     return ActiveView(sent, _change(upload.tensors, sent), "learngene", training, data.train.shape,
-                      tuple(data.train.mean), tuple(data.train.std), knowledge, check)
+                      tuple(data.train.mean), tuple(data.train.std), layer, knowledge, check)

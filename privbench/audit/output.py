@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from privbench.figures import (
-    ACCURACY, AGNOSTIC_ACCURACY, DOWNLINK_BYTES, EPSILON, EPSILON_CLAIMED, EPSILON_LOWER, EPSILON_MAX, MIA_TPR_BOUND_01, MIA_TPR_BOUND_1, LABEL_ACCURACY, LABEL_COUNTS_EXACT,
+    ACCURACY, AGNOSTIC_ACCURACY, CRAFTED_UPLOADED, DOWNLINK_BYTES, DOWNLOAD_FLAGGED, EPSILON, EPSILON_CLAIMED, EPSILON_LOWER, EPSILON_MAX, MIA_TPR_BOUND_01, MIA_TPR_BOUND_1, LABEL_ACCURACY, LABEL_COUNTS_EXACT,
     LABEL_COUNT_ERROR, LABEL_COUNT_ERROR_CHANCE, LABEL_SET_EXACT, LABEL_SET_EXACT_CHANCE, LPIPS_CHANCE, LPIPS_MEAN, MIA_AUC,
     MIA_MEMBERS, MIA_NON_MEMBERS, MIA_TPR_01, MIA_TPR_1,
     NUM_RECONSTRUCTED, NUM_TRUE, PERSONAL_ACCURACY, DOWNLOADED_ACCURACY, PSNR_CHANCE, PSNR_CHANCE_INFORMED, PSNR_CHANCE_UNINFORMED, PSNR_GAIN,
@@ -167,8 +167,14 @@ def summary(metrics: dict[str, Any]) -> str:
         lines.append(("server", f"sees each cohort's aggregate only ({run['aggregation']}: secure aggregation)"))
     if threat.get("server") == "active":
         crafted = threat.get("crafted", {})
-        lines.append(("server", f"ACTIVE, crafted the download: {str(crafted.get('block', '')).split(':')[0]}, "
-                                f"{crafted.get('bins')} bins"))
+        bins = f", {crafted['bins']} bins" if crafted.get("bins") else ""
+        lines.append(("server", f"ACTIVE, crafted the download: {str(crafted.get('block', '')).split(':')[0]}{bins}"))
+        if DOWNLOAD_FLAGGED.key in privacy:
+            reasons = privacy.get("download_check") or []
+            lines.append(("", "the victim's check of the download: " + (f"flagged ({reasons[0]})" if reasons
+                                                                          else "passed")))
+        if threat.get(CRAFTED_UPLOADED.key) is False:
+            lines.append(("", "the victim's learnGene left the crafted layer out: nothing to read (0 recovered)"))
     if PSNR_MEAN.key in privacy:
         lines.append(("leakage", f"PSNR {formatted(privacy[PSNR_MEAN.key], '{:.2f}')} dB, chance "
                                  f"{formatted(privacy.get(PSNR_CHANCE.key), '{:.2f}')}, gain "
@@ -185,7 +191,7 @@ def summary(metrics: dict[str, Any]) -> str:
                           f"{formatted(privacy.get(LPIPS_MEAN.key), '{:.3g}')} (chance "
                           f"{formatted(privacy.get(LPIPS_CHANCE.key), '{:.3g}')}), labels "
                           f"{formatted(privacy.get(LABEL_ACCURACY.key), '{:.2f}')}"))
-    elif privacy.get("failed"):
+    elif privacy.get("failed") and threat.get(CRAFTED_UPLOADED.key) is not False:
         lines.append(("leakage", "attack failed: no reconstruction"))
     if MIA_AUC.key in privacy:
         lines.append(("members", f"{privacy.get('mia_test')} test: AUC {formatted(privacy[MIA_AUC.key], '{:.3f}')} "

@@ -161,6 +161,8 @@ def prepare(p: Plan) -> tuple[FederatedData, nn.Module, CapturePolicy]:
     model, data = model.to(p.device), data.to(p.device)
     p.protocol.trainer.check_model(model)
     p.protocol.check_model(model)
+    if p.attacking:
+        p.attack.check_model(model, tuple(data.train.shape))
     policy = build("capture", OmegaConf.merge({"_target_": "privbench.payloads.CapturePolicy.build"}, cfg.capture),
                    victim_round=p.victim.round, victim_client=p.victim.client)
     policy.check(sends=p.protocol.wire_kinds, rounds=p.protocol.rounds, clients=data.num_clients)

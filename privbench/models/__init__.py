@@ -5,6 +5,7 @@ from torch import nn
 
 from privbench.models.convnet import ConvNet
 from privbench.models.lenet import LeNet
+from privbench.models.mlp import MLP
 from privbench.models.resnet import ResNet18
 
 
@@ -16,4 +17,4 @@ def classifier_head(model: nn.Module) -> str:
     return names[-1]
 
 
-__all__ = ["ConvNet", "LeNet", "ResNet18", "classifier_head"]
+__all__ = ["ConvNet", "LeNet", "MLP", "ResNet18", "classifier_head"]

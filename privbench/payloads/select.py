@@ -84,6 +84,9 @@ class PayloadChoice:
         r = victim.round
         mine = list(store.records(kind="masked_upload", round=r, sender=victim.name))
         if not mine:
+            if any(True for _ in store.records(round=r, receiver=victim.name)):
+                raise PrivbenchError(f"{victim.name} sent no masked_upload in round {r}: it was alone in its cohort "
+                                     "(SecAgg+ needs two); sample more participants (fl.participants)")
             raise PrivbenchError(f"{victim.name} sent no masked_upload in round {r} (is aggregation=secagg on?)")
         found = [rec for rec in store.records(kind="aggregate", round=r, cluster=mine[0]["cluster"]) if rec["stored"]]
         if not found:

@@ -1,0 +1,187 @@
+"""Trap weights of an active server (Boenisch et al., "When the Curious Abandon Honesty", EuroS&P 2023).
+
+The server keeps the architecture and sets the weights of its first fully connected ReLU layer (the layer that
+sees the flattened input). Each row puts ``-|N(0, sigma^2)|`` on a random half of the inputs and the same
+magnitudes times ``scale_factor < 1`` on the other half: on non-negative pixels a row's pre-activation is mostly
+negative, so each unit fires for few inputs. A unit fired by one input ``x`` of the batch has weight gradient
+``g x`` and bias gradient ``g`` (one scalar ``g``), so
+
+    x = dW_i / db_i
+
+verbatim; as for the imprint, any positive combination of that input's gradients (a FedAvg update) keeps the
+ratio, up to the drift of local training. The rows are drawn in pixel space and folded through the run's public
+normalisation (``W' = W diag(std)``, ``b' = W mean + mu``), so they see the pixels the paper's rows see. Units
+fired by the same single input give the same image; the read keeps one per group (rows within ``same`` of each
+other, relative L2).
+
+``fire_rate`` is ours, not the paper's: the server places each row's bias so that it fires on that share of its
+public images (the paper tunes ``scale_factor`` to the batch size instead; ``docs/protocol.md``, Active server).
+"""
+from __future__ import annotations
+
+import copy
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+
+from privbench.attacks.base import ActiveAttack
+from privbench.attacks.findings import Reconstruction
+from privbench.errors import AttackNotApplicableError
+
+
+def first_layer(model: nn.Module, features: int) -> str:
+    """The name of ``model``'s first layer when it is a ``Linear`` on ``features`` inputs followed by a ``ReLU``;
+    refused in one line otherwise."""
+    named = list(model.named_modules())
+    owned = [i for i, (_, m) in enumerate(named) if next(m.parameters(recurse=False), None) is not None]
+    if not owned:
+        raise AttackNotApplicableError(f"attack=trap_weights: {type(model).__name__} has no parameters")
+    at = owned[0]
+    name, module = named[at]
+    following = named[at + 1][1] if at + 1 < len(named) else None
+    if not isinstance(module, nn.Linear) or module.in_features != features or not isinstance(following, nn.ReLU):
+        raise AttackNotApplicableError(
+            f"attack=trap_weights sets the weights of a first fully connected ReLU layer on the flattened input "
+            f"(model=mlp); {type(model).__name__}'s first layer {name} is a {type(module).__name__}"
+            f"{'' if isinstance(following, nn.ReLU) else ' without a ReLU after it'} (an active server that changes "
+            "a CNN's architecture is attack=imprint)")
+    return name
+
+
+def trap_rows(rows: int, features: int, *, sigma: float, scale_factor: float,
+              generator: torch.Generator) -> torch.Tensor:
+    """``[rows, features]`` trap weights in pixel space: per row, ``-|N(0, sigma^2)|`` on a random half of the
+    inputs and the same magnitudes times ``scale_factor`` on the other half.
+
+    Example:
+        >>> w = trap_rows(3, 4, sigma=0.5, scale_factor=0.5, generator=torch.Generator().manual_seed(0))
+        >>> bool(torch.allclose(w.clamp(min=0).sum(1), -0.5 * w.clamp(max=0).sum(1)))
+        True
+    """
+    half = features // 2
+    weights = torch.zeros(rows, features)
+    for row in range(rows):
+        order = torch.randperm(features, generator=generator)
+        magnitude = (torch.randn(half, generator=generator) * sigma).abs()
+        weights[row, order[:half]] = -magnitude
+        weights[row, order[half:2 * half]] = scale_factor * magnitude
+    return weights
+
+
+def read_rows(weight: torch.Tensor, bias: torch.Tensor, *, tolerance: float, same: float) -> tuple[torch.Tensor, list[int]]:
+    """Inputs read from a trapped layer's gradient or change (``weight [H, D]``, ``bias [H]``): each row with a
+    bias entry above ``tolerance`` times the largest gives ``dW_i / db_i``; rows within ``same`` (relative L2) of
+    an earlier one are the same input. Returns ``[n, D]``, largest groups first, and each group's row count."""
+    w, b = weight.double(), bias.double()
+    fired = (b.abs() > tolerance * b.abs().max().clamp(min=1e-300)).nonzero().flatten()
+    fired = fired[torch.argsort(b[fired].abs(), descending=True)]
+    images: list[torch.Tensor] = []
+    counts: list[int] = []
+    for row in fired.tolist():
+        x = w[row] / b[row]
+        if not torch.isfinite(x).all():
+            continue
+        for i, seen in enumerate(images):
+            if (x - seen).norm() <= same * seen.norm():
+                counts[i] += 1
+                break
+        else:
+            images.append(x)
+            counts.append(1)
+    order = sorted(range(len(images)), key=lambda i: -counts[i])
+    if not images:
+        return torch.zeros(0, weight.shape[1]), []
+    return torch.stack([images[i] for i in order]).float(), [counts[i] for i in order]
+
+
+class TrapWeightsAttack(ActiveAttack):
+    """The active server's trap weights: the architecture unchanged, its first ReLU layer's weights crafted.
+
+    Args:
+        sigma: the spread of the trap weights' magnitudes.
+        scale_factor: the positive half's magnitudes relative to the negative half's (< 1: rows fire rarely).
+        mu: the rows' bias in pixel space (the paper's).
+        fire_rate: null for the paper's rows; a share in (0, 1): each row's bias set to fire on that share of the
+            public images (ours).
+        public: test-split images the server uses for ``fire_rate``.
+        tolerance: a row did not fire when its bias entry is at most this times the largest.
+        same: rows whose reads are within this relative L2 distance are one input.
+    """
+
+    name: ClassVar[str] = "trap_weights"
+
+    def __init__(self, *, sigma: float = 0.5, scale_factor: float = 0.95, mu: float = 0.0,
+                 fire_rate: float | None = None, public: int = 1000, tolerance: float = 1e-4,
+                 same: float = 1e-2) -> None:
+        if not sigma > 0 or not 0 < scale_factor <= 1:
+            raise ValueError("attack.sigma must be > 0 and attack.scale_factor in (0, 1]")
+        if fire_rate is not None and not 0 < fire_rate < 1:
+            raise ValueError("attack.fire_rate must be null or in (0, 1)")
+        if public < 2 or not tolerance > 0 or not same > 0:
+            raise ValueError("attack.public must be >= 2, attack.tolerance and attack.same > 0")
+        self.sigma, self.scale_factor, self.mu, self.fire_rate = sigma, scale_factor, mu, fire_rate
+        self.public, self.tolerance, self.same = public, tolerance, same
+
+    def check_model(self, model: nn.Module, image_shape: tuple[int, ...]) -> None:
+        """The model must start with a fully connected ReLU layer on the flattened image."""
+        first_layer(model, int(torch.Size(image_shape).numel()))
+
+    def crafted_layer(self, crafted: nn.Module) -> str:
+        """The trapped first layer."""
+        return first_layer(crafted, next(m for m in crafted.modules() if isinstance(m, nn.Linear)).in_features)
+
+    def craft(self, model: nn.Module, public: torch.Tensor, *, seed: int, mean: tuple[float, ...],
+              std: tuple[float, ...]) -> nn.Module:
+        """``model`` (a copy) with trap weights in its first layer, folded through the normalisation."""
+        features = int(public[0].numel())
+        layer = first_layer(model, features)
+        crafted = copy.deepcopy(model)
+        linear = crafted.get_submodule(layer)
+        assert isinstance(linear, nn.Linear)
+        generator = torch.Generator().manual_seed(seed * 7919 + 211)
+        pixel = trap_rows(linear.out_features, features, sigma=self.sigma, scale_factor=self.scale_factor,
+                          generator=generator)
+        per_input = public[0].numel() // len(mean)
+        m = torch.tensor(mean, dtype=torch.float32).repeat_interleave(per_input)
+        s = torch.tensor(std, dtype=torch.float32).repeat_interleave(per_input)
+        weight = pixel * s
+        if self.fire_rate is None:
+            bias = pixel @ m + self.mu
+        else:
+            scores = public.flatten(1).cpu().float() @ weight.T
+            bias = -torch.quantile(scores.double(), 1 - self.fire_rate, dim=0).float()
+        with torch.no_grad():
+            linear.weight.copy_(weight.to(linear.weight))
+            linear.bias.copy_(bias.to(linear.bias))
+        return crafted
+
+    def describe(self) -> dict[str, Any]:
+        """What the server changed, for ``threat_model.json``."""
+        rows = (f"biases at each row's {1 - self.fire_rate:.4g} quantile of public images" if self.fire_rate
+                else f"pixel-space bias {self.mu}")
+        return {"server": "active", "changed": "weights", "crafted": {
+            "block": "trap weights (Boenisch et al. 2023) in the first fully connected ReLU layer, the architecture "
+                     f"unchanged: per row -|N(0, {self.sigma}^2)| on half the pixels, {self.scale_factor} times those "
+                     f"magnitudes on the other half, {rows}",
+            "sigma": self.sigma, "scale_factor": self.scale_factor, "mu": self.mu, "fire_rate": self.fire_rate,
+            "public_images": self.public if self.fire_rate else 0},
+            "budget": "analytic (no optimisation): one read of the reply's first-layer rows"}
+
+    def attack(self, view: Any, *, seed: int) -> Reconstruction:
+        """The inputs read back from the reply's trapped rows (model input space); labels are not inferred."""
+        if self.kept_back(view):
+            return self.nothing("crafted layer not uploaded")
+        if self.withheld(view):
+            raise AttackNotApplicableError(f"{view.knowledge.get('payload')}: the reply carries no rows of the "
+                                           f"trapped layer {view.crafted_layer}")
+        layer = view.crafted_layer
+        flat, counts = read_rows(view.observed[f"{layer}.weight"], view.observed[f"{layer}.bias"],
+                                 tolerance=self.tolerance, same=self.same)
+        if not len(flat):
+            return self.nothing("empty")
+        images = flat.view(len(flat), *view.image_shape)
+        log = [{"objective": 0.0, "status": "analytic", "iterations": 0, "evaluations": 0,
+                "fired_rows": sum(counts), "distinct": len(counts), "repeated": sum(c > 1 for c in counts)}]
+        return Reconstruction(log, images=images, labels=torch.full((len(flat),), -1), objective=0.0,
+                              label_source="none")
