@@ -145,3 +145,32 @@ def test_trap_weights_read_through_secure_aggregation_when_the_server_sets_its_r
                            results_dir=tmp_path / "chosen")
     assert chosen.metrics["privacy"]["recovered_fraction"] >= 0.3
     assert chosen.metrics["privacy"]["download_flagged"] == 1.0
+
+
+@pytest.mark.slow
+def test_no_trained_global_or_cluster_model_is_flagged_as_silent(fmnist, tmp_path):
+    """Every model FedAvg and GENE-FL sent in 6-round runs (MLP and ConvNet) fires on at least 35 % of a client's
+    images in its first ReLU layer, well above the check's 20 %: no false positive."""
+    import privbench
+    from privbench.payloads import PayloadStore
+
+    train, _ = fmnist
+    local = normalise(train.images[:64].float() / 255, train.mean, train.std)
+    rates = []
+    for name, net in (("mlp", MLP(in_channels=1, image_size=28, num_classes=10)),
+                      ("convnet", ConvNet(in_channels=1, image_size=28, num_classes=10))):
+        for fl in ("fedavg", "genefl"):
+            run = privbench.run([f"fl={fl}", f"model={name}", "fl.rounds=6", "attack=none", "metrics.lpips=false",
+                                 "capture.rounds=all", "capture.clients=all"], results_dir=tmp_path / f"{name}-{fl}")
+            store = PayloadStore.open(run.payloads)
+            for record in store.records(direction="down", stored=True):
+                payload = store.load(record["id"])
+                if payload.spec.carries == "model" and payload.tensors is not None and \
+                        len(payload.tensors) == len(net.state_dict()):
+                    net.load_state_dict(dict(payload.tensors))
+                    state = net.state_dict()
+                    verdict = inspect_download(state, {n: list(t.shape) for n, t in state.items()}, model=net,
+                                               local=local)
+                    assert not verdict.flagged, verdict.reasons
+                    rates.append(first_firing(net, local)[1])
+    assert len(rates) >= 100 and min(rates) > 0.34

@@ -58,12 +58,21 @@ def style(i: int) -> dict[str, Any]:
 
 
 def value_text(value: Any) -> str:
-    """A config value in a legend: whole numbers without a decimal point, missing values as the missing marker."""
+    """A config value in a legend: whole numbers without a decimal point, missing values as the missing marker,
+    lists without spaces (a legend's ", " separates settings).
+
+    Example:
+        >>> value_text(4.0), value_text([1000, 200]), value_text("[1000, 200]")
+        ('4', '[1000,200]', '[1000,200]')
+    """
     if token(value) == token(None):
         return MISSING
     if isinstance(value, float) and value.is_integer():
         return str(int(value))
-    return str(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(value_text(v) for v in value) + "]"
+    text = str(value)
+    return text.replace(", ", ",") if text.startswith("[") and text.endswith("]") else text
 
 
 def _key_names(keys: list[str]) -> dict[str, str]:
@@ -241,7 +250,7 @@ def curve(runs: pd.DataFrame, keys: list[str], x: str, panels: list[tuple[str, s
             _ticks_at(ax, table["_x"], log=log_x)
             ax.set_xlabel(KEY_LABELS.get(x, x) + (", log scale" if log_x else ""))
             ax.set_ylabel(label)
-            head = ", ".join(f"{k}={v}" for k, v in zip(facets, _values(facet)))
+            head = ", ".join(f"{k}={value_text(v)}" for k, v in zip(facets, _values(facet)))
             ax.set_title(head if facets else "", fontsize=9)
             ax.grid(alpha=0.3)
     handles, names = axes[0][0].get_legend_handles_labels()
