@@ -53,6 +53,7 @@ def _keys(node: dict, prefix: str = ""):  # type: ignore[type-arg]
                 yield from _keys(value, f"{prefix}{key}.")
 
 
+@pytest.mark.slow
 def test_every_key_of_every_option_has_a_description():
     from omegaconf import OmegaConf
 

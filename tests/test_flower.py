@@ -221,7 +221,7 @@ def _same_run(a: Path, b: Path, *, atol: float) -> None:
             torch.testing.assert_close(ta[name], tb[name], atol=atol, rtol=0)
 
 
-@pytest.mark.parametrize("fl", ["genefl", pytest.param("fedavg", marks=pytest.mark.slow),
+@pytest.mark.parametrize("fl", [pytest.param("genefl", marks=pytest.mark.slow), "fedavg",
                                 pytest.param("cluster_fedavg", marks=pytest.mark.slow)])
 def test_the_flower_engine_sends_what_the_inprocess_engine_sends(tmp_path, task_identity, fl):
     overrides = [f"fl={fl}", *SMALL, *(CLUSTERED if fl != "fedavg" else []), "attack=none", "capture.rounds=all",
