@@ -81,7 +81,7 @@ def test_runs_from_a_user_project_with_its_own_configs_and_a_model_added_by_sear
     assert metrics["bytes"]["uplink_bytes"] > 0
     # the searchpath option is checked like a packaged one; without the searchpath it is unknown
     bad = _cli("hydra.searchpath=[file://conf]", "model=tiny_cnnn", cwd=project)
-    assert bad.returncode == 2 and ("model=tiny_cnnn: unknown option (did you mean model=tiny_cnn?); allowed: convnet, lenet, "
+    assert bad.returncode == 2 and ("model=tiny_cnnn: unknown option (did you mean model=tiny_cnn?); allowed: convnet, lenet, mlp, "
                                     "resnet18, tiny_cnn") in bad.stderr
     missing = _cli("model=tiny_cnn", cwd=project)
     assert missing.returncode == 2 and "model=tiny_cnn: unknown option" in missing.stderr
