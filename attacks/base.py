@@ -84,7 +84,6 @@ class Attack(ABC):
                 f"({', '.join(readable)}); {kind} carries a {spec.carries}")
 
 
-
 class ActiveAttack(Attack):
     """An active server's attack: it crafts the victim's download of the audited round (``craft``), the victim
     trains on it as usual, and the attack reads the reply (an ``ActiveView``, ``privbench.audit.active``).
@@ -132,6 +131,7 @@ class ActiveAttack(Attack):
         """The finding of a read that gave no image (``status`` says why)."""
         return Reconstruction([{"objective": math.nan, "status": status, "iterations": 0, "evaluations": 0}],
                               label_source="none")
+
 
 class GradientInversion(Attack):
     """A gradient-inversion attack with restarts.

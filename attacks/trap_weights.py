@@ -30,9 +30,9 @@ from privbench.attacks.findings import Reconstruction
 from privbench.errors import AttackNotApplicableError
 
 
-def first_layer(model: nn.Module, features: int) -> str:
-    """The name of ``model``'s first layer when it is a ``Linear`` on ``features`` inputs followed by a ``ReLU``;
-    refused in one line otherwise."""
+def first_layer(model: nn.Module, features: int | None = None) -> str:
+    """The name of ``model``'s first layer when it is a ``Linear`` (on ``features`` inputs, when given) followed by
+    a ``ReLU``; refused in one line otherwise."""
     named = list(model.named_modules())
     owned = [i for i, (_, m) in enumerate(named) if next(m.parameters(recurse=False), None) is not None]
     if not owned:
@@ -40,7 +40,8 @@ def first_layer(model: nn.Module, features: int) -> str:
     at = owned[0]
     name, module = named[at]
     following = named[at + 1][1] if at + 1 < len(named) else None
-    if not isinstance(module, nn.Linear) or module.in_features != features or not isinstance(following, nn.ReLU):
+    if not isinstance(module, nn.Linear) or features not in (None, module.in_features) or \
+            not isinstance(following, nn.ReLU):
         raise AttackNotApplicableError(
             f"attack=trap_weights sets the weights of a first fully connected ReLU layer on the flattened input "
             f"(model=mlp); {type(model).__name__}'s first layer {name} is a {type(module).__name__}"
@@ -76,23 +77,20 @@ def read_rows(weight: torch.Tensor, bias: torch.Tensor, *, tolerance: float, sam
     w, b = weight.double(), bias.double()
     fired = (b.abs() > tolerance * b.abs().max().clamp(min=1e-300)).nonzero().flatten()
     fired = fired[torch.argsort(b[fired].abs(), descending=True)]
-    images: list[torch.Tensor] = []
+    reads = w[fired] / b[fired].unsqueeze(1)
+    reads = reads[torch.isfinite(reads).all(1)]
+    kept = torch.empty_like(reads)
     counts: list[int] = []
-    for row in fired.tolist():
-        x = w[row] / b[row]
-        if not torch.isfinite(x).all():
-            continue
-        for i, seen in enumerate(images):
-            if (x - seen).norm() <= same * seen.norm():
-                counts[i] += 1
-                break
+    for x in reads:
+        n = len(counts)
+        match = ((kept[:n] - x).norm(dim=1) <= same * kept[:n].norm(dim=1)).nonzero()
+        if len(match):
+            counts[int(match[0])] += 1
         else:
-            images.append(x)
+            kept[n] = x
             counts.append(1)
-    order = sorted(range(len(images)), key=lambda i: -counts[i])
-    if not images:
-        return torch.zeros(0, weight.shape[1]), []
-    return torch.stack([images[i] for i in order]).float(), [counts[i] for i in order]
+    order = sorted(range(len(counts)), key=lambda i: -counts[i])
+    return kept[order].float(), [counts[i] for i in order]
 
 
 class TrapWeightsAttack(ActiveAttack):
@@ -129,7 +127,7 @@ class TrapWeightsAttack(ActiveAttack):
 
     def crafted_layer(self, crafted: nn.Module) -> str:
         """The trapped first layer."""
-        return first_layer(crafted, next(m for m in crafted.modules() if isinstance(m, nn.Linear)).in_features)
+        return first_layer(crafted)
 
     def craft(self, model: nn.Module, public: torch.Tensor, *, seed: int, mean: tuple[float, ...],
               std: tuple[float, ...]) -> nn.Module:

@@ -92,10 +92,10 @@ def _what_was_sent(p: Plan, payload: Payload, crafted: nn.Module) -> str:
     return f"{payload.base} behind the crafted block ({elements:,} elements)"
 
 
-def _client_check(crafted: nn.Module, received: dict[str, torch.Tensor], local: torch.Tensor) -> dict[str, Any]:
-    """The victim's own check of the crafted download against the architecture it expected (``received``) and on
-    its own inputs ``local``."""
-    sent = parameters_of(crafted)
+def _client_check(crafted: nn.Module, sent: dict[str, torch.Tensor], received: dict[str, torch.Tensor],
+                  local: torch.Tensor) -> dict[str, Any]:
+    """The victim's own check of the crafted download (``sent``, its state) against the architecture it expected
+    (``received``) and on its own inputs ``local``."""
     verdict = inspect_download(sent, {n: list(t.shape) for n, t in received.items()}, model=crafted, local=local)
     return {DOWNLOAD_FLAGGED.key: float(verdict.flagged), "download_check": verdict.reasons}
 
@@ -120,7 +120,7 @@ def active_round(p: Plan, payload: Payload, base: Payload | None, model: nn.Modu
                                                    what="an active round")
     crafted = _crafted(p, model, received, data)
     sent = parameters_of(crafted)
-    check = _client_check(crafted, received, client_data.normalised())
+    check = _client_check(crafted, sent, received, client_data.normalised())
     trainer, name = _trainer(p), payload.sender
     generator = torch.Generator().manual_seed(p.seed * 1_000_003 + 71)
     if payload.kind == "gradient":
@@ -158,7 +158,7 @@ def _secure_round(p: Plan, payload: Payload, base: Payload | None, model: nn.Mod
     uploads, records, checks = [], [], []
     for i, (name, indices, declared) in enumerate(members):
         if isinstance(p.protocol, GeneFL):  # each member's own GENE-FL client code chooses its layers
-            sending, record, check = _gene_client(p, crafted, received, data, sender=name, round_=payload.round,
+            sending, record, check = _gene_client(p, crafted, sent, received, data, sender=name, round_=payload.round,
                                                   cluster=payload.cluster, base_id=str(payload.base))
             uploads.append(sending)
             records.append(record)
@@ -167,7 +167,7 @@ def _secure_round(p: Plan, payload: Payload, base: Payload | None, model: nn.Mod
         stand_in = Payload.from_tensors(kind="update", round=payload.round, sender=name, receiver="server",
                                         tensors={}, base=payload.base, training=declared)
         _, training, client_data = rerun_inputs(stand_in, base, data, indices, device=device, what="an active round")
-        checks.append(_client_check(crafted, received, client_data.normalised()))
+        checks.append(_client_check(crafted, sent, received, client_data.normalised()))
         local = copy.deepcopy(crafted)
         generator = torch.Generator().manual_seed(p.seed * 1_000_003 + 71 + i)
         record = trainer.train(local, client_data, client=name, sgd=local_sgd(training), generator=generator)
@@ -208,14 +208,13 @@ def _payload_word(p: Plan) -> str:
     return "learnGenes" if isinstance(p.protocol, GeneFL) else "updates"
 
 
-def _gene_client(p: Plan, crafted: nn.Module, received: dict[str, torch.Tensor], data: FederatedData, *,
-                 sender: str, round_: int, cluster: int | None, base_id: str) -> tuple[Upload, LocalTraining,
-                                                                                     dict[str, Any]]:
+def _gene_client(p: Plan, crafted: nn.Module, sent: dict[str, torch.Tensor], received: dict[str, torch.Tensor],
+                 data: FederatedData, *, sender: str, round_: int, cluster: int | None,
+                 base_id: str) -> tuple[Upload, LocalTraining, dict[str, Any]]:
     """One GENE-FL client's round on the crafted download, by GENE-FL's own client code (its Fisher pass, penalty,
     xi and layer choice over the crafted model's layers): its upload, training and check of the download."""
     protocol = p.protocol
     assert isinstance(protocol, GeneFL)
-    sent = parameters_of(crafted)
     rerun = copy.copy(protocol)
     rerun.trainer = _trainer(p)
     outbox = Outbox(sends=protocol.wire_kinds, trainer=rerun.trainer, transform=p.transform)
@@ -225,7 +224,7 @@ def _gene_client(p: Plan, crafted: nn.Module, received: dict[str, torch.Tensor],
     local = copy.deepcopy(crafted)
     state = rerun.start(local, np.zeros(data.num_clients, dtype=int), sent)
     pending = rerun.begin_round(local, ClientStart(at, sent, f"{base_id}-crafted"), data, state)
-    check = _client_check(crafted, received, pending.job.data.normalised())
+    check = _client_check(crafted, sent, received, pending.job.data.normalised())
     training, = rerun.train_clients([pending.job])
     return rerun.end_round(pending, training, state), training, check
 
@@ -237,7 +236,7 @@ def _gene_round(p: Plan, payload: Payload, base: Payload | None, model: nn.Modul
         raise AttackNotApplicableError(f"{payload.id}: a learnGene round needs GENE-FL and the download it started from")
     crafted = _crafted(p, model, dict(base.tensors), data)
     sent = parameters_of(crafted)
-    sending, training, check = _gene_client(p, crafted, dict(base.tensors), data, sender=payload.sender,
+    sending, training, check = _gene_client(p, crafted, sent, dict(base.tensors), data, sender=payload.sender,
                                             round_=payload.round, cluster=payload.cluster, base_id=str(payload.base))
     upload = decode(sending.payload, sent)
     assert upload.tensors is not None

@@ -1,7 +1,6 @@
 """Which recorded payload the attack reads: the victim's message of a given kind."""
 from __future__ import annotations
 
-
 from privbench.errors import ConfigError, PrivbenchError
 from privbench.payloads.capture import CapturePolicy
 from privbench.payloads.encoding import decode, plain_name
