@@ -64,6 +64,11 @@ class Attack(ABC):
         """``attack`` on each view (several victims); an attack may batch them, with the same results."""
         return [self.attack(view, seed=seed) for view in views]
 
+    def budget(self) -> dict[str, Any]:
+        """What the attack spent or may spend (steps, restarts, settings), recorded in ``threat_model.json`` next to
+        what it was given; empty for an attack without one."""
+        return {}
+
     def check_model(self, model: nn.Module, image_shape: tuple[int, ...]) -> None:
         """Refuse (``AttackNotApplicableError``, one line) a model this attack cannot run on; called before
         training. Any model by default."""
@@ -185,6 +190,13 @@ class GradientInversion(Attack):
             if attempt.status == "converged":
                 break
         return self.result(target, attempts, evaluations)
+
+    def budget(self) -> dict[str, Any]:
+        """Restarts and optimiser steps per restart (the attack's own settings added by subclasses)."""
+        out: dict[str, Any] = {"iterations": self.iterations, "restarts": self.restarts}
+        if self.patience:
+            out["patience"] = self.patience
+        return out
 
     def check_size(self, target: AttackTarget) -> None:
         """Refuse a target with more images than ``max_images``."""

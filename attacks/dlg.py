@@ -1,6 +1,8 @@
 """DLG (Zhu et al., 2019): joint optimisation of images and soft labels by L-BFGS."""
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from privbench.attacks.base import Attempt, GradientInversion
@@ -19,6 +21,10 @@ class DLG(GradientInversion):
     """
 
     name = "dlg"
+
+    def budget(self) -> dict[str, Any]:
+        """Restarts x L-BFGS steps (each up to 20 evaluations), and the early stops."""
+        return {**super().budget(), "optimiser": "L-BFGS, up to 20 evaluations a step", "unroll": self.unroll}
 
     def attempt(self, target: AttackTarget, *, generator: torch.Generator) -> Attempt:
         n, shape = target.num_images, target.image_shape

@@ -55,6 +55,10 @@ class InvertingGradients(GradientInversion):
     def label_source(self, target: AttackTarget) -> str:
         return target.head_label_source
 
+    def budget(self) -> dict[str, Any]:
+        """Restarts x Adam steps, and the settings that shape them."""
+        return {**super().budget(), "optimiser": "signed Adam", "lr": self.lr, "tv": self.tv, "unroll": self.unroll}
+
     def attempt(self, target: AttackTarget, *, generator: torch.Generator) -> Attempt:
         n = target.num_images
         images = target.randn(n, *target.image_shape, generator=generator)

@@ -3,7 +3,7 @@ commit b9929a7 on the 2-core machine of 2026-12-01; keys added since, without a 
 ``clipping`` and ``server`` (honest-but-curious) and the utility's ``downloaded_accuracy``, which is that record's ``accuracy``; then the class-informed
 chance baselines and the recovered fraction, taken from a run of the new code whose uninformed baselines equal the
 record's to the bit, so ``psnr_chance`` is now the class-informed 10.89 dB and the old 8.45 is
-``psnr_chance_uninformed``): the same keys, messages and bytes; the same numbers."""
+``psnr_chance_uninformed``; then the threat model's ``attack_budget``, iDLG's settings): the same keys, messages and bytes; the same numbers."""
 from __future__ import annotations
 
 import json

@@ -175,6 +175,12 @@ def summary(metrics: dict[str, Any]) -> str:
                                                                           else "passed")))
         if threat.get(CRAFTED_UPLOADED.key) is False:
             lines.append(("", "the victim's learnGene left the crafted layer out: nothing to read (0 recovered)"))
+    spent = threat.get("attack_budget")
+    if spent and "iterations" in spent:
+        restarts = int(spent.get("restarts", 1))
+        how = f" ({spent['optimiser']})" if spent.get("optimiser") else ""
+        lines.append(("budget", f"{spent['attack']}: {restarts} restart{'s' if restarts != 1 else ''} x "
+                                f"{spent['iterations']:,} steps{how}"))
     if PSNR_MEAN.key in privacy:
         lines.append(("leakage", f"PSNR {formatted(privacy[PSNR_MEAN.key], '{:.2f}')} dB, chance "
                                  f"{formatted(privacy.get(PSNR_CHANCE.key), '{:.2f}')}, gain "
