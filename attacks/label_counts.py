@@ -6,8 +6,11 @@ For softmax cross-entropy averaged over ``B`` images, the head bias's gradient i
 mix of per-class mean predictions at the current counts, ``pbar = sum_k (n_k / B) E[p | k]``, iterated to a fixed
 point from the unconditional mean (after Wainakh et al., "User-level label leakage from gradients in FL", 2022,
 who estimate the impact on auxiliary data). Counts are clipped at 0 and rounded by largest remainder to sum to
-``B``. For an upload the pseudo-gradient ``-delta / (lr * steps)`` averages the steps' gradients, so the same
-identity holds approximately with ``B`` the client's samples.
+``B``. For an upload the pseudo-gradient ``-delta / (lr * steps)`` averages the steps' bias gradients, so
+``n = N (mean_t pbar_t - db)`` over the client's ``N`` samples (epochs of equal batches); the steps' predictions
+``pbar_t`` are estimated at ``points`` models along the line from the received model to the one the upload
+implies, ``theta_0 + (k + 1/2)/points (theta_S - theta_0)`` (Dimitrov et al., "Data Leakage in Federated
+Averaging", TMLR 2022, estimate a FedSGD label attack's parameters at every FedAvg step by interpolation).
 """
 from __future__ import annotations
 
@@ -16,10 +19,13 @@ from typing import ClassVar
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torch import nn
+from torch.func import functional_call
 
 from privbench.attacks.base import Attack
 from privbench.attacks.findings import InferredLabels
 from privbench.attacks.views import LabelView, ViewKind
+from privbench.attacks.target import AttackTarget
 from privbench.errors import AttackNotApplicableError
 from privbench.payloads.kinds import Carries
 
@@ -56,38 +62,72 @@ def counts_from_bias(bias_gradient: torch.Tensor, batch: int, conditional: torch
     return counts
 
 
+def update_path(target: AttackTarget, points: int) -> list[dict[str, torch.Tensor]]:
+    """States at ``points`` midpoints of the line from the received model to the end of the local training that a
+    model payload implies (``theta_S = theta_0 - lr * steps * g`` on the names it carries; the rest stay at
+    ``theta_0``). A gradient, or ``points`` = 1 with nothing to move, gives the received model alone."""
+    start = {n: p.detach() for n, p in target.model.named_parameters()}
+    training = target.knowledge.get("training") or {}
+    carries_model = target.knowledge.get("matching") != "gradient"
+    if points <= 1 or not carries_model or not training:
+        return [start]
+    scale = float(training["lr"]) * int(training["steps"])
+    end = {n: start[n] - scale * target.gradient[n] if n in target.gradient else start[n] for n in start}
+    return [{n: start[n] + (k + 0.5) / points * (end[n] - start[n]) for n in start} for k in range(points)]
+
+
+def conditional_predictions(model: nn.Module, states: list[dict[str, torch.Tensor]], public: torch.Tensor,
+                            public_labels: torch.Tensor, classes: int) -> torch.Tensor:
+    """``E[p | k]``: the mean softmax prediction on public images of each class ``k`` (``[C, C]``), averaged over
+    ``states`` (the models along an update's path); a class without public images gets the overall mean."""
+    total = torch.zeros(classes, classes, dtype=torch.float64)
+    was = model.training
+    model.eval()
+    with torch.no_grad():
+        for state in states:
+            probabilities = torch.cat([F.softmax(functional_call(model, state, (public[i:i + 500],)), 1)
+                                       for i in range(0, len(public), 500)]).double().cpu()
+            overall = probabilities.mean(0)
+            labels = public_labels.cpu()
+            total += torch.stack([probabilities[labels == k].mean(0) if bool((labels == k).any()) else overall
+                                  for k in range(classes)])
+    model.train(was)
+    return total / len(states)
+
+
+def estimate_counts(target: AttackTarget, public: torch.Tensor, public_labels: torch.Tensor, *, points: int = 1,
+                    iterations: int = 10, images: int | None = None) -> np.ndarray:
+    """Per-class counts of the ``images`` (default ``target.num_images``) a message was computed from, from its head
+    bias and the public prior along ``points`` states of its update."""
+    bias = target.gradient.get(f"{target.head}.bias")
+    if bias is None:
+        raise AttackNotApplicableError(f"{target.knowledge.get('payload')}: the message does not carry the "
+                                       f"classifier head's bias ({target.head}.bias), which the counts are read from")
+    conditional = conditional_predictions(target.model, update_path(target, points), public, public_labels,
+                                          target.num_classes)
+    return counts_from_bias(bias, images or target.num_images, conditional, iterations=iterations)
+
+
 class LabelCounts(Attack):
     """The classes a message was computed from and how many images of each, from the head's bias gradient.
 
     Args:
         iterations: fixed-point iterations of the class-conditional estimate of the batch's mean prediction.
         public: most public (test-split) images used for that estimate.
+        points: models along a model payload's update at which that estimate is taken and averaged (1: the
+            received model only; a gradient always uses the received model).
     """
 
     name = "labels"
     reads: ClassVar[frozenset[Carries]] = frozenset({"gradient", "model"})
     view: ClassVar[ViewKind] = "labels"
 
-    def __init__(self, *, iterations: int = 10, public: int = 2000) -> None:
-        if iterations < 0 or public < 1:
-            raise ValueError("attack.iterations must be >= 0 and attack.public >= 1")
-        self.iterations, self.public = iterations, public
+    def __init__(self, *, iterations: int = 10, public: int = 2000, points: int = 1) -> None:
+        if iterations < 0 or public < 1 or points < 1:
+            raise ValueError("attack.iterations must be >= 0, attack.public >= 1 and attack.points >= 1")
+        self.iterations, self.public, self.points = iterations, public, points
 
     def attack(self, view: LabelView, *, seed: int) -> InferredLabels:
-        target = view.target
-        bias = target.gradient.get(f"{target.head}.bias")
-        if bias is None:
-            raise AttackNotApplicableError(f"{target.knowledge.get('payload')}: the message does not carry the "
-                                           f"classifier head's bias ({target.head}.bias), which the counts are read from")
-        model, classes = target.model, target.num_classes
-        with torch.no_grad():
-            was = model.training
-            model.eval()
-            probabilities = torch.cat([F.softmax(model(view.public[i:i + 500]), 1)
-                                       for i in range(0, len(view.public), 500)])
-            model.train(was)
-        overall = probabilities.mean(0)
-        conditional = torch.stack([probabilities[view.public_labels == k].mean(0) if bool((view.public_labels == k).any())
-                                   else overall for k in range(classes)])
-        counts = counts_from_bias(bias, target.num_images, conditional, iterations=self.iterations)
+        counts = estimate_counts(view.target, view.public, view.public_labels, points=self.points,
+                                 iterations=self.iterations)
         return InferredLabels(counts={int(c): int(n) for c, n in enumerate(counts) if n > 0})
