@@ -18,8 +18,9 @@ from privbench.attacks.label_counts import LabelCounts
 from privbench.attacks.imprint import ImprintAttack
 from privbench.attacks.trap_weights import TrapWeightsAttack
 from privbench.attacks.one_run import OneRunAudit
+from privbench.attacks.fedavg_inversion import FedAvgInversion
 
-__all__ = ["DLG", "IDLG", "ActiveAttack", "ActiveView", "Attack", "CanaryScores", "CanaryView", "OneRunAudit", "AttackTarget", "Attempt", "BasisView", "CohortView", "Finding", "GradientInversion",
+__all__ = ["DLG", "IDLG", "ActiveAttack", "FedAvgInversion", "ActiveView", "Attack", "CanaryScores", "CanaryView", "OneRunAudit", "AttackTarget", "Attempt", "BasisView", "CohortView", "Finding", "GradientInversion",
            "GradientView", "ImprintAttack", "InferredLabels", "InferredProperty", "InvertingGradients", "LabelCounts", "LabelView",
            "MembershipInference", "MembershipScores",
            "MembershipView", "ModelView",

@@ -10,7 +10,7 @@ from torch.func import functional_call
 
 from privbench.attacks.lbfgs import LBFGS
 from privbench.attacks.objectives import squared_l2, squared_norm
-from privbench.attacks.target import AttackTarget, Part, Unroll
+from privbench.attacks.target import AttackTarget, Unroll
 
 
 #: A step that moves no leaf and changes the objective by at most this (relative) ends the loop.
@@ -28,14 +28,16 @@ def _loss(out: torch.Tensor, labels: torch.Tensor | None, label_logits: torch.Te
 
 
 def candidate_gradient(target: AttackTarget, images: torch.Tensor, *, labels: torch.Tensor | None = None,
-                       label_logits: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+                       label_logits: torch.Tensor | None = None,
+                       schedule: list[list[slice]] | None = None) -> dict[str, torch.Tensor]:
     """What the payload would show for candidate data, differentiable w.r.t. the candidate.
 
     Hard ``labels`` give mean cross-entropy; ``label_logits`` give DLG's soft-label
     cross-entropy. Without ``target.unroll`` this is one gradient at the base model; with it,
     the client's local SGD is replayed on the candidates (``torch.func.functional_call``,
     ``create_graph=True``) and the result is the pseudo-gradient ``-(delta)/(lr * steps)``,
-    the same transform the observed payload went through.
+    the same transform the observed payload went through. ``schedule`` gives each part's SGD steps as
+    candidate slices (default: ``Part.batches``, the part's images in order every epoch).
     """
     target.evaluations += 1
     if target.unroll is None:
@@ -51,8 +53,9 @@ def candidate_gradient(target: AttackTarget, images: torch.Tensor, *, labels: to
     start = {n: p.detach() for n, p in target.model.named_parameters()}
     total: dict[str, torch.Tensor] = {}
     weight: dict[str, float] = {}
-    for part in spec.parts:
-        end = _replay(target, spec, part, start, images, labels, label_logits)
+    for k, part in enumerate(spec.parts):
+        batches = part.batches() if schedule is None else schedule[k]
+        end = _replay(target, spec, start, images, labels, label_logits, batches)
         for n in target.gradient:
             if part.names is None or n in part.names:
                 total[n] = total.get(n, 0) + part.weight * (end[n] - start[n])
@@ -83,13 +86,42 @@ def clipped_mean_gradient(forward: Callable[[torch.Tensor], torch.Tensor], param
     return {n: t / len(images) for n, t in zip(names, total)}
 
 
-def _replay(target: AttackTarget, spec: Unroll, part: Part, start: dict[str, torch.Tensor], images: torch.Tensor,
-            labels: torch.Tensor | None, label_logits: torch.Tensor | None) -> dict[str, torch.Tensor]:
-    """SGD (with momentum and the smooth-update term) on one part's candidates, differentiably."""
+def elastic_weights(target: AttackTarget, start: dict[str, torch.Tensor], images: torch.Tensor,
+                    labels: torch.Tensor | None, label_logits: torch.Tensor | None, eps: float) -> dict[str, torch.Tensor]:
+    """GENE-FL's elastic weights ``1[F_j >= eps] F_j`` with ``F`` the diagonal empirical Fisher of the candidates at the
+    received model (``privbench.fl.fisher``), differentiable w.r.t. the candidates (the indicator is not)."""
+    params = {n: p.detach().requires_grad_(True) for n, p in start.items()}
+    names, total = list(params), None
+    was = target.model.training
+    target.model.eval()  # the client's Fisher pass runs in eval mode
+    for i in range(len(images)):
+        one = slice(i, i + 1)
+        loss = _loss(functional_call(target.model, params, (images[one],)), None if labels is None else labels[one],
+                     None if label_logits is None else label_logits[one])
+        grads = torch.autograd.grad(loss, [params[n] for n in names], create_graph=True, allow_unused=True)
+        squared = [torch.zeros_like(params[n]) if g is None else g * g for n, g in zip(names, grads)]
+        total = squared if total is None else [t + g for t, g in zip(total, squared)]
+    target.model.train(was)
+    assert total is not None, "a part has at least one candidate"
+    return {n: torch.where(f.detach() >= eps, f, torch.zeros_like(f)) for n, f in
+            ((n, t / len(images)) for n, t in zip(names, total))}
+
+
+def _replay(target: AttackTarget, spec: Unroll, start: dict[str, torch.Tensor], images: torch.Tensor,
+            labels: torch.Tensor | None, label_logits: torch.Tensor | None, batches: list[slice]) -> dict[str, torch.Tensor]:
+    """SGD (with momentum, the smooth-update term and, where declared, the Fisher-elastic term) over ``batches``
+    of the candidates, differentiably."""
     params = {n: p.clone().requires_grad_(True) for n, p in start.items()}
     velocity = {n: torch.zeros_like(p) for n, p in params.items()}
     names = list(params)
-    for batch in part.batches():
+    elastic: dict[str, torch.Tensor] = {}
+    lambda2 = spec.elastic[0] if spec.elastic is not None else 0.0
+    if spec.elastic is not None:  # the Fisher of the part's data: each candidate once
+        seen = sorted({i for b in batches for i in range(b.start, b.stop)})
+        rows = torch.tensor(seen, device=images.device)
+        elastic = elastic_weights(target, start, images[rows], None if labels is None else labels[rows],
+                                  None if label_logits is None else label_logits[rows], spec.elastic[1])
+    for batch in batches:
         sub_labels = labels[batch] if labels is not None else None
         sub_logits = label_logits[batch] if label_logits is not None else None
         if target.clip is None:
@@ -106,6 +138,8 @@ def _replay(target: AttackTarget, spec: Unroll, part: Part, start: dict[str, tor
         new = {}
         for n, g in zip(names, grads):
             g = torch.zeros_like(params[n]) if g is None else g
+            if elastic:  # data-dependent, so DP-SGD would add it after clipping too
+                g = g + 2 * lambda2 * elastic[n] * (params[n] - start[n])
             velocity[n] = spec.momentum * velocity[n] + g if spec.momentum else g
             new[n] = params[n] - spec.lr * velocity[n]
         params = new

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -80,6 +80,8 @@ class Unroll:
             Fisher-elastic one) is not.
         parts: one ``Part`` per client in the payload (one for an upload; the cluster's
             participants for a ``cluster_model`` aggregate, averaged per name by weight).
+        elastic: ``(lambda2, eps)`` of GENE-FL's Fisher-elastic term, replayed with the Fisher of the candidates
+            (None: not replayed; an attack opts in, ``with_elastic``).
     """
 
     lr: float
@@ -87,6 +89,14 @@ class Unroll:
     momentum: float = 0.0
     proximal: float = 0.0
     parts: tuple[Part, ...] = ()
+    elastic: tuple[float, float] | None = None
+
+    def with_elastic(self, training: dict[str, Any] | None) -> "Unroll":
+        """This replay with the Fisher-elastic term a training record declares (``lambda2`` > 0), else as it is."""
+        lambda2 = float((training or {}).get("lambda2", 0.0) or 0.0)
+        if not lambda2:
+            return self
+        return replace(self, elastic=(lambda2, float((training or {}).get("eps", 0.0))))
 
     @classmethod
     def from_training(cls, training: LocalTraining, num_images: int) -> "Unroll":

@@ -132,12 +132,12 @@ def plan(cfg: DictConfig) -> Plan:
         if choice.kind not in protocol.readable_kinds:
             raise ConfigError(f"payload={choice.kind}: under aggregation={aggregation.name} the server never sees a "
                               f"client's {choice.kind}, only each cohort's mean; attack payload=aggregate")
-        if attack.unroll and choice.spec.carries != "model":
-            raise AttackNotApplicableError(f"attack.unroll=true needs a payload that carries a model; "
-                                           f"payload={choice.kind} carries a {choice.spec.carries}")
         reason = attack.cannot_read(choice.kind)
         if reason:
             raise AttackNotApplicableError(f"attack={attack.name} cannot attack payload={choice.kind}: {reason}")
+        if attack.unroll and choice.spec.carries != "model":
+            raise AttackNotApplicableError(f"attack.unroll=true needs a payload that carries a model; "
+                                           f"payload={choice.kind} carries a {choice.spec.carries}")
         if cfg.metrics.lpips:
             alexnet_backbone()  # damaged weights fail here, not after training
     return p
@@ -151,6 +151,7 @@ def prepare(p: Plan) -> tuple[FederatedData, nn.Module, CapturePolicy]:
     cfg = p.cfg
     with phase("data"):
         data: FederatedData = build("data", cfg.data, seed=p.seed)
+    data = p.victim.resize(data, seed=p.seed)
     p.protocol.check(data=data, victim=p.victim)
     torch.manual_seed(p.seed)
     c, h, _ = data.train.shape
