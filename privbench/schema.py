@@ -105,6 +105,7 @@ WEIGHT = Number(low=0, high=1e6)
 
 RULES: dict[str, Any] = {
     "victim.client": COUNT, "victim.round": Number(integer=True, low=-1), "victim.num_images": POSITIVE_INT,
+    "victim.data_size": Number(integer=True, low=1, nullable=True),
     "data.num_clients": POSITIVE_INT,
     "data.classes_per_client": POSITIVE_INT, "data.alpha": POSITIVE, "data.min_size": COUNT,
     "data.agnostic_classes": IntList(), "data.num_agnostic_clients": COUNT,

@@ -1,12 +1,17 @@
 """The victim: which client, round and private images the audit targets."""
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from privbench.errors import ConfigError
+
+if TYPE_CHECKING:
+    from privbench.data import FederatedData
 
 UPDATE_DATA = ("batch", "all")
 
@@ -26,6 +31,8 @@ class Victim:
             client indices (each is sampled into the round), or ``"all"`` (every participant
             of the round). Each sends its own audit gradient and is attacked on its own;
             ``client`` stays the headline victim.
+        data_size: how many of its images the victim client keeps (a seeded subset of its partition; every
+            other client's data unchanged); None: all of them.
     """
 
     client: int = 0
@@ -33,6 +40,7 @@ class Victim:
     num_images: int = 1
     update_data: str = "batch"
     clients: Sequence[int] | str | None = None
+    data_size: int | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.clients, str) and self.clients != "all":
@@ -44,6 +52,8 @@ class Victim:
             object.__setattr__(self, "clients", tuple(sorted(set(clients))))
         if self.num_images < 1:
             raise ConfigError(f"victim.num_images must be >= 1, got {self.num_images}")
+        if self.data_size is not None and self.data_size < self.num_images:
+            raise ConfigError(f"victim.data_size={self.data_size} is smaller than victim.num_images={self.num_images}")
         if self.update_data not in UPDATE_DATA:
             raise ConfigError(f"victim.update_data={self.update_data!r} is not one of {', '.join(UPDATE_DATA)}")
 
@@ -63,7 +73,22 @@ class Victim:
 
     def alone(self, client: int) -> "Victim":
         """The same victim settings for ``client`` alone (how each audited client's payload is selected)."""
-        return Victim(client=client, round=self.round, num_images=self.num_images, update_data=self.update_data)
+        return Victim(client=client, round=self.round, num_images=self.num_images, update_data=self.update_data,
+                      data_size=self.data_size if client == self.client else None)
+
+    def resize(self, data: FederatedData, *, seed: int) -> FederatedData:
+        """``data`` with the victim client holding ``data_size`` of its images (chosen by ``seed``), or as it is."""
+        if self.data_size is None:
+            return data
+        if not 0 <= self.client < data.num_clients:
+            raise ConfigError(f"victim.client={self.client}: there are {data.num_clients} known clients")
+        own = data.clients[self.client]
+        if self.data_size > len(own):
+            raise ConfigError(f"victim.data_size={self.data_size} exceeds client {self.client}'s {len(own)} images")
+        keep = np.sort(np.random.default_rng([seed, 7907]).permutation(len(own))[: self.data_size])
+        clients = list(data.clients)
+        clients[self.client] = own[keep]
+        return dataclasses.replace(data, clients=clients)
 
     def batch_positions(self, num_samples: int, *, seed: int) -> np.ndarray:
         """Positions (within the victim's local data) of the victim batch, fixed by ``seed``."""

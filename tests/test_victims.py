@@ -13,7 +13,6 @@ from privbench.audit.run import run_audit
 from privbench.data import FederatedData
 from privbench.fl.protocols.fedavg import FedAvg
 from privbench.fl.protocols.genefl import GeneFL
-from privbench.fl.sgd import parameters_of
 from privbench.fl.wire import Wire
 from privbench.metrics.chance import chance_baseline
 from privbench.metrics.image import mse
@@ -153,6 +152,29 @@ def test_audit_with_update_data_all_reports_true_count_and_chance(compose_cfg, t
     assert set(privacy["chance"]) == {"mean_image", "non_member", "class_mean", "class_mean_inferred"}
     assert privacy["psnr_chance"] == max(privacy["psnr_chance_uninformed"], privacy["psnr_chance_informed"]) > 10
     assert 0 <= privacy["recovered_fraction"] <= 1 / 600  # one reconstruction can recover at most one of 600
+
+
+def test_victim_data_size_shrinks_the_victim_alone_and_is_checked(small_clients):
+    from privbench.errors import ConfigError
+
+    data = small_clients
+    small = Victim(client=1, data_size=3).resize(data, seed=0)
+    assert len(small.clients[1]) == 3 and set(small.clients[1]) <= set(data.clients[1])
+    assert all(np.array_equal(a, b) for i, (a, b) in enumerate(zip(small.clients, data.clients)) if i != 1)
+    assert np.array_equal(Victim(client=1, data_size=3).resize(data, seed=0).clients[1], small.clients[1])
+    assert Victim().resize(data, seed=0) is data
+    with pytest.raises(ConfigError, match="victim.data_size=999 exceeds client 1's"):
+        Victim(client=1, data_size=999).resize(data, seed=0)
+    with pytest.raises(ConfigError, match="smaller than victim.num_images=4"):
+        Victim(num_images=4, data_size=2)
+
+
+def test_victim_data_size_reaches_the_run_before_training_and_leaves_the_others(compose_cfg, tmp_path):
+    from privbench.audit.plan import plan, prepare
+
+    cfg = compose_cfg("fl=fedavg", "payload=update", "attack=none", "victim.data_size=8", "victim.update_data=all")
+    data, _, _ = prepare(plan(cfg))
+    assert len(data.clients[0]) == 8 and len(data.clients[1]) == 400  # the default shard: 400 each
 
 
 def test_victim_clients_lists_audits_and_refuses_bad_values():
