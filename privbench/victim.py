@@ -1,17 +1,12 @@
 """The victim: which client, round and private images the audit targets."""
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from privbench.errors import ConfigError
-
-if TYPE_CHECKING:
-    from privbench.data import FederatedData
 
 UPDATE_DATA = ("batch", "all")
 
@@ -75,20 +70,6 @@ class Victim:
         """The same victim settings for ``client`` alone (how each audited client's payload is selected)."""
         return Victim(client=client, round=self.round, num_images=self.num_images, update_data=self.update_data,
                       data_size=self.data_size if client == self.client else None)
-
-    def resize(self, data: FederatedData, *, seed: int) -> FederatedData:
-        """``data`` with the victim client holding ``data_size`` of its images (chosen by ``seed``), or as it is."""
-        if self.data_size is None:
-            return data
-        if not 0 <= self.client < data.num_clients:
-            raise ConfigError(f"victim.client={self.client}: there are {data.num_clients} known clients")
-        own = data.clients[self.client]
-        if self.data_size > len(own):
-            raise ConfigError(f"victim.data_size={self.data_size} exceeds client {self.client}'s {len(own)} images")
-        keep = np.sort(np.random.default_rng([seed, 7907]).permutation(len(own))[: self.data_size])
-        clients = list(data.clients)
-        clients[self.client] = own[keep]
-        return dataclasses.replace(data, clients=clients)
 
     def batch_positions(self, num_samples: int, *, seed: int) -> np.ndarray:
         """Positions (within the victim's local data) of the victim batch, fixed by ``seed``."""

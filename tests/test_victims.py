@@ -158,13 +158,12 @@ def test_victim_data_size_shrinks_the_victim_alone_and_is_checked(small_clients)
     from privbench.errors import ConfigError
 
     data = small_clients
-    small = Victim(client=1, data_size=3).resize(data, seed=0)
+    small = data.with_client_size(1, 3, seed=0)
     assert len(small.clients[1]) == 3 and set(small.clients[1]) <= set(data.clients[1])
     assert all(np.array_equal(a, b) for i, (a, b) in enumerate(zip(small.clients, data.clients)) if i != 1)
-    assert np.array_equal(Victim(client=1, data_size=3).resize(data, seed=0).clients[1], small.clients[1])
-    assert Victim().resize(data, seed=0) is data
+    assert np.array_equal(data.with_client_size(1, 3, seed=0).clients[1], small.clients[1])
     with pytest.raises(ConfigError, match="victim.data_size=999 exceeds client 1's"):
-        Victim(client=1, data_size=999).resize(data, seed=0)
+        data.with_client_size(1, 999, seed=0)
     with pytest.raises(ConfigError, match="smaller than victim.num_images=4"):
         Victim(num_images=4, data_size=2)
 

@@ -151,7 +151,8 @@ def prepare(p: Plan) -> tuple[FederatedData, nn.Module, CapturePolicy]:
     cfg = p.cfg
     with phase("data"):
         data: FederatedData = build("data", cfg.data, seed=p.seed)
-    data = p.victim.resize(data, seed=p.seed)
+    if p.victim.data_size is not None:
+        data = data.with_client_size(p.victim.client, p.victim.data_size, seed=p.seed)
     p.protocol.check(data=data, victim=p.victim)
     torch.manual_seed(p.seed)
     c, h, _ = data.train.shape

@@ -113,6 +113,18 @@ class FederatedData:
         return cls(train, test.with_classes(known), [pool[p] for p in parts], known, agnostic, agnostic_parts,
                    test.with_classes(agnostic))
 
+    def with_client_size(self, client: int, size: int, *, seed: int) -> "FederatedData":
+        """The same splits with known client ``client`` holding ``size`` of its images (chosen by ``seed``)."""
+        if not 0 <= client < self.num_clients:
+            raise ConfigError(f"victim.client={client}: there are {self.num_clients} known clients")
+        own = self.clients[client]
+        if size > len(own):
+            raise ConfigError(f"victim.data_size={size} exceeds client {client}'s {len(own)} images")
+        keep = np.sort(np.random.default_rng([seed, 7907]).permutation(len(own))[:size])
+        clients = list(self.clients)
+        clients[client] = own[keep]
+        return dataclasses.replace(self, clients=clients)
+
     def to(self, device: torch.device | str) -> "FederatedData":
         """The same splits with every image and label on ``device`` (client indices stay NumPy)."""
         return dataclasses.replace(self, train=self.train.to(device), test=self.test.to(device),
