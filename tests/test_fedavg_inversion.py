@@ -22,7 +22,7 @@ from privbench.fl.fisher import fisher_diagonal
 from privbench.fl.genefl.fisher import GeneRegulariser
 from privbench.fl.sgd import local_train
 from privbench.metrics.reconstruction import score
-from privbench.models import LeNet
+from privbench.models import MLP, LeNet
 from privbench.pixels import bounds, denormalise, normalise
 
 
@@ -108,7 +108,7 @@ def _update(n: int, epochs: int, batch: int, lr: float, seed: int) -> tuple[Atta
     train, test = load_fashion_mnist_subset(train=True), load_fashion_mnist_subset(train=False)
     pixels, x, y = _client(n, seed)
     torch.manual_seed(seed)
-    model = LeNet(in_channels=1, image_size=28, num_classes=10)
+    model = MLP(in_channels=1, image_size=28, num_classes=10)
     start = {k: v.clone() for k, v in model.state_dict().items()}
     client = copy.deepcopy(model)
     optimiser = torch.optim.SGD(client.parameters(), lr=lr)
@@ -139,19 +139,19 @@ def _psnrs(found, pixels: torch.Tensor, y: torch.Tensor) -> np.ndarray:
 
 @pytest.mark.slow
 def test_it_rebuilds_a_shuffled_multi_epoch_update_that_the_in_order_unroll_does_not():
-    """8 images, 4 epochs of 2 batches of 4, shuffled every epoch (seed 0): the FedAvg-aware inversion rebuilds
-    them (median PSNR above 20 dB, labels from the counts exact) where IG's in-order unroll at the same budget
-    stays below."""
-    target, view, pixels, y = _update(8, 4, 4, 0.05, 0)
-    found = FedAvgInversion(iterations=300, restarts=1).attack(view, seed=0)
+    """FedAvg's 2NN, 10 images in 5 epochs of 2 batches of 5 reshuffled every epoch, SGD lr 0.004 (seed 0), one
+    attempt of 400 steps each: the FedAvg-aware inversion (matched prior, weight 0.3) rebuilds 9 of 10 images to 20 dB
+    with the counts exact (measured: median 34.0 dB; IG's in-order unroll 24.2 dB)."""
+    target, view, pixels, y = _update(10, 5, 5, 0.004, 0)
+    found = FedAvgInversion(iterations=400, restarts=1, prior=0.3, tie="matched").attack(view, seed=0)
     assert found.info["label_counts"] == {int(c): int(k) for c, k in enumerate(np.bincount(y.numpy(), minlength=10))
                                           if k}
     ours = _psnrs(found, pixels, y)
-    target_ig, _, _, _ = _update(8, 4, 4, 0.05, 0)
-    baseline = _psnrs(InvertingGradients(iterations=300, restarts=1, unroll=True).attack(target_ig, seed=0),
+    target_ig, _, _, _ = _update(10, 5, 5, 0.004, 0)
+    baseline = _psnrs(InvertingGradients(iterations=400, restarts=1, unroll=True).attack(target_ig, seed=0),
                       pixels, y)
-    assert np.median(ours) > 20.0, ours
-    assert np.median(ours) > np.median(baseline) + 3.0, (ours, baseline)
+    assert (ours >= 20.0).sum() >= 9 and np.median(ours) > 30.0, ours
+    assert np.median(ours) > np.median(baseline) + 5.0, (ours, baseline)
 
 
 def test_a_gradient_or_a_message_without_training_is_refused_in_one_line(compose_cfg):
@@ -164,3 +164,20 @@ def test_a_gradient_or_a_message_without_training_is_refused_in_one_line(compose
     with pytest.raises(AttackNotApplicableError, match="declares none"):
         FedAvgInversion().attack(LabelView(target, torch.zeros(1, 1, 28, 28), torch.zeros(1, dtype=torch.long)),
                                  seed=0)
+
+
+@pytest.mark.slow
+def test_the_study_setting_runs_end_to_end_and_records_what_the_attack_was_given(compose_cfg, tmp_path):
+    from privbench.audit.run import run_audit
+
+    cfg = compose_cfg("experiment=fedavg_leakage", "+experiment/fedavg_leakage=matched_prior", "victim.num_images=10",
+                      "fl.local_epochs=2", "attack.iterations=20", f"results_dir={tmp_path}")
+    metrics = run_audit(cfg, tmp_path / "run")
+    threat, privacy = metrics["threat_model"], metrics["privacy"]
+    assert threat["matching"] == "unrolled local training" and threat["training"]["steps"] == 4
+    assert threat["attack_budget"] == {"attack": "fedavg_inversion", "iterations": 20, "restarts": 1,
+                                       "optimiser": "signed Adam", "lr": 0.1, "tv": 0.001, "epoch_prior": 0.03,
+                                       "tie": "matched", "label_points": 8}
+    assert threat["labels"].startswith("per-class counts recovered")
+    assert privacy["label_source"] == "recovered counts" and privacy["num_reconstructed"] == 10
+    assert privacy["num_true"] == 10
