@@ -8,9 +8,10 @@ point from the unconditional mean (after Wainakh et al., "User-level label leaka
 who estimate the impact on auxiliary data). Counts are clipped at 0 and rounded by largest remainder to sum to
 ``B``. For an upload the pseudo-gradient ``-delta / (lr * steps)`` averages the steps' bias gradients, so
 ``n = N (mean_t pbar_t - db)`` over the client's ``N`` samples (epochs of equal batches); the steps' predictions
-``pbar_t`` are estimated at ``points`` models along the line from the received model to the one the upload
-implies, ``theta_0 + (k + 1/2)/points (theta_S - theta_0)`` (Dimitrov et al., "Data Leakage in Federated
-Averaging", TMLR 2022, estimate a FedSGD label attack's parameters at every FedAvg step by interpolation).
+``pbar_t`` are estimated at the models where the steps took their gradients, interpolated on the line from the
+received model to the one the upload implies, ``theta_0 + (t/S)(theta_S - theta_0)`` for ``t = 0 .. S-1``
+(Dimitrov et al., "Data Leakage in Federated Averaging", TMLR 2022, estimate a FedSGD label attack's parameters at
+every FedAvg step this way), at most ``points`` of them evenly spaced.
 """
 from __future__ import annotations
 
@@ -62,18 +63,34 @@ def counts_from_bias(bias_gradient: torch.Tensor, batch: int, conditional: torch
     return counts
 
 
+def path_fractions(steps: int, points: int) -> list[float]:
+    """Where on the line ``theta_0 -> theta_S`` the ``steps`` SGD steps took their gradients (``t/S``, ``t < S``),
+    at most ``points`` of them evenly spaced (always including ``t = 0``).
+
+    Example:
+        >>> path_fractions(4, 8), path_fractions(5, 2)
+        ([0.0, 0.25, 0.5, 0.75], [0.0, 0.8])
+    """
+    if steps <= points:
+        return [t / steps for t in range(steps)]
+    if points == 1:
+        return [0.0]
+    return [k / (points - 1) * (steps - 1) / steps for k in range(points)]
+
+
 def update_path(target: AttackTarget, points: int) -> list[dict[str, torch.Tensor]]:
-    """States at ``points`` midpoints of the line from the received model to the end of the local training that a
-    model payload implies (``theta_S = theta_0 - lr * steps * g`` on the names it carries; the rest stay at
-    ``theta_0``). A gradient, or ``points`` = 1 with nothing to move, gives the received model alone."""
+    """States where an update's steps took their gradients (``path_fractions``), interpolated between the received
+    model and the end of the local training the payload implies (``theta_S = theta_0 - lr * steps * g`` on the names
+    it carries; the rest stay at ``theta_0``). A gradient, or ``points`` = 1, gives the received model alone."""
     start = {n: p.detach() for n, p in target.model.named_parameters()}
     training = target.knowledge.get("training") or {}
     carries_model = target.knowledge.get("matching") != "gradient"
     if points <= 1 or not carries_model or not training:
         return [start]
-    scale = float(training["lr"]) * int(training["steps"])
+    steps = int(training["steps"])
+    scale = float(training["lr"]) * steps
     end = {n: start[n] - scale * target.gradient[n] if n in target.gradient else start[n] for n in start}
-    return [{n: start[n] + (k + 0.5) / points * (end[n] - start[n]) for n in start} for k in range(points)]
+    return [{n: start[n] + f * (end[n] - start[n]) for n in start} for f in path_fractions(steps, points)]
 
 
 def conditional_predictions(model: nn.Module, states: list[dict[str, torch.Tensor]], public: torch.Tensor,
