@@ -26,6 +26,7 @@ def test_the_bias_identity_gives_the_counts_back_by_hand():
     assert largest_remainder(np.array([-1.0, 0.2, 0.3]), 1).tolist() == [0, 0, 1]
 
 
+@pytest.mark.slow
 def test_planted_convnet_batches_at_initialisation_are_counted_exactly():
     """16 images drawn from all 10 classes, 10 seeds of the ConvNet at its initialisation: every count exact."""
     train, test = load_fashion_mnist_subset(train=True), load_fashion_mnist_subset(train=False)

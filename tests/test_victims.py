@@ -42,6 +42,7 @@ def _recorded(protocol, data, victim, kinds, tmp_path):
     return model, result, wire
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fl, kinds", [("fedavg", ["gradient", "update"]),
                                        ("genefl", ["gradient", "gene_gradient", "learngene", "cluster_model",
                                                    "subspace"])])
