@@ -4,8 +4,9 @@ A client's update comes from several epochs of SGD whose batch order the server 
 simulates the declared local training differentiably on candidate images and matches the update it would give
 (``attacks.matching``, with the Fisher-elastic term of a GENE-FL record replayed on the candidates). As in the
 paper, every epoch has its own copy of the client's images, so each epoch's batches may hold different images;
-the copies are tied by an order-invariant prior (the squared distance between the epochs' mean images) and at
-the end each copy is matched to the first epoch's images (Hungarian, within a label) and the matches averaged.
+the copies are tied by an order-invariant prior (the paper's: the epochs' mean images agree; or ours, the default:
+each epoch's copies matched to the first epoch's and pulled together image by image) and at the end each copy is
+matched to the first epoch's images (Hungarian, within a label) and the matches averaged.
 Labels come from the per-class counts the update gives away (``label_counts.estimate_counts``, averaged along
 the update's path as the paper does per step), laid out in the same random order in every epoch; without the
 head's bias in the payload they are optimised jointly.
@@ -144,12 +145,10 @@ class FedAvgInversion(GradientInversion):
                 *target.knowledge.get("replayed_regularisers", []),
                 f"{target.unroll.elastic[0]:g} * sum_j 1[F_j >= {target.unroll.elastic[1]:g}] F_j (theta_j - Theta_j)^2, "
                 "F the candidates' Fisher"]
-        target.knowledge["labels"] = ("per-class counts recovered from the head's bias along the update"
-                                      if len(target.unroll.parts) == 1 and f"{target.head}.bias" in target.gradient
+        counted = len(target.unroll.parts) == 1 and f"{target.head}.bias" in target.gradient
+        target.knowledge["labels"] = ("per-class counts recovered from the head's bias along the update" if counted
                                       else "optimised jointly")
-        self._counts = None
-        if len(target.unroll.parts) == 1 and f"{target.head}.bias" in target.gradient:
-            self._counts = estimate_counts(target, view.public, view.public_labels, points=self.points)
+        self._counts = estimate_counts(target, view.public, view.public_labels, points=self.points) if counted else None
         found = super().attack(target, seed=seed)
         found.info["label_counts"] = ({int(c): int(n) for c, n in enumerate(self._counts) if n}
                                       if self._counts is not None else None)

@@ -81,13 +81,13 @@ def path_fractions(steps: int, points: int) -> list[float]:
 def update_path(target: AttackTarget, points: int) -> list[dict[str, torch.Tensor]]:
     """States where an update's steps took their gradients (``path_fractions``), interpolated between the received
     model and the end of the local training the payload implies (``theta_S = theta_0 - lr * steps * g`` on the names
-    it carries; the rest stay at ``theta_0``). A gradient, or ``points`` = 1, gives the received model alone."""
+    it carries; the rest stay at ``theta_0``). A gradient (one step), or ``points`` = 1, gives the received model
+    alone."""
     start = {n: p.detach() for n, p in target.model.named_parameters()}
     training = target.knowledge.get("training") or {}
-    carries_model = target.knowledge.get("matching") != "gradient"
-    if points <= 1 or not carries_model or not training:
+    steps = int(training.get("steps", 1))
+    if points <= 1 or steps <= 1:
         return [start]
-    steps = int(training["steps"])
     scale = float(training["lr"]) * steps
     end = {n: start[n] - scale * target.gradient[n] if n in target.gradient else start[n] for n in start}
     return [{n: start[n] + f * (end[n] - start[n]) for n in start} for f in path_fractions(steps, points)]
@@ -113,16 +113,16 @@ def conditional_predictions(model: nn.Module, states: list[dict[str, torch.Tenso
 
 
 def estimate_counts(target: AttackTarget, public: torch.Tensor, public_labels: torch.Tensor, *, points: int = 1,
-                    iterations: int = 10, images: int | None = None) -> np.ndarray:
-    """Per-class counts of the ``images`` (default ``target.num_images``) a message was computed from, from its head
-    bias and the public prior along ``points`` states of its update."""
+                    iterations: int = 10) -> np.ndarray:
+    """Per-class counts of the ``target.num_images`` images a message was computed from, from its head bias and the
+    public prior along ``points`` states of its update."""
     bias = target.gradient.get(f"{target.head}.bias")
     if bias is None:
         raise AttackNotApplicableError(f"{target.knowledge.get('payload')}: the message does not carry the "
                                        f"classifier head's bias ({target.head}.bias), which the counts are read from")
     conditional = conditional_predictions(target.model, update_path(target, points), public, public_labels,
                                           target.num_classes)
-    return counts_from_bias(bias, images or target.num_images, conditional, iterations=iterations)
+    return counts_from_bias(bias, target.num_images, conditional, iterations=iterations)
 
 
 class LabelCounts(Attack):

@@ -4,8 +4,11 @@ second, PSNR and the share recovered (matched PSNR >= 20 dB, Dimitrov et al.'s r
 Each update is a plain-PyTorch FedAvg client (reshuffled epochs, SGD) on images of the embedded Fashion-MNIST
 subset, FedAvg's 2NN at its initialisation; both attacks get the same update, budget and seed.
 
-    python benchmarks/fedavg_inversion.py                       # 10 images, 5 epochs of 2 batches, seeds 0-2
-    python benchmarks/fedavg_inversion.py --images 50 --epochs 10 --seeds 1   # Dimitrov et al.'s client
+    python benchmarks/fedavg_inversion.py --seeds 1        # 10 images, 5 epochs of 2 batches: the README's rows
+    python benchmarks/fedavg_inversion.py --images 50 --epochs 10 --seeds 1 --iterations 1600 \
+        --arms matched:0.03,matched:0.1                    # Dimitrov et al.'s client
+
+``--arms``: ``tie:prior`` for the FedAvg-aware inversion (``matched`` or ``mean``), ``ig`` for IG's in-order unroll.
 """
 from __future__ import annotations
 
@@ -65,15 +68,23 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=0.004)
     parser.add_argument("--iterations", type=int, default=400)
     parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--arms", default="matched:0.3,matched:0.1,mean:10,mean:0,ig")
     args = parser.parse_args()
+    arms = []
+    for arm in args.arms.split(","):
+        if arm == "ig":
+            arms.append(("ig unroll", lambda: InvertingGradients(iterations=args.iterations, restarts=1, unroll=True)))
+        else:
+            tie, prior = arm.split(":")
+            arms.append((f"fedavg_inversion {tie} {prior}", lambda tie=tie, prior=float(prior): FedAvgInversion(
+                iterations=args.iterations, tie=tie, prior=prior)))
     train = load_fashion_mnist_subset(train=True)
     print(f"{args.images} images, {args.epochs} epochs of batch {args.batch}, lr {args.lr}, 2NN, "
           f"{args.iterations} steps x 1 attempt; torch threads {torch.get_num_threads()}")
-    print(f"{'seed':>4} {'attack':<24} {'PSNR dB':>8} {'>=20 dB':>8} {'labels':>7} {'evals/s':>8} {'s':>6}")
+    print(f"{'seed':>4} {'attack':<28} {'PSNR dB':>8} {'>=20 dB':>8} {'labels':>7} {'evals/s':>8} {'s':>6}")
     for seed in range(args.seeds):
-        for name, attack in (("fedavg_inversion matched", FedAvgInversion(iterations=args.iterations, tie="matched")),
-                             ("fedavg_inversion mean", FedAvgInversion(iterations=args.iterations, tie="mean")),
-                             ("ig unroll", InvertingGradients(iterations=args.iterations, restarts=1, unroll=True))):
+        for name, make in arms:
+            attack = make()
             view, pixels, y = update(args.images, args.epochs, args.batch, args.lr, seed)
             start = time.perf_counter()
             found = attack.attack(view if isinstance(attack, FedAvgInversion) else view.target, seed=seed)
@@ -82,7 +93,7 @@ def main() -> None:
             rows = score(recon, pixels, recon_labels=found.labels, truth_labels=y, use_lpips=False)["matched"]
             psnr = np.array([r["psnr"] for r in rows])
             labels = np.mean([r["label_ok"] for r in rows])
-            print(f"{seed:>4} {name:<24} {psnr.mean():>8.2f} {np.mean(psnr >= 20):>8.2f} {labels:>7.2f} "
+            print(f"{seed:>4} {name:<28} {psnr.mean():>8.2f} {np.mean(psnr >= 20):>8.2f} {labels:>7.2f} "
                   f"{view.target.evaluations / seconds:>8.2f} {seconds:>6.1f}")
 
 

@@ -68,8 +68,7 @@ class Victim:
 
     def alone(self, client: int) -> "Victim":
         """The same victim settings for ``client`` alone (how each audited client's payload is selected)."""
-        return Victim(client=client, round=self.round, num_images=self.num_images, update_data=self.update_data,
-                      data_size=self.data_size if client == self.client else None)
+        return Victim(client=client, round=self.round, num_images=self.num_images, update_data=self.update_data)
 
     def batch_positions(self, num_samples: int, *, seed: int) -> np.ndarray:
         """Positions (within the victim's local data) of the victim batch, fixed by ``seed``."""

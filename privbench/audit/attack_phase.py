@@ -141,8 +141,9 @@ def attack_victims(p: Plan, store: PayloadStore, model: nn.Module, data: Federat
         how = Scoring(seed=p.seed, match_on=str(p.cfg.metrics.match_on), use_lpips=bool(p.cfg.metrics.lpips),
                       out=folder, recovered=Recovered.of(p.cfg.metrics))
         threat = {"server": "honest-but-curious", "aggregation": _server_view(p), **view.knowledge}
-        if p.attack.budget():
-            threat["attack_budget"] = {"attack": p.attack.name, **p.attack.budget()}
+        spent = p.attack.budget()
+        if spent:
+            threat["attack_budget"] = {"attack": p.attack.name, **spent}
         scored.append((score_finding(finding, view, p.attack, truth, how), threat, payload.nbytes))
     privacy, threat, nbytes = scored[0]
     if p.victim.clients is None:
