@@ -77,6 +77,11 @@ class Attack(ABC):
         """Figures only the evaluator can compute (it holds ``truth``, the private images in [0, 1]); none by default."""
         return {}
 
+    def cannot_face(self, *, clip: float | None) -> str | None:
+        """Why this attack cannot attack uploads trained with per-sample clipping at ``clip`` (DP-SGD; None: no
+        clipping), or None (checked before training)."""
+        return None
+
     def cannot_read(self, kind: str) -> str | None:
         """Why this attack cannot read a ``kind`` payload, or None if it can."""
         spec = payload_kind(kind)

@@ -123,6 +123,15 @@ class StackedModel:
         self.problems = len(params)
         self.params = {k: torch.stack([p[k].detach() for p in params]) for k, _ in model.named_parameters()}
 
+    @classmethod
+    def from_stacked(cls, model: nn.Module, params: Mapping[str, torch.Tensor]) -> "StackedModel":
+        """``model`` run with parameters already stacked ``[P, *shape]`` by name (every parameter of ``model``)."""
+        first = {n: t[0] for n, t in params.items()}
+        stack = cls(model, [first])
+        stack.problems = next(iter(params.values())).shape[0]
+        stack.params = {n: params[n] for n in stack.params}
+        return stack
+
     def watch(self, names: list[str]) -> list[torch.Tensor]:
         """The stacked parameters ``names`` as leaves requiring grad (the gradients an attack matches)."""
         for k in names:

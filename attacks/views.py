@@ -143,6 +143,10 @@ class MembershipView:
         candidates: the candidate records in model input space (normalised), ``[M, C, H, W]``.
         labels: their labels.
         knowledge: the threat-model declaration.
+        training: the message's declared local training (None when not recorded).
+        population: records of the task the attacker holds besides the candidates (test-split records of the
+            candidates' classes no client holds and no candidate is), for shadow training, ``[P, C, H, W]``.
+        population_labels: their labels.
     """
 
     model: nn.Module
@@ -152,11 +156,16 @@ class MembershipView:
     candidates: torch.Tensor
     labels: torch.Tensor
     knowledge: dict[str, Any] = field(default_factory=dict)
+    training: LocalTraining | None = None
+    population: torch.Tensor | None = None
+    population_labels: torch.Tensor | None = None
 
     @classmethod
     def from_payload(cls, payload: Payload, *, base: Payload | None, model: nn.Module, candidates: torch.Tensor,
-                     labels: torch.Tensor, pool: str) -> "MembershipView":
-        """The attacker's view of a model or gradient payload with ``candidates`` (normalised) and their labels."""
+                     labels: torch.Tensor, pool: str, population: tuple[torch.Tensor, torch.Tensor] | None = None
+                     ) -> "MembershipView":
+        """The attacker's view of a model or gradient payload with ``candidates`` (normalised) and their labels,
+        and ``population`` (normalised images and labels) where the attack trains shadows."""
         if payload.tensors is None:
             raise AttackNotApplicableError(f"{payload.id}: its tensors were not kept")
         base_state = dict(base.tensors) if base is not None and base.tensors is not None else None
@@ -165,9 +174,14 @@ class MembershipView:
         knowledge = {"payload": payload.id, "payload_kind": payload.kind,
                      "base_model": base.id if base is not None else None, "visible_names": list(payload.tensors),
                      "candidates": int(len(candidates)), "candidate_pool": pool, "candidate_labels": "given",
-                     "members": "not given (the evaluator's)"}
+                     "members": "not given (the evaluator's)",
+                     "training": payload.training.hyperparameters() if payload.training else None}
+        if population is not None:
+            knowledge["population"] = (f"{len(population[0])} test-split records of the candidates' classes, "
+                                       "none of them a candidate")
         return cls(local, base_state, {} if carries_gradient else dict(payload.tensors),
-                   dict(payload.tensors) if carries_gradient else {}, candidates, labels, knowledge)
+                   dict(payload.tensors) if carries_gradient else {}, candidates, labels, knowledge, payload.training,
+                   *(population if population is not None else (None, None)))
 
 
 

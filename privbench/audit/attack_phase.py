@@ -69,7 +69,8 @@ def membership_game(p: Plan, members: list[int], payload: Payload, base: Payload
                     data: FederatedData) -> tuple[MembershipView, torch.Tensor]:
     """The membership game of one message: its training records (at most half of ``attack.max_candidates``) and as
     many test-split records of the same classes, shuffled; the view, and which candidates are members (the
-    evaluator's). Members whose class has no test record left are not used."""
+    evaluator's). Members whose class has no test record left are not used. The classes' other test records are
+    the attacker's population (shadow training)."""
     generator = torch.Generator().manual_seed(p.seed * 7919 + 17)
     train_labels, test_labels = data.train.labels.cpu(), data.test.labels.cpu()
     chosen = torch.tensor(sorted(set(members)), dtype=torch.long)
@@ -92,11 +93,15 @@ def membership_game(p: Plan, members: list[int], payload: Payload, base: Payload
     is_member = torch.cat([torch.ones(len(kept), dtype=torch.bool), torch.zeros(len(partners), dtype=torch.bool)])
     order = torch.randperm(len(labels), generator=generator)
     device = next(model.parameters()).device
+    left = sorted(r for rows in free.values() for r in rows)  # the candidates' classes' other test records
+    rows = torch.tensor(left, dtype=torch.long)
+    population = (normalise(data.test.images[rows.to(data.test.images.device)].cpu().float() / 255.0,
+                            data.train.mean, data.train.std).to(device), test_labels[rows].to(device))
     view = MembershipView.from_payload(payload, base=base, model=model,
                                        candidates=normalise(images[order], data.train.mean, data.train.std).to(device),
                                        labels=labels[order].to(device),
                                        pool=f"{len(kept)} training records of the message and {len(partners)} "
-                                            "test-split records of the same classes, shuffled")
+                                            "test-split records of the same classes, shuffled", population=population)
     return view, is_member[order]
 
 

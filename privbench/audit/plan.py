@@ -135,6 +135,10 @@ def plan(cfg: DictConfig) -> Plan:
         reason = attack.cannot_read(choice.kind)
         if reason:
             raise AttackNotApplicableError(f"attack={attack.name} cannot attack payload={choice.kind}: {reason}")
+        reason = attack.cannot_face(clip=getattr(protocol.trainer, "clip_norm", None))
+        if reason:
+            raise AttackNotApplicableError(f"attack={attack.name} with defense={getattr(defense, 'name', 'dpsgd')}: "
+                                           f"{reason}")
         if attack.unroll and choice.spec.carries != "model":
             raise AttackNotApplicableError(f"attack.unroll=true needs a payload that carries a model; "
                                            f"payload={choice.kind} carries a {choice.spec.carries}")
