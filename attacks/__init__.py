@@ -19,9 +19,11 @@ from privbench.attacks.imprint import ImprintAttack
 from privbench.attacks.trap_weights import TrapWeightsAttack
 from privbench.attacks.one_run import OneRunAudit
 from privbench.attacks.fedavg_inversion import FedAvgInversion
+from privbench.attacks.lira import LiRA
+from privbench.attacks.class_set import SubspaceClassSet
 
 __all__ = ["DLG", "IDLG", "ActiveAttack", "FedAvgInversion", "ActiveView", "Attack", "CanaryScores", "CanaryView", "OneRunAudit", "AttackTarget", "Attempt", "BasisView", "CohortView", "Finding", "GradientInversion",
-           "GradientView", "ImprintAttack", "InferredLabels", "InferredProperty", "InvertingGradients", "LabelCounts", "LabelView",
+           "GradientView", "ImprintAttack", "InferredLabels", "InferredProperty", "InvertingGradients", "LabelCounts", "LabelView", "LiRA",
            "MembershipInference", "MembershipScores",
            "MembershipView", "ModelView",
-           "NoAttack", "Reconstruction", "SubspaceProjection", "TrapWeightsAttack", "View", "observed_gradient", "recover_labels"]
+           "NoAttack", "Reconstruction", "SubspaceClassSet", "SubspaceProjection", "TrapWeightsAttack", "View", "observed_gradient", "recover_labels"]

@@ -106,6 +106,8 @@ class BasisView:
         mean: per-channel input mean of the model space.
         std: per-channel input std.
         knowledge: the threat-model declaration.
+        public: labelled public images of the task (the test split, which no client holds), model input space.
+        public_labels: their labels.
     """
 
     basis: torch.Tensor
@@ -113,17 +115,22 @@ class BasisView:
     mean: tuple[float, ...]
     std: tuple[float, ...]
     knowledge: dict[str, Any] = field(default_factory=dict)
+    public: torch.Tensor | None = None
+    public_labels: torch.Tensor | None = None
 
     @classmethod
     def from_payload(cls, payload: Payload, *, image_shape: tuple[int, int, int], mean: tuple[float, ...],
-                     std: tuple[float, ...]) -> "BasisView":
-        """The attacker's view of a ``subspace`` payload."""
+                     std: tuple[float, ...], public: tuple[torch.Tensor, torch.Tensor] | None = None) -> "BasisView":
+        """The attacker's view of a ``subspace`` payload (with ``public`` images and labels, normalised)."""
         if payload.tensors is None or "U" not in payload.tensors:
             raise AttackNotApplicableError(f"{payload.id}: carries no basis U")
         basis = payload.tensors["U"]
         knowledge = {"payload": payload.id, "payload_kind": payload.kind, "visible_names": ["U"],
                      "basis_shape": list(basis.shape), "labels": "not given"}
-        return cls(basis, image_shape, tuple(mean), tuple(std), knowledge)
+        if public is not None:
+            knowledge["public_data"] = f"{len(public[0])} labelled test-split images"
+        return cls(basis, image_shape, tuple(mean), tuple(std), knowledge,
+                   *(public if public is not None else (None, None)))
 
 
 @dataclass

@@ -85,6 +85,10 @@ LABEL_ACCURACY = _privacy("label_accuracy", "label accuracy", fmt="{:.2f}", leak
 PROJECTION_PSNR_MEAN = _privacy("projection_psnr_mean", "projection PSNR (dB)", unit="dB", fmt="{:.2f}", leak="higher", bounds="psnr")
 LABEL_SET_EXACT = _privacy("label_set_exact", "class set exact", fmt="{:.0f}", leak="higher", bounds="unit")
 LABEL_SET_EXACT_CHANCE = _privacy("label_set_exact_chance", "prior's class set exact", fmt="{:.0f}", bounds="unit")
+LABEL_SET_JACCARD = _privacy("label_set_jaccard", "class set overlap (Jaccard)", fmt="{:.2f}", leak="higher",
+                             bounds="unit")
+LABEL_SET_JACCARD_CHANCE = _privacy("label_set_jaccard_chance", "prior's class set overlap", fmt="{:.2f}",
+                                    bounds="unit")
 LABEL_COUNTS_EXACT = _privacy("label_counts_exact", "counts exact", fmt="{:.0f}", leak="higher", bounds="unit")
 LABEL_COUNTS_EXACT_CHANCE = _privacy("label_counts_exact_chance", "prior's counts exact", fmt="{:.0f}", bounds="unit")
 LABEL_COUNT_ERROR = _privacy("label_count_error", "count error per class", fmt="{:.2f}", leak="lower",
@@ -119,7 +123,7 @@ MIA_TPR_BOUND_01 = Figure("mia_tpr_bound_0_1pct", "defense", "TPR bound at FPR 0
 REPORTED = (PSNR_MEAN, PSNR_CHANCE, PSNR_CHANCE_UNINFORMED, PSNR_CHANCE_INFORMED, PSNR_GAIN, RECOVERED_FRACTION,
             RECOVERED_FRACTION_CHANCE, DOWNLOAD_FLAGGED, CRAFTED_UPLOADED, EPSILON_LOWER, EPSILON_CLAIMED, PSNR_BEST, SSIM_MEAN, SSIM_CHANCE, SSIM_GAIN, SSIM_BEST, LPIPS_MEAN,
             LPIPS_CHANCE, LPIPS_BEST, NUM_TRUE, LABEL_ACCURACY, PROJECTION_PSNR_MEAN, LABEL_SET_EXACT,
-            LABEL_SET_EXACT_CHANCE, LABEL_COUNTS_EXACT, LABEL_COUNT_ERROR, LABEL_COUNT_ERROR_CHANCE, ACCURACY,
+            LABEL_SET_EXACT_CHANCE, LABEL_SET_JACCARD, LABEL_SET_JACCARD_CHANCE, LABEL_COUNTS_EXACT, LABEL_COUNT_ERROR, LABEL_COUNT_ERROR_CHANCE, ACCURACY,
             PERSONAL_ACCURACY, DOWNLOADED_ACCURACY, CLUSTER_RAND_INDEX, AGNOSTIC_ACCURACY, UPLINK_BYTES, DOWNLINK_BYTES, TOTAL_BYTES,
             EPSILON, EPSILON_MAX, MIA_TPR_BOUND_1, MIA_TPR_BOUND_01, MIA_AUC, MIA_TPR_1, MIA_TPR_01, MIA_MEMBERS)
 #: Every figure spec.
@@ -134,14 +138,15 @@ RUNS = "runs"
 TABLE = (PSNR_GAIN, LEAKS, RECOVERED_FRACTION, DOWNLOAD_FLAGGED, CRAFTED_UPLOADED, EPSILON_LOWER, EPSILON_CLAIMED, MIA_AUC, MIA_TPR_1, PERSONAL_ACCURACY, DOWNLOADED_ACCURACY,
          TOTAL_BYTES, EPSILON, MIA_TPR_BOUND_1, MIA_TPR_01, MIA_TPR_BOUND_01, MIA_MEMBERS, PSNR_MEAN, PSNR_CHANCE,
          PSNR_CHANCE_UNINFORMED, PSNR_CHANCE_INFORMED, RECOVERED_FRACTION_CHANCE, SSIM_MEAN, SSIM_CHANCE, LPIPS_MEAN, LPIPS_CHANCE,
-         LABEL_ACCURACY, LABEL_SET_EXACT, LABEL_COUNT_ERROR, NUM_TRUE, AGNOSTIC_ACCURACY, CLUSTER_RAND_INDEX,
+         LABEL_ACCURACY, LABEL_SET_EXACT, LABEL_SET_JACCARD, LABEL_SET_JACCARD_CHANCE, LABEL_COUNT_ERROR, NUM_TRUE, AGNOSTIC_ACCURACY, CLUSTER_RAND_INDEX,
          UPLINK_BYTES, DOWNLINK_BYTES)
 #: The HTML page's runs table.
 RUN_TABLE = (PSNR_GAIN, PERSONAL_ACCURACY, DOWNLOADED_ACCURACY, TOTAL_BYTES, EPSILON, PSNR_MEAN, PSNR_CHANCE)
 #: The table a multirun ends with: (column, header, format), the leak verdict after the gain.
 MULTIRUN = ((PSNR_MEAN.key, "PSNR", "{:.1f}"), (PSNR_GAIN.key, "gain", "{:+.1f}"), (LEAKS, LEAKS, "{}"),
             (PERSONAL_ACCURACY.key, "own acc", "{:.3f}"), (DOWNLOADED_ACCURACY.key, "dl acc", "{:.3f}"),
-            (TOTAL_BYTES.key, "bytes", "{:,.0f}"), (EPSILON.key, "eps", "{:.2f}"))
+            (TOTAL_BYTES.key, "bytes", "{:,.0f}"), (EPSILON.key, "eps", "{:.2f}"), (MIA_AUC.key, "MIA AUC", "{:.3f}"),
+            (MIA_TPR_1.key, "TPR@1%", "{:.3f}"))
 #: Leakage figures drawn against a swept setting, and utility figures.
 LEAKAGE_PLOTS = (PSNR_MEAN, PSNR_GAIN)
 UTILITY_PLOTS = (PERSONAL_ACCURACY, DOWNLOADED_ACCURACY, AGNOSTIC_ACCURACY)

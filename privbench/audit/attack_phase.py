@@ -24,7 +24,8 @@ from privbench.pixels import normalise
 from privbench.payloads import LocalTraining, Payload, PayloadStore
 from privbench.victim import Victim
 from privbench.figures import (
-    LABEL_ACCURACY, LPIPS_CHANCE, LPIPS_MEAN, NUM_RECONSTRUCTED, NUM_TRUE, PSNR_CHANCE, PSNR_GAIN, PSNR_MEAN,
+    LABEL_ACCURACY, LABEL_SET_EXACT, LABEL_SET_EXACT_CHANCE, LABEL_SET_JACCARD, LABEL_SET_JACCARD_CHANCE, MIA_AUC,
+    MIA_TPR_1, LPIPS_CHANCE, LPIPS_MEAN, NUM_RECONSTRUCTED, NUM_TRUE, PSNR_CHANCE, PSNR_GAIN, PSNR_MEAN,
     SSIM_CHANCE, SSIM_MEAN,
 )
 
@@ -48,7 +49,9 @@ def _model_view(p: Plan, victim: Victim, payload: Payload, base: Payload | None,
 
 def _basis_view(p: Plan, victim: Victim, payload: Payload, base: Payload | None, model: nn.Module,
                 data: FederatedData) -> BasisView:
-    return BasisView.from_payload(payload, image_shape=data.train.shape, mean=data.train.mean, std=data.train.std)
+    images = normalise(data.test.images.cpu().float() / 255.0, data.train.mean, data.train.std)
+    return BasisView.from_payload(payload, image_shape=data.train.shape, mean=data.train.mean, std=data.train.std,
+                                  public=(images, data.test.labels.cpu()))
 
 
 def _labels_view(p: Plan, victim: Victim, payload: Payload, base: Payload | None, model: nn.Module,
@@ -161,6 +164,8 @@ def attack_victims(p: Plan, store: PayloadStore, model: nn.Module, data: Federat
         "count": len(rows), PSNR_MEAN.key: float(np.mean(psnrs)) if psnrs else None,
         "psnr_min": min(psnrs, default=None), "psnr_max": max(psnrs, default=None),
         "above_chance": sum(1 for r in rows if (r.get(PSNR_GAIN.key) or 0) > 0),
+        **{f.key: float(np.mean([r[f.key] for r in rows])) for f in (LABEL_SET_EXACT, MIA_AUC)
+           if all(r.get(f.key) is not None for r in rows)},
         "seconds": seconds, "victims_per_second": len(rows) / seconds}
     return privacy, threat, nbytes
 
@@ -176,7 +181,10 @@ def _audited(victim: Victim, store: PayloadStore) -> list[int]:
 def _victim_row(client: int, threat: dict[str, Any], privacy: dict[str, Any]) -> dict[str, Any]:
     keys = ("failed", "objective", PSNR_MEAN.key, PSNR_CHANCE.key, PSNR_GAIN.key, SSIM_MEAN.key, SSIM_CHANCE.key, LPIPS_MEAN.key,
             LPIPS_CHANCE.key, LABEL_ACCURACY.key, NUM_RECONSTRUCTED.key, NUM_TRUE.key)
-    return {"client": client, "payload": threat.get("payload"), **{k: privacy.get(k) for k in keys}}
+    other = (LABEL_SET_EXACT.key, LABEL_SET_EXACT_CHANCE.key, LABEL_SET_JACCARD.key, LABEL_SET_JACCARD_CHANCE.key,
+             "inferred_classes", MIA_AUC.key, MIA_TPR_1.key)  # a property or membership attack's own figures
+    return {"client": client, "payload": threat.get("payload"), **{k: privacy.get(k) for k in keys},
+            **{k: privacy[k] for k in other if k in privacy}}
 
 
 def _truth(indices: list[int], data: FederatedData) -> Truth:

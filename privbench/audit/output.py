@@ -15,7 +15,8 @@ import torch.nn.functional as F
 
 from privbench.figures import (
     ACCURACY, AGNOSTIC_ACCURACY, CRAFTED_UPLOADED, DOWNLINK_BYTES, DOWNLOAD_FLAGGED, EPSILON, EPSILON_CLAIMED, EPSILON_LOWER, EPSILON_MAX, MIA_TPR_BOUND_01, MIA_TPR_BOUND_1, LABEL_ACCURACY, LABEL_COUNTS_EXACT,
-    LABEL_COUNT_ERROR, LABEL_COUNT_ERROR_CHANCE, LABEL_SET_EXACT, LABEL_SET_EXACT_CHANCE, LPIPS_CHANCE, LPIPS_MEAN, MIA_AUC,
+    LABEL_COUNT_ERROR, LABEL_COUNT_ERROR_CHANCE, LABEL_SET_EXACT, LABEL_SET_EXACT_CHANCE, LABEL_SET_JACCARD,
+    LABEL_SET_JACCARD_CHANCE, LPIPS_CHANCE, LPIPS_MEAN, MIA_AUC,
     MIA_MEMBERS, MIA_NON_MEMBERS, MIA_TPR_01, MIA_TPR_1,
     NUM_RECONSTRUCTED, NUM_TRUE, PERSONAL_ACCURACY, DOWNLOADED_ACCURACY, PSNR_CHANCE, PSNR_CHANCE_INFORMED, PSNR_CHANCE_UNINFORMED, PSNR_GAIN,
     RECOVERED_FRACTION, RECOVERED_FRACTION_CHANCE, PSNR_MEAN, SSIM_CHANCE, SSIM_MEAN,
@@ -214,7 +215,13 @@ def summary(metrics: dict[str, Any]) -> str:
                                f"({privacy.get('canary_guesses_right')} of {privacy.get('canary_guesses')} guesses "
                                f"right, {privacy.get('canaries')} canaries), claimed "
                                f"{formatted(privacy.get(EPSILON_CLAIMED.key), '{:.2f}')} for the round"))
-    if LABEL_SET_EXACT.key in privacy:
+    if LABEL_SET_JACCARD.key in privacy:
+        lines.append(("classes", f"inferred {privacy.get('inferred_classes')}: class set exact "
+                                 f"{formatted(privacy[LABEL_SET_EXACT.key], '{:.0f}')} (prior "
+                                 f"{formatted(privacy.get(LABEL_SET_EXACT_CHANCE.key), '{:.0f}')}), overlap "
+                                 f"{formatted(privacy[LABEL_SET_JACCARD.key], '{:.2f}')} (prior "
+                                 f"{formatted(privacy.get(LABEL_SET_JACCARD_CHANCE.key), '{:.2f}')})"))
+    elif LABEL_SET_EXACT.key in privacy:
         lines.append(("labels", f"class set exact {formatted(privacy[LABEL_SET_EXACT.key], '{:.0f}')} (prior "
                                 f"{formatted(privacy.get(LABEL_SET_EXACT_CHANCE.key), '{:.0f}')}), counts exact "
                                 f"{formatted(privacy.get(LABEL_COUNTS_EXACT.key), '{:.0f}')}, count error per class "
@@ -222,10 +229,14 @@ def summary(metrics: dict[str, Any]) -> str:
                                 f"{formatted(privacy.get(LABEL_COUNT_ERROR_CHANCE.key), '{:.2f}')})"))
     spread = privacy.get("victims_summary")
     if spread:
-        lines.append(("victims", f"{spread['count']} audited, PSNR mean {formatted(spread.get(PSNR_MEAN.key), '{:.2f}')} "
-                                 f"(min {formatted(spread.get('psnr_min'), '{:.2f}')}, max "
-                                 f"{formatted(spread.get('psnr_max'), '{:.2f}')}), {spread['above_chance']} above "
-                                 f"chance, {spread['victims_per_second']:.3g} victims/s"))
+        psnr = (f"PSNR mean {formatted(spread.get(PSNR_MEAN.key), '{:.2f}')} (min "
+                f"{formatted(spread.get('psnr_min'), '{:.2f}')}, max {formatted(spread.get('psnr_max'), '{:.2f}')}), "
+                f"{spread['above_chance']} above chance, ") if spread.get(PSNR_MEAN.key) is not None else ""
+        others = "".join(f", {name} {spread[key]:.3f} on average" for key, name in
+                         ((LABEL_SET_EXACT.key, "class set exact"), (MIA_AUC.key, "membership AUC"))
+                         if spread.get(key) is not None)
+        lines.append(("victims", f"{spread['count']} audited, {psnr}{spread['victims_per_second']:.3g} "
+                                 f"victims/s{others}"))
     if "source" in run:
         return _wrapped(lines)
     models = [(name, utility.get(f.key)) for name, f in (("own model", PERSONAL_ACCURACY),

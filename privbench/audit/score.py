@@ -13,10 +13,12 @@ from typing import Any, TypeVar
 import numpy as np
 import torch
 
-from privbench.attacks import Attack, CanaryScores, Finding, InferredLabels, MembershipScores, Reconstruction
+from privbench.attacks import (
+    Attack, CanaryScores, Finding, InferredLabels, InferredProperty, MembershipScores, Reconstruction,
+)
 from privbench.audit.output import write_gallery, write_grid, write_roc
 from privbench.metrics.chance import chance_baseline, gains
-from privbench.metrics.labels import label_scores
+from privbench.metrics.labels import class_set_scores, label_scores
 from privbench.metrics.membership import auc, clopper_pearson, roc, tpr_at_fpr
 from privbench.metrics.one_run import epsilon_lower_bound
 from privbench.metrics.reconstruction import Recovered, score
@@ -143,6 +145,14 @@ def _reconstruction(finding: Reconstruction, view: Any, attack: Attack, truth: T
 def _labels(finding: InferredLabels, view: Any, attack: Attack, truth: Truth, how: Scoring) -> dict[str, Any]:
     """Labels: the class set and per-class counts against the truth, and against a class-frequency prior."""
     return label_scores(finding.counts, truth.labels, truth.class_frequencies)
+
+
+@register_scorer(InferredProperty)
+def _property(finding: InferredProperty, view: Any, attack: Attack, truth: Truth, how: Scoring) -> dict[str, Any]:
+    """A property of the client's data: its class set against the truth and a class-frequency prior."""
+    if finding.name != "class_set":
+        raise TypeError(f"no scorer for the property {finding.name!r}")
+    return {**class_set_scores(set(finding.value), truth.labels, truth.class_frequencies), **finding.info}
 
 
 @register_scorer(MembershipScores)

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from privbench.figures import LABEL_COUNTS_EXACT, LABEL_COUNT_ERROR, LABEL_SET_EXACT, NUM_TRUE
+from privbench.figures import LABEL_COUNTS_EXACT, LABEL_COUNT_ERROR, LABEL_SET_EXACT, LABEL_SET_JACCARD, NUM_TRUE
 
 
 def prior_counts(frequencies: torch.Tensor, n: int) -> dict[int, int]:
@@ -48,3 +48,23 @@ def label_scores(counts: Mapping[int, int], truth_labels: torch.Tensor, frequenc
     return {**dict(zip(names, found)), **{f"{n}_chance": v for n, v in zip(names, chance)},
             "inferred_counts": {str(c): int(k) for c, k in sorted(counts.items()) if k},
             NUM_TRUE.key: len(truth_labels)}
+
+
+def class_set_scores(predicted: set[int], truth_labels: torch.Tensor, frequencies: torch.Tensor) -> dict[str, Any]:
+    """A class-set guess scored: ``label_set_exact`` and ``label_set_jaccard`` (|guess and truth| / |guess or
+    truth|), each also for the class-frequency prior (the classes ``prior_counts`` gives a share of the images).
+
+    Example:
+        >>> out = class_set_scores({3, 5}, torch.tensor([3, 5, 3, 1]), torch.full((10,), 0.1))
+        >>> out["label_set_exact"], round(out["label_set_jaccard"], 3), out["label_set_jaccard_chance"]
+        (0.0, 0.667, 0.4)
+    """
+    present = {int(c) for c in truth_labels.unique()}
+    prior = {c for c, k in prior_counts(frequencies, len(truth_labels)).items() if k > 0}
+
+    def jaccard(guess: set[int]) -> float:
+        return len(guess & present) / len(guess | present) if guess | present else 1.0
+
+    return {LABEL_SET_EXACT.key: float(predicted == present), f"{LABEL_SET_EXACT.key}_chance": float(prior == present),
+            LABEL_SET_JACCARD.key: jaccard(predicted), f"{LABEL_SET_JACCARD.key}_chance": jaccard(prior),
+            "inferred_classes": sorted(predicted), NUM_TRUE.key: len(truth_labels)}

@@ -1,0 +1,105 @@
+"""Property inference on a client's data subspace: which classes does the client hold?
+
+A ``subspace`` payload (GENE-FL's and PACFL's clustering message) is a basis ``U`` of the client's images. The
+attacker forms, for every candidate class set of up to ``max_classes`` classes, the basis the client would have
+sent had it held the labelled public images of those classes (the test split; the same SVD, dimension and
+form: ``svd`` or PACFL's per-class ``pacfl``), and guesses the set whose basis is nearest to ``U`` in summed
+principal angles (for ``pacfl`` only the sets whose basis has as many columns as ``U``: the
+concatenated per-class bases give the class count away, and a subset's smaller span would otherwise sit at
+angle zero inside ``U``). ``captured_energy`` (the share of each class's public images the basis spans) is reported
+beside it. The basis carries no sample count, so class proportions are not inferred from it
+(``attack=labels`` reads them from a model update's head).
+"""
+from __future__ import annotations
+
+import itertools
+from typing import Any, ClassVar, Literal
+
+import numpy as np
+import torch
+from scipy.linalg import subspace_angles
+
+from privbench.attacks.base import Attack
+from privbench.attacks.findings import InferredProperty
+from privbench.attacks.views import BasisView, ViewKind
+from privbench.errors import AttackNotApplicableError
+from privbench.payloads.kinds import Carries
+from privbench.subspaces import client_subspace, per_class_subspace
+
+Form = Literal["svd", "pacfl"]
+
+
+def captured_energy(basis: torch.Tensor, images: torch.Tensor) -> torch.Tensor:
+    """Per image, the share of its squared norm in the span of ``basis`` (``[D, d]``; orthonormalised here).
+
+    Example:
+        >>> e = torch.eye(3)
+        >>> captured_energy(e[:, :1], torch.tensor([[1.0, 1.0, 0.0], [0.0, 0.0, 2.0]])).tolist()
+        [0.5, 0.0]
+    """
+    q, _ = torch.linalg.qr(basis.double())
+    flat = images.reshape(len(images), -1).double()
+    return ((flat @ q) ** 2).sum(1) / (flat ** 2).sum(1).clamp_min(1e-30)
+
+
+def subspace_distance(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Summed principal angles between the spans of ``a`` and ``b`` (radians; GENE-FL's clustering distance).
+
+    Example:
+        >>> e = torch.eye(3)
+        >>> round(subspace_distance(e[:, :2], e[:, 1:]), 4)
+        1.5708
+    """
+    return float(np.sum(subspace_angles(a.double().numpy(), b.double().numpy())))
+
+
+class SubspaceClassSet(Attack):
+    """Infer a client's class set from its data-subspace basis and labelled public images.
+
+    Args:
+        form: how the client formed its basis: ``svd`` (one SVD of its images) or ``pacfl`` (one per class).
+        dim: the singular vectors the client kept (per class for ``pacfl``).
+        max_classes: the largest class set tried (every set of 1 to ``max_classes`` public classes).
+    """
+
+    name = "class_set"
+    reads: ClassVar[frozenset[Carries]] = frozenset({"basis"})
+    view: ClassVar[ViewKind] = "basis"
+
+    def __init__(self, *, form: Form = "svd", dim: int = 5, max_classes: int = 4) -> None:
+        if form not in ("svd", "pacfl"):
+            raise ValueError(f"attack.form={form!r}: allowed svd, pacfl")
+        if dim < 1 or max_classes < 1:
+            raise ValueError("attack.dim and attack.max_classes must be >= 1")
+        self.form, self.dim, self.max_classes = form, dim, max_classes
+
+    def budget(self) -> dict[str, Any]:
+        return {"candidate_sets": f"every set of 1 to {self.max_classes} public classes", "form": self.form,
+                "dim": self.dim}
+
+    def attack(self, view: BasisView, *, seed: int) -> InferredProperty:
+        """The nearest candidate set, every set's distance and every class's captured energy (deterministic)."""
+        del seed
+        if view.public is None or view.public_labels is None or not len(view.public):
+            raise AttackNotApplicableError("attack=class_set needs labelled public images of the task")
+        public, labels = view.public.cpu(), view.public_labels.cpu()
+        basis = view.basis.cpu()
+        classes = sorted(int(c) for c in labels.unique())
+        distances: dict[tuple[int, ...], float] = {}
+        for size in range(1, min(self.max_classes, len(classes)) + 1):
+            for chosen in itertools.combinations(classes, size):
+                rows = torch.isin(labels, torch.tensor(chosen))
+                candidate = (client_subspace(public[rows], min(self.dim, int(rows.sum()))) if self.form == "svd"
+                             else per_class_subspace(public[rows], labels[rows], self.dim, client_subspace))
+                if self.form == "svd" or candidate.shape[1] == basis.shape[1]:
+                    distances[chosen] = subspace_distance(basis, candidate)
+        if not distances:
+            raise AttackNotApplicableError(
+                f"attack=class_set: no set of up to {self.max_classes} public classes gives a {self.form} basis of "
+                f"{basis.shape[1]} columns (attack.dim={self.dim}, attack.max_classes={self.max_classes})")
+        best = min(distances, key=lambda k: distances[k])
+        energy = captured_energy(basis, public)
+        ranked = sorted(distances, key=lambda k: distances[k])[:5]
+        return InferredProperty(name="class_set", value=list(best), info={
+            "nearest_sets": {",".join(map(str, k)): round(distances[k], 4) for k in ranked},
+            "captured_energy": {str(c): round(float(energy[labels == c].mean()), 4) for c in classes}})

@@ -1,0 +1,37 @@
+"""A client's data subspace as GENE-FL and PACFL send it: the top left singular vectors of its images."""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from privbench.errors import ConfigError
+
+
+def client_subspace(images: torch.Tensor, d: int) -> torch.Tensor:
+    """Top-``d`` left singular vectors ``U`` (``[D, d]``) of the data matrix ``[D, n]``.
+
+    Columns of the data matrix are the client's flattened images (in model input space).
+
+    Example:
+        >>> client_subspace(torch.randn(20, 1, 4, 4), 3).shape
+        torch.Size([16, 3])
+    """
+    matrix = images.reshape(len(images), -1).T.double()
+    if not 1 <= d <= min(matrix.shape):
+        raise ConfigError(f"fl.subspace_dim={d} must be in 1..{min(matrix.shape)} (image size, client samples)")
+    u, _, _ = torch.linalg.svd(matrix, full_matrices=False)
+    return u[:, :d].float().contiguous()
+
+
+def per_class_subspace(images: torch.Tensor, labels: torch.Tensor, d: int,
+                       basis: Callable[[torch.Tensor, int], torch.Tensor]) -> torch.Tensor:
+    """PACFL's basis: ``basis(images of class c, d)`` for each class present, concatenated in class order.
+
+    Example:
+        >>> x, y = torch.randn(12, 1, 4, 4), torch.tensor([0] * 6 + [3] * 6)
+        >>> per_class_subspace(x, y, 2, client_subspace).shape
+        torch.Size([16, 4])
+    """
+    classes = sorted(int(c) for c in torch.unique(labels))
+    return torch.cat([basis(images[labels == c], min(d, int((labels == c).sum()))) for c in classes], dim=1)
