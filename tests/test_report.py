@@ -331,3 +331,31 @@ def test_old_runs_fill_the_accuracy_column_their_accuracy_measured():
     assert out.loc[2, "downloaded_accuracy"] == 0.7 and np.isnan(out.loc[2, "personal_accuracy"])
     assert out.loc[3, "personal_accuracy"] == 0.8 and np.isnan(out.loc[3, "downloaded_accuracy"])
     assert out.loc[4, "personal_accuracy"] == 0.95 and out.loc[4, "downloaded_accuracy"] == 0.9
+
+
+def test_membership_runs_get_a_log_log_roc_and_no_gallery(tmp_path):
+    from privbench.report.roc import tpr_at
+
+    root = tmp_path / "sweep"
+    # two seeds of one membership setting: 4 members, 4 non-members; seed 0 separates them, seed 1 is reversed
+    for seed, scores in ((0, [8, 7, 6, 5, 4, 3, 2, 1]), (1, [1, 2, 3, 4, 5, 6, 7, 8])):
+        metrics, config = _run("update", "lira", "none", seed, None, 0.5, 1000)
+        metrics["privacy"].update(mia_auc=1.0 - seed, mia_members=4)
+        folder = root / f"run{seed}"
+        folder.mkdir(parents=True)
+        (folder / "metrics.json").write_text(json.dumps(metrics))
+        (folder / "config.yaml").write_text(yaml.safe_dump(config))
+        members = np.array([True] * 4 + [False] * 4)
+        order = np.argsort(-np.array(scores), kind="stable")
+        tpr = np.concatenate([[0], np.cumsum(members[order]) / 4])
+        fpr = np.concatenate([[0], np.cumsum(~members[order]) / 4])
+        np.savez(folder / "membership.npz", scores=np.array(scores, float), members=members, fpr=fpr, tpr=tpr)
+        # by hand: seed 0 reaches TPR 1 at FPR 0; seed 1 reaches TPR 0 until FPR 1
+        assert tpr_at(fpr, tpr, np.array([0.25, 0.99, 1.0])).tolist() == ([1.0, 1.0, 1.0] if seed == 0
+                                                                            else [0.0, 0.0, 1.0])
+    (tmp_path / "report").mkdir()
+    (tmp_path / "report" / "gallery.html").write_text("stale")
+    out = build_report(root, tmp_path / "report")
+    assert (out / "membership_roc.png").exists() and not (out / "gallery.html").exists()
+    page = (out / "audit.html").read_text()
+    assert "Membership ROC" in page and "n=2" in page and "gallery.html" not in page

@@ -5,11 +5,12 @@ import argparse
 import sys
 from pathlib import Path
 
-from privbench.io import atomic_write_text
+from privbench.io import atomic_write_bytes, atomic_write_text
 from privbench.report.collect import collect, runs_from_csv
 from privbench.report.gallery import gallery_page, style
 from privbench.report.html import page
 from privbench.report.plots import write_plots
+from privbench.report.roc import roc_figure
 from privbench.report.table import summarise, to_markdown
 
 
@@ -17,7 +18,8 @@ def build_report(root: Path, out: Path | None = None) -> Path:
     """Write ``runs.csv``, ``table.csv``, ``table.md``, the figures, ``audit.html`` and ``gallery.html`` to ``out``.
 
     ``root`` is a results folder, or a report's ``runs.csv``: then the tables, figures and ``audit.html`` are
-    rebuilt from it (the gallery needs the run folders and is left as it is).
+    rebuilt from it (the gallery and the membership ROC need the run folders and are left as they are). The
+    gallery is written only when some setting rebuilt images.
     """
     from_csv = Path(root).is_file() and Path(root).suffix == ".csv"
     try:
@@ -39,8 +41,15 @@ def build_report(root: Path, out: Path | None = None) -> Path:
     plots = write_plots(runs, table, out)
     name = (Path(root).parent if from_csv else Path(root)).resolve().name
     if not from_csv:
-        atomic_write_text(out / "gallery.html", gallery_page(table, runs, root=root,
-                                                             title=f"privbench gallery: {name}", style=style()))
+        roc = roc_figure(runs, table, root)
+        if roc is not None:
+            plots["Membership ROC"] = (out / "membership_roc.png", roc)
+            atomic_write_bytes(out / "membership_roc.png", roc.png)
+        gallery = gallery_page(table, runs, root=root, title=f"privbench gallery: {name}", style=style())
+        if gallery is not None:
+            atomic_write_text(out / "gallery.html", gallery)
+        elif (out / "gallery.html").exists():  # an earlier report's, from runs that rebuilt images
+            (out / "gallery.html").unlink()
     gallery = "gallery.html" if (out / "gallery.html").exists() else None
     atomic_write_text(out / "audit.html", page(table, runs, plots, title=f"privbench audit: {name}", gallery=gallery))
     return out

@@ -80,8 +80,9 @@ def setting_html(folder: Path, title: str, summary: str) -> str:
     return "".join(parts)
 
 
-def gallery_page(table: pd.DataFrame, runs: pd.DataFrame, *, root: Path, title: str, style: str) -> str:
-    """Every setting with a reconstruction: the lowest seed's run, its first ``PAIRS`` matched pairs."""
+def gallery_page(table: pd.DataFrame, runs: pd.DataFrame, *, root: Path, title: str, style: str) -> str | None:
+    """Every setting with a reconstruction: the lowest seed's run, its first ``PAIRS`` matched pairs (``None`` when
+    no setting has one, e.g. a membership study)."""
     keys = list(table.attrs.get("keys", []))
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
              f"<style>{style}</style></head><body><h1>{html.escape(title)}</h1>",
@@ -98,6 +99,8 @@ def gallery_page(table: pd.DataFrame, runs: pd.DataFrame, *, root: Path, title: 
         summary = (f"seed {run['seed']} shown; over n={row['runs']} seeds: PSNR {cell(row, PSNR_MEAN.key)} dB, "
                    f"chance {cell(row, PSNR_CHANCE.key)} dB, gain {cell(row, PSNR_GAIN.key)} dB, leaks: {row['leaks']}")
         parts.append(setting_html(Path(root) / run["run_dir"], name, summary))
+    if not any(part.startswith("<section>") for part in parts):
+        return None
     parts.append("</body></html>")
     return "\n".join(parts)
 

@@ -63,6 +63,8 @@ def page(table: pd.DataFrame, runs: pd.DataFrame, plots: dict[str, tuple[Path, D
              "who learned nothing about the records scores: the strongest of the test split's mean image, random test "
              "images and, in runs since 2026-12-01, the client's classes' mean test images, with the same matching); "
              "images recovered: the share of the true images rebuilt to 25 dB and SSIM 0.8. Utility: known-client accuracy, agnostic-client accuracy from the learnGene. "
+             "Membership: AUC and TPR at FPR 1 % and 0.1 % of a test that guesses which records the message was "
+             "computed from, against class-matched non-members (chance: AUC 0.5, TPR = FPR). "
              "Bytes: training traffic. Epsilon: the victim's DP-SGD epsilon.</p>",
              link if gallery else "",
              "<h2>Summary</h2>", f"<p>{html.escape(caption(table)).replace('`', '')}</p>",
