@@ -1,6 +1,7 @@
 """Opacus DP-SGD inside every client's local training, one persistent accountant per client."""
 from __future__ import annotations
 
+import json
 import math
 import warnings
 from collections.abc import Sequence
@@ -225,6 +226,45 @@ class DPSGD(Trainer):
         out = basis(images, d) if labels is None else per_class_subspace(images, labels, d, basis)
         self.engine(client).accountant.step(noise_multiplier=sigma, sample_rate=1.0)
         return out
+
+    def take_report(self, client: str) -> str:
+        """The reads since the last report and ``client``'s accountant events since then (``[sigma, sample rate,
+        steps]`` each); this process's accountant for ``client`` restarts empty (the server's record composes them)."""
+        report = json.loads(super().take_report(client))
+        engine = self.engines.get(client)
+        report["events"] = [[float(s), float(q), int(n)] for s, q, n in (engine.accountant.history if engine else [])]
+        if engine is not None:
+            engine.accountant.history.clear()
+        return json.dumps(report)
+
+    def compose_report(self, client: str, report: str | None) -> dict[str, Any]:
+        """Compose a remote client's accountant events into the server's accountant of ``client``: each must use
+        the noise multiplier the server planned for it, a sample rate in (0, 1] and a whole number of steps."""
+        parsed = super().compose_report(client, report)
+        events = parsed.get("events")
+        if not isinstance(events, list) or len(events) > 10_000:
+            raise ValueError("its record of reads carries no list of DP-SGD accountant events")
+        planned = self.sigma(client)
+        checked = []
+        for event in events:
+            if not (isinstance(event, list) and len(event) == 3 and all(isinstance(v, (int, float)) for v in event)
+                    and not isinstance(event[2], bool) and float(event[2]).is_integer()):
+                raise ValueError(f"an accountant event {str(event)[:60]} is not [sigma, sample rate, steps]")
+            sigma, rate, steps = float(event[0]), float(event[1]), int(event[2])
+            if not math.isclose(sigma, planned, rel_tol=1e-12, abs_tol=0.0):
+                raise ValueError(f"it reports noise multiplier {sigma:.6g}; the server planned {planned:.6g} for "
+                                 f"{client}")
+            if not 0 < rate <= 1 or not 1 <= steps <= 10**7:
+                raise ValueError(f"an accountant event has sample rate {rate:g} and {steps} steps: the rate must be in "
+                                 "(0, 1] and the steps 1 to 10^7")
+            checked.append((sigma, rate, steps))
+        history = self.engine(client).accountant.history
+        for sigma, rate, steps in checked:  # merged as Opacus merges its own steps, so in-process runs compare exactly
+            if history and history[-1][:2] == (sigma, rate):
+                history[-1] = (sigma, rate, history[-1][2] + steps)
+            else:
+                history.append((sigma, rate, steps))
+        return parsed
 
     def epsilons(self) -> dict[str, float]:
         """Epsilon each client has spent so far at ``delta``."""

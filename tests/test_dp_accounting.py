@@ -165,3 +165,47 @@ def test_two_victims_audit_gradients_carry_independent_noise(three_small_clients
         assert n.std().item() == pytest.approx(sigma, rel=0.05)
     assert (noise[0] - noise[1]).std().item() == pytest.approx(math.sqrt(2) * sigma, rel=0.05)
     assert abs(float(torch.corrcoef(torch.stack(noise))[0, 1])) < 0.05
+
+
+def test_a_remote_client_s_report_composes_into_the_server_s_accountant_as_if_trained_here(fmnist):
+    """A ClientApp's DP-SGD (two trainings and an audit gradient) reported in two replies: the server's accountant
+    holds the same history as the client's own, so the same epsilon (an RDP accountant stepped by hand agrees)."""
+    client = DPSGD(noise_multiplier=1.3)
+    data = fmnist.client(0).subset(torch.arange(20))
+    torch.manual_seed(0)
+    model = LeNet(in_channels=1, image_size=28, num_classes=10)
+    sgd = LocalSGD(epochs=1, lr=0.1, batch_size=5)
+    client.train(model, data, client="client0", sgd=sgd, generator=torch.Generator().manual_seed(0))
+    first = client.take_report("client0")
+    assert client.engines["client0"].accountant.history == []  # the node's record restarts after each report
+    client.train(model, data, client="client0", sgd=sgd, generator=torch.Generator().manual_seed(1))
+    x, y = data.normalised()[:1], data.labels[:1]
+    client.gradient(model, x, y, client="client0", lr=0.1, generator=torch.Generator().manual_seed(2))
+    second = client.take_report("client0")
+    server = DPSGD(noise_multiplier=1.3)
+    server.compose_report("client0", first)
+    server.compose_report("client0", second)
+    assert server.engines["client0"].accountant.history == [(1.3, 0.25, 8), (1.3, 1.0, 1)]
+    by_hand = RDPAccountant()
+    for _ in range(8):
+        by_hand.step(noise_multiplier=1.3, sample_rate=0.25)
+    by_hand.step(noise_multiplier=1.3, sample_rate=1.0)
+    assert server.epsilons()["client0"] == pytest.approx(by_hand.get_epsilon(delta=1e-5), rel=1e-12)
+    assert [r.what for r in server.reads()] == ["local_sgd", "audit_gradient"]
+    assert server.uncovered_reads() == []
+
+
+@pytest.mark.parametrize("report, message", [
+    (None, "it sent no record of the reads it made"),
+    ("not json", "is not JSON"),
+    ('{"reads": [], "events": [[1.3, 0.25, 4]], "extra": 1}', "is not {'reads'"),
+    ('{"reads": [], "events": [[0.5, 0.25, 4]]}', "it reports noise multiplier 0.5; the server planned 1.3"),
+    ('{"reads": [], "events": [[1.3, 0.25, 4.5]]}', "is not \\[sigma, sample rate, steps\\]"),
+    ('{"reads": [], "events": [[1.3, 0.0, 4]]}', "sample rate 0 and 4 steps"),
+    ('{"reads": [], "events": [[1.3, 0.25, 0]]}', "sample rate 0.25 and 0 steps"),
+    ('{"reads": ["secrets"], "events": []}', "it reports a read 'secrets'"),
+    ('{"reads": [], "events": "' + "x" * 100_001 + '"}', "at most 100,000 characters"),
+])
+def test_a_malformed_or_understated_report_is_refused_with_its_reason(report, message):
+    with pytest.raises(ValueError, match=message):
+        DPSGD(noise_multiplier=1.3).compose_report("client0", report)

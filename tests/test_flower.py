@@ -30,7 +30,7 @@ from privbench.fl.trainer import SGDTrainer  # noqa: E402
 from privbench.fl.wire import Wire  # noqa: E402
 from privbench.flower.capture import CapturingGrid, FlowerClientError  # noqa: E402
 from privbench.flower.client_app import app as client_app  # noqa: E402
-from privbench.flower.codec import payloads_in, put_payloads  # noqa: E402
+from privbench.flower.codec import REPORT, payloads_in, put_payloads  # noqa: E402
 from privbench.flower.launch import FlowerGrid  # noqa: E402
 from privbench.payloads import CapturePolicy, Condensation, LocalTraining, Payload, PayloadStore  # noqa: E402
 
@@ -179,7 +179,8 @@ def test_client_failures_and_missing_nodes_are_one_clear_error(tmp_path, task_id
 
 @pytest.mark.parametrize("overrides, message", [
     (["fl=local"], "fl=local sends nothing"),
-    (["defense=dpsgd"], "the dpsgd trainer keeps its privacy accounting inside each client"),
+    (["defense=dpsgd", "fl=fedavg", "aggregation=secagg", "payload=aggregate"],
+     "aggregation=secagg with the dpsgd trainer: Flower's SecAgg\\+ mod answers for the ClientApp"),
     (["fl.downlink=gene"], "fl.downlink=gene rebuilds each client's model"),
     (["fl.eval=both"], "fl.eval=both scores each client's own trained model"),
     (["fl.vectorise=true"], "fl.vectorise=true stacks a round's clients"),
@@ -240,6 +241,30 @@ def test_the_flower_engine_sends_what_the_inprocess_engine_sends(tmp_path, task_
         ma, mb = (json.loads((tmp_path / r / "metrics.json").read_text()) for r in ("inprocess", "flower"))
         for key in ("agnostic_accuracy_learngene", "agnostic_accuracy_random", "agnostic_accuracy_cluster_model"):
             assert ma["utility"][key] == pytest.approx(mb["utility"][key], abs=1e-6)
+
+
+@pytest.mark.slow  # 14 s (FedAvg) and 25 s; tests/test_dp_accounting.py checks the report's composition quickly
+@pytest.mark.parametrize("fl", ["fedavg", "genefl"])
+def test_dp_sgd_on_flower_reports_each_client_s_accounting_back_and_matches_inprocess(tmp_path, task_identity, fl):
+    """Each ClientApp trains under its own DP-SGD accountant; the accounting it sends back with every reply makes
+    the server's record of each client the in-process run's, epsilon for epsilon (GENE-FL: the Fisher and subspace
+    reads covered too, the agnostic clients' DP-PCA included)."""
+    overrides = [f"fl={fl}", *SMALL, *(CLUSTERED if fl == "genefl" else []), "attack=none", "defense=dpsgd",
+                 "defense.target_epsilon=8", *(["defense.cover=[fisher_diagonal,subspace]"] if fl == "genefl" else []),
+                 "capture.rounds=all", "capture.clients=all", f"results_dir={tmp_path}"]
+    run_audit(api.compose(overrides), tmp_path / "inprocess")
+    run_audit(api.compose([*overrides, "engine=flower"]), tmp_path / "flower",
+              launcher=FlowerGrid(LoopbackGrid(5 if fl == "fedavg" else 7)))
+    _same_run(tmp_path / "inprocess", tmp_path / "flower", atol=1e-6)
+    da, db = (json.loads((tmp_path / r / "metrics.json").read_text())["defense"] for r in ("inprocess", "flower"))
+    eps = da["epsilon_per_client"]
+    assert set(eps) == set(db["epsilon_per_client"]) and len(eps) == (5 if fl == "fedavg" else 7)
+    assert all(v > 0 for v in eps.values())  # every client released something under DP-SGD
+    for client, value in eps.items():
+        assert db["epsilon_per_client"][client] == pytest.approx(value, rel=1e-9)
+    assert da["epsilon"] == pytest.approx(db["epsilon"], rel=1e-9)
+    assert da["epsilon_covers_all_reads"] == db["epsilon_covers_all_reads"]
+    assert da["reads"] == db["reads"]
 
 
 @pytest.mark.slow
@@ -415,6 +440,10 @@ def _first_nan(tensors: dict) -> dict:  # type: ignore[type-arg]
                  marks=pytest.mark.slow),
     pytest.param(lambda f, s: ({**f, "num_samples": -50}, s), "claims num_samples=-50", marks=pytest.mark.slow),
     (lambda f, s: (f, [dataclasses.replace(p, sender="client3") for p in s]), "only uploads from client1"),
+    pytest.param(lambda f, s: ({k: v for k, v in f.items() if k != REPORT}, s), "it sent no record of the reads",
+                 marks=pytest.mark.slow),
+    pytest.param(lambda f, s: ({**f, REPORT: json.dumps({"reads": ["local_sgd", "labels_of_everyone"]})}, s),
+                 "it reports a read 'labels_of_everyone'", marks=pytest.mark.slow),
     pytest.param(lambda f, s: (f, _gene(s, lambda t: {**t, "body.0.weight": t[next(iter(t))].long()})),
                  "not a floating tensor", marks=pytest.mark.slow),
 ])
@@ -431,6 +460,32 @@ def test_a_hostile_reply_ends_the_run_naming_the_client_and_nothing_of_it_is_rec
     assert not [r for r in index if r["direction"] == "up" and r["round"] >= refused_round and r["phase"] == "training"
                 and r["kind"] != "subspace"]
     assert not list(payloads.glob(f"r{refused_round:04d}-*-client*-server.safetensors"))
+
+
+def _changed_events(fields: dict, sent: list, change) -> tuple:  # type: ignore[no-untyped-def, type-arg]
+    report = json.loads(fields[REPORT])
+    report["events"] = [change(*event) for event in report["events"]]
+    return {**fields, REPORT: json.dumps(report)}, sent
+
+
+def _under_reported(fields: dict, sent: list) -> tuple:  # type: ignore[type-arg]
+    return _changed_events(fields, sent, lambda sigma, rate, steps: [10 * sigma, rate, steps])
+
+
+@pytest.mark.slow  # 12 s a case; tests/test_dp_accounting.py checks each refusal in process
+@pytest.mark.parametrize("tamper, message", [
+    (_under_reported, "it reports noise multiplier .*; the server planned .* for client1"),
+    (lambda f, s: ({**f, REPORT: json.dumps({"reads": ["local_sgd"]})}, s),
+     "its record of reads carries no list of DP-SGD accountant events"),
+    (lambda f, s: _changed_events(f, s, lambda sigma, rate, steps: [sigma, 2.0, steps]),
+     "an accountant event has sample rate 2 and"),
+])
+def test_a_client_that_misreports_its_dp_accounting_ends_the_run(tmp_path, task_identity, tamper, message):
+    """A client that claims more noise than the server planned for it (so a smaller epsilon) is refused."""
+    cfg = api.compose([*SMALL, *CLUSTERED, "engine=flower", "attack=none", "victim.round=0", "defense=dpsgd",
+                       "defense.target_epsilon=8", f"results_dir={tmp_path}"])
+    with pytest.raises(FlowerClientError, match=rf"client1 \(node 101\) sent a reply the server refuses: {message}"):
+        run_audit(cfg, tmp_path / "run", launcher=FlowerGrid(HostileGrid(7, tamper)))
 
 
 def test_two_nodes_claiming_one_partition_are_refused_by_name(tmp_path, task_identity):

@@ -14,7 +14,7 @@ from privbench.fl.clustering.agnostic import AgnosticSettings
 from privbench.fl.clustering.subspace import nearest_cluster
 from privbench.fl.protocols import ProtocolResult
 from privbench.fl.protocols.clustered import ClusteredProtocol
-from privbench.fl.reads import AGNOSTIC_FINETUNE, SUBSPACE, PlannedRead
+from privbench.fl.reads import AGNOSTIC_FINETUNE
 from privbench.fl.sgd import State
 from privbench.fl.wire import Wire
 from privbench.payloads import Payload
@@ -47,7 +47,6 @@ def evaluate_agnostic(result: ProtocolResult, *, protocol: ClusteredProtocol, ro
     rows = []
     for a in range(len(data.agnostic_clients)):
         name = f"agnostic{a}"
-        protocol.trainer.plan(name, [PlannedRead(SUBSPACE, len(data.agnostic_clients[a]))])
         reply, = engine.run(protocol, [ClientTask("subspace", a, round_, agnostic=True)], side)
         k = nearest_cluster(protocol.basis(reply), list(clustering.bases), labels, variant=protocol.subspace)
         gene = engine.downlink_wire(wire).send(Payload.from_tensors(

@@ -15,6 +15,8 @@ SUBSPACE = "subspace"
 AGNOSTIC_FINETUNE = "agnostic_finetune"
 #: GENE-FL's adaptive gamma: the received model's accuracy on the client's data, which sets its upload's size.
 GAMMA_SIGNAL = "gamma_signal"
+#: Every read a trainer makes (the names a remote client's report may carry).
+READS = (LOCAL_SGD, AUDIT_GRADIENT, FISHER, SUBSPACE, AGNOSTIC_FINETUNE, GAMMA_SIGNAL)
 #: Reads a DP trainer can protect besides local SGD and the audit gradient.
 COVERABLE = (FISHER, SUBSPACE)
 

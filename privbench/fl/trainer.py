@@ -1,6 +1,7 @@
 """Trainers: the only way a protocol reads a client's private data; each read is recorded with its protection."""
 from __future__ import annotations
 
+import json
 import logging
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
@@ -13,12 +14,14 @@ from torch import nn
 from privbench.data.dataset import ImageDataset
 from privbench.fl.fisher import fisher_diagonal
 from privbench.fl.clustering.subspace import client_subspace, per_class_subspace
-from privbench.fl.reads import AUDIT_GRADIENT, FISHER, LOCAL_SGD, SUBSPACE, PlannedRead, Read
+from privbench.fl.reads import AUDIT_GRADIENT, FISHER, LOCAL_SGD, READS, SUBSPACE, PlannedRead, Read
 from privbench.fl.sgd import accuracy, batch_gradient, local_train
 from privbench.fl.vectorised import LocalJob, stacked_local_train, why_not_stacked
 from privbench.payloads.training import LocalTraining
 
 log = logging.getLogger("privbench")
+#: The longest report (JSON characters) a remote client's reply may carry.
+MAX_REPORT = 100_000
 #: Reasons for one-by-one training already logged in this process (each is logged once).
 _STACKED_WARNED: set[str] = set()
 
@@ -81,6 +84,7 @@ class Trainer(ABC):
     def __init__(self) -> None:
         self._issued: dict[int, LocalTraining] = {}
         self._reads: dict[str, Read] = {}
+        self._unreported: list[str] = []
 
     def _issue(self, record: LocalTraining) -> LocalTraining:
         self._issued[id(record)] = record
@@ -171,6 +175,40 @@ class Trainer(ABC):
     def declare_read(self, what: str, *, mechanism: str, covered: bool) -> None:
         """Record a read of private data and how it is protected."""
         self._reads[what] = Read(what, mechanism, covered)
+        if what not in self._unreported:
+            self._unreported.append(what)
+
+    def take_report(self, client: str) -> str:
+        """On a remote client (a Flower ClientApp): what its reply reports of the reads made since the last report,
+        as JSON (``reads``: their names; a DP trainer adds its accountant's events); the record restarts empty."""
+        report = {"reads": self._unreported}
+        self._unreported = []
+        return json.dumps(report)
+
+    def compose_report(self, client: str, report: str | None) -> dict[str, Any]:
+        """On the server: check a remote client's report and record its reads as this trainer's own (protected as
+        this trainer's settings protect them, whatever the client claims); the parsed report.
+
+        Raises:
+            ValueError: the reason, for a missing, oversized or malformed report or a read no trainer makes.
+        """
+        if report is None:
+            raise ValueError("it sent no record of the reads it made")
+        if not isinstance(report, str) or len(report) > MAX_REPORT:
+            raise ValueError(f"its record of reads is not a JSON text of at most {MAX_REPORT:,} characters")
+        try:
+            parsed = json.loads(report)
+        except ValueError:
+            raise ValueError("its record of reads is not JSON") from None
+        if not isinstance(parsed, dict) or not set(parsed) <= {"reads", "events"} or \
+                not isinstance(parsed.get("reads"), list):
+            raise ValueError("its record of reads is not {'reads': [...]} (with a DP trainer's 'events')")
+        unknown = [r for r in parsed["reads"] if r not in READS]
+        if unknown:
+            raise ValueError(f"it reports a read {str(unknown[0])[:40]!r}; reads are {', '.join(READS)}")
+        for what in parsed["reads"]:
+            self.declare_read(what, **self._protection(what))
+        return parsed
 
     def reads(self) -> list[Read]:
         """Every read made so far, in the order first made."""

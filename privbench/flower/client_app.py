@@ -17,7 +17,7 @@ from privbench.errors import ConfigError
 from privbench.fl.engine import ClientSide, ClientTask
 from privbench.fl.sgd import parameters_of
 from privbench.fl.wire import Outbox
-from privbench.flower.codec import TASK, payloads_in, put_payloads, task
+from privbench.flower.codec import REPORT, TASK, payloads_in, put_payloads, task
 from privbench.flower.secagg import asked, fitres_reply, secagg_when_asked
 from privbench.flower.engine import ENVELOPE
 from privbench.overrides import check_received_targets
@@ -89,6 +89,7 @@ def train(message: Message, context: Context) -> Message:
     for down in request.downloads:
         assert down.tensors is not None
         outbox.received(down.receiver, down.tensors)
+    protocol.trainer.take_report(request.name)  # what this process read before was reported with its replies
     reply, = protocol.serve(request.task, [request], s.side)
     if asked(message):  # a SecAgg+ round: Flower's mod masks the upload; nothing else leaves the node
         np.random.seed(int(np.random.SeedSequence([s.plan.seed, request.round, request.client, 131])
@@ -96,7 +97,7 @@ def train(message: Message, context: Context) -> Message:
         state = s.side.model.state_dict()
         return Message(fitres_reply(reply, [n for n, t in state.items() if t.is_floating_point()]),
                        reply_to=message)
-    out: dict[str, Any] = dict(reply.fields)
+    out: dict[str, Any] = {**reply.fields, REPORT: protocol.trainer.take_report(request.name)}
     if reply.payload is not None:
         out["payload"] = next(i for i, p in enumerate(outbox.sent) if p is reply.payload)
     content = RecordDict({TASK: ConfigRecord(out)})

@@ -12,6 +12,8 @@ from privbench.payloads import Payload
 
 #: The ConfigRecord that says what a message asks of a client, or what its reply holds.
 TASK = "privbench"
+#: The reply field that carries the client's report of its reads and DP accounting (``Trainer.take_report``).
+REPORT = "reads_report"
 
 
 def put_payloads(content: RecordDict, payloads: Sequence[Payload]) -> None:

@@ -9,7 +9,7 @@ from flwr.app import ConfigRecord, Message, MessageType, RecordDict
 from privbench.fl.engine import ClientSide, ClientTask, ClientTasks, Engine, TaskReply
 from privbench.fl.wire import Outbox, Wire
 from privbench.flower.capture import CapturingGrid, FlowerClientError
-from privbench.flower.codec import TASK, put_payloads, task
+from privbench.flower.codec import REPORT, TASK, put_payloads, task
 from privbench.payloads import Payload
 
 #: Seconds to wait for every client's SuperNode to connect before the run fails.
@@ -106,11 +106,13 @@ class FlowerEngine(Engine):
             q = requests[i]
             try:
                 fields = task(reply.content)
+                report = fields.pop(REPORT, None)
                 index = fields.pop("payload", None)
                 if index is not None and not (isinstance(index, int) and 0 <= index < len(sent)):
                     raise ValueError(f"its reply points at payload {index!r} of {len(sent)}")
                 answer = TaskReply(fields, None if index is None else sent[int(index)])
                 protocol.check_reply(q, answer, sent, side)
+                protocol.receive_report(q, None if report is None else str(report))
             except (ValueError, KeyError, TypeError) as exc:
                 raise FlowerClientError(f"{q.name} (node {reply.metadata.src_node_id}) sent a reply the server "
                                         f"refuses: {exc}") from None

@@ -92,6 +92,11 @@ class ClientTasks(Protocol):
         """Raise ``ValueError`` (the reason) for a reply from another process that is not what was asked."""
         ...
 
+    def receive_report(self, request: ClientTask, report: str | None) -> None:
+        """Record what a client in another process reports of its reads (and its DP accounting) with a reply that
+        passed ``check_reply``; ``ValueError`` (the reason) for a report that is not what the run's settings give."""
+        ...
+
 
 class Engine(ABC):
     """Runs client tasks and hands back the replies; records every message once."""

@@ -144,9 +144,9 @@ class FederatedProtocol(ABC):
         if self.aggregation.seals and "learngene" in self.sends:
             return (f"aggregation={self.aggregation.name}: Flower's SecAgg+ sums one layout (the whole model), and "
                     f"{self.name}'s learnGenes differ by client; use engine=inprocess")
-        if type(self.trainer) is not SGDTrainer:
-            return (f"the {self.trainer.name} trainer keeps its privacy accounting inside each client, which the "
-                    "ClientApps do not report back; use engine=inprocess (message transforms do run on Flower)")
+        if self.aggregation.seals and type(self.trainer) is not SGDTrainer:
+            return (f"aggregation={self.aggregation.name} with the {self.trainer.name} trainer: Flower's SecAgg+ mod "
+                    "answers for the ClientApp, so its privacy accounting would not come back; use engine=inprocess")
         return None
 
     def check_model(self, model: nn.Module) -> None:
@@ -313,6 +313,11 @@ class FederatedProtocol(ABC):
         if handler is None:
             raise ValueError(f"{self.name} has no client task {task!r}; it has {', '.join(self.client_tasks())}")
         return handler(requests, side)
+
+    def receive_report(self, request: ClientTask, report: str | None) -> None:
+        """The client's report of its reads (and a DP trainer's accountant events) becomes the server's record of
+        ``request``'s client (``Trainer.compose_report``, which checks it)."""
+        self.trainer.compose_report(request.name, report)
 
     def check_reply(self, request: ClientTask, reply: TaskReply, sent: Sequence[Payload], side: ClientSide) -> None:
         """Refuse (``ValueError``, the reason) a reply from another process that is not what the server asked for:

@@ -109,6 +109,12 @@ class ClusteredProtocol(FederatedProtocol):
     def planned_reads(self, num_samples: int, *, victim: Victim | None) -> list[PlannedRead]:
         return [PlannedRead(SUBSPACE, num_samples), *super().planned_reads(num_samples, victim=victim)]
 
+    def plan_reads(self, data: FederatedData, victim: Victim) -> None:
+        """The known clients' reads, and each agnostic client's one subspace (the same plan on every node)."""
+        super().plan_reads(data, victim)
+        for a, held in enumerate(data.agnostic_clients):
+            self.trainer.plan(f"agnostic{a}", [PlannedRead(SUBSPACE, len(held))])
+
     def client_basis(self, data: ImageDataset, *, client: str, seed: int) -> torch.Tensor:
         """The subspace ``U`` a client sends, by the trainer (so a DP trainer can protect it)."""
         generator = torch.Generator().manual_seed(int(np.random.SeedSequence([seed, 53, *client.encode()])
