@@ -15,16 +15,14 @@ from __future__ import annotations
 import itertools
 from typing import Any, ClassVar, Literal
 
-import numpy as np
 import torch
-from scipy.linalg import subspace_angles
 
 from privbench.attacks.base import Attack
 from privbench.attacks.findings import InferredProperty
 from privbench.attacks.views import BasisView, ViewKind
 from privbench.errors import AttackNotApplicableError
 from privbench.payloads.kinds import Carries
-from privbench.subspaces import client_subspace, per_class_subspace
+from privbench.subspaces import angle, client_subspace, per_class_subspace
 
 Form = Literal["svd", "pacfl"]
 
@@ -50,7 +48,7 @@ def subspace_distance(a: torch.Tensor, b: torch.Tensor) -> float:
         >>> round(subspace_distance(e[:, :2], e[:, 1:]), 4)
         1.5708
     """
-    return float(np.sum(subspace_angles(a.double().numpy(), b.double().numpy())))
+    return angle(a.double().numpy(), b.double().numpy(), variant="svd")
 
 
 class SubspaceClassSet(Attack):

@@ -1,7 +1,6 @@
 """Opacus DP-SGD inside every client's local training, one persistent accountant per client."""
 from __future__ import annotations
 
-import json
 import math
 import warnings
 from collections.abc import Sequence
@@ -227,15 +226,15 @@ class DPSGD(Trainer):
         self.engine(client).accountant.step(noise_multiplier=sigma, sample_rate=1.0)
         return out
 
-    def take_report(self, client: str) -> str:
+    def _report(self, client: str) -> dict[str, Any]:
         """The reads since the last report and ``client``'s accountant events since then (``[sigma, sample rate,
         steps]`` each); this process's accountant for ``client`` restarts empty (the server's record composes them)."""
-        report = json.loads(super().take_report(client))
+        report = super()._report(client)
         engine = self.engines.get(client)
         report["events"] = [[float(s), float(q), int(n)] for s, q, n in (engine.accountant.history if engine else [])]
         if engine is not None:
             engine.accountant.history.clear()
-        return json.dumps(report)
+        return report
 
     def compose_report(self, client: str, report: str | None) -> dict[str, Any]:
         """Compose a remote client's accountant events into the server's accountant of ``client``: each must use

@@ -1,9 +1,12 @@
-"""A client's data subspace as GENE-FL and PACFL send it: the top left singular vectors of its images."""
+"""A client's data subspace as GENE-FL and PACFL send it (the top left singular vectors of its images), and the
+principal-angle distance that compares two of them."""
 from __future__ import annotations
 
 from collections.abc import Callable
 
+import numpy as np
 import torch
+from scipy.linalg import subspace_angles
 
 from privbench.errors import ConfigError
 
@@ -35,3 +38,25 @@ def per_class_subspace(images: torch.Tensor, labels: torch.Tensor, d: int,
     """
     classes = sorted(int(c) for c in torch.unique(labels))
     return torch.cat([basis(images[labels == c], min(d, int((labels == c).sum()))) for c in classes], dim=1)
+
+
+#: How a client's subspace is formed and compared: ``svd`` (one SVD of all its images, summed
+#: principal angles; GENE-FL as we read it) or ``pacfl`` (one SVD per class, concatenated, and
+#: the smallest principal angle; PACFL, Vahidian et al. 2023, which GENE-FL cites).
+SUBSPACES = ("svd", "pacfl")
+
+
+def angle(a: np.ndarray, b: np.ndarray, *, variant: str = "svd") -> float:
+    """Distance of two bases: summed principal angles (``svd``) or the smallest one (``pacfl``), radians.
+
+    Example:
+        >>> e = np.eye(3)
+        >>> round(angle(e[:, :2], e[:, 1:], variant="svd"), 4), angle(e[:, :2], e[:, 1:], variant="pacfl")
+        (1.5708, 0.0)
+    """
+    angles = subspace_angles(a, b)
+    if variant == "pacfl":
+        return float(np.min(angles))
+    if variant == "svd":
+        return float(np.sum(angles))
+    raise ConfigError(f"fl.subspace={variant!r} is not one of {', '.join(SUBSPACES)}")

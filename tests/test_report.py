@@ -334,7 +334,7 @@ def test_old_runs_fill_the_accuracy_column_their_accuracy_measured():
 
 
 def test_membership_runs_get_a_log_log_roc_and_no_gallery(tmp_path):
-    from privbench.report.roc import tpr_at
+    from privbench.metrics.membership import tpr_at
 
     root = tmp_path / "sweep"
     # two seeds of one membership setting: 4 members, 4 non-members; seed 0 separates them, seed 1 is reversed

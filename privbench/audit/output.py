@@ -215,15 +215,14 @@ def summary(metrics: dict[str, Any]) -> str:
                                f"({privacy.get('canary_guesses_right')} of {privacy.get('canary_guesses')} guesses "
                                f"right, {privacy.get('canaries')} canaries), claimed "
                                f"{formatted(privacy.get(EPSILON_CLAIMED.key), '{:.2f}')} for the round"))
+    class_set = (f"class set exact {formatted(privacy.get(LABEL_SET_EXACT.key), '{:.0f}')} (prior "
+                 f"{formatted(privacy.get(LABEL_SET_EXACT_CHANCE.key), '{:.0f}')})")
     if LABEL_SET_JACCARD.key in privacy:
-        lines.append(("classes", f"inferred {privacy.get('inferred_classes')}: class set exact "
-                                 f"{formatted(privacy[LABEL_SET_EXACT.key], '{:.0f}')} (prior "
-                                 f"{formatted(privacy.get(LABEL_SET_EXACT_CHANCE.key), '{:.0f}')}), overlap "
+        lines.append(("classes", f"inferred {privacy.get('inferred_classes')}: {class_set}, overlap "
                                  f"{formatted(privacy[LABEL_SET_JACCARD.key], '{:.2f}')} (prior "
                                  f"{formatted(privacy.get(LABEL_SET_JACCARD_CHANCE.key), '{:.2f}')})"))
     elif LABEL_SET_EXACT.key in privacy:
-        lines.append(("labels", f"class set exact {formatted(privacy[LABEL_SET_EXACT.key], '{:.0f}')} (prior "
-                                f"{formatted(privacy.get(LABEL_SET_EXACT_CHANCE.key), '{:.0f}')}), counts exact "
+        lines.append(("labels", f"{class_set}, counts exact "
                                 f"{formatted(privacy.get(LABEL_COUNTS_EXACT.key), '{:.0f}')}, count error per class "
                                 f"{formatted(privacy.get(LABEL_COUNT_ERROR.key), '{:.2f}')} (prior "
                                 f"{formatted(privacy.get(LABEL_COUNT_ERROR_CHANCE.key), '{:.2f}')})"))

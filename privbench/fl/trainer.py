@@ -181,9 +181,12 @@ class Trainer(ABC):
     def take_report(self, client: str) -> str:
         """On a remote client (a Flower ClientApp): what its reply reports of the reads made since the last report,
         as JSON (``reads``: their names; a DP trainer adds its accountant's events); the record restarts empty."""
-        report = {"reads": self._unreported}
+        return json.dumps(self._report(client))
+
+    def _report(self, client: str) -> dict[str, Any]:
+        report: dict[str, Any] = {"reads": self._unreported}
         self._unreported = []
-        return json.dumps(report)
+        return report
 
     def compose_report(self, client: str, report: str | None) -> dict[str, Any]:
         """On the server: check a remote client's report and record its reads as this trainer's own (protected as

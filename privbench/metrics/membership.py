@@ -50,11 +50,22 @@ def tpr_at_fpr(scores: np.ndarray, members: np.ndarray, fpr: float) -> tuple[flo
         >>> tpr_at_fpr(np.array([0.9, 0.8, 0.7, 0.3, 0.2, 0.1]), np.array([True, True, False, True, False, False]), 0.0)
         (0.6666666666666666, 2, 3)
     """
-    rates_f, rates_t = roc(scores, members)
-    allowed = rates_f <= fpr + 1e-12
-    best = float(rates_t[allowed].max())
+    best = float(tpr_at(*roc(scores, members), np.array([fpr]))[0])
     n = int(np.asarray(members, dtype=bool).sum())
     return best, int(round(best * n)), n
+
+
+def tpr_at(fpr: np.ndarray, tpr: np.ndarray, grid: np.ndarray) -> np.ndarray:
+    """The highest TPR of the ROC ``(fpr, tpr)`` at FPR at most each ``grid`` value (0 where none is allowed).
+
+    Example:
+        >>> tpr_at(np.array([0.0, 0.0, 0.5, 1.0]), np.array([0.0, 0.5, 0.5, 1.0]), np.array([0.1, 0.5, 1.0])).tolist()
+        [0.5, 0.5, 1.0]
+    """
+    order = np.argsort(fpr, kind="stable")
+    fpr, best = np.asarray(fpr)[order], np.maximum.accumulate(np.asarray(tpr)[order])
+    at = np.searchsorted(fpr, np.asarray(grid) + 1e-12, side="right") - 1
+    return np.where(at >= 0, best[np.clip(at, 0, None)], 0.0)
 
 
 def clopper_pearson(k: int, n: int, *, level: float = 0.95) -> tuple[float, float]:

@@ -8,22 +8,10 @@ import numpy as np
 import pandas as pd
 
 from privbench.figures import MIA_AUC
+from privbench.metrics.membership import tpr_at
 from privbench.report.gallery import members
 from privbench.report.grouping import token
 from privbench.report.plots import Drawn, _drawn, pyplot, series_names, style, value_text
-
-
-def tpr_at(fpr: np.ndarray, tpr: np.ndarray, grid: np.ndarray) -> np.ndarray:
-    """The largest TPR a threshold reaches at FPR at most each ``grid`` value (the ROC as a step function).
-
-    Example:
-        >>> tpr_at(np.array([0.0, 0.0, 0.5, 1.0]), np.array([0.0, 0.5, 0.5, 1.0]), np.array([0.1, 0.5, 1.0])).tolist()
-        [0.5, 0.5, 1.0]
-    """
-    order = np.argsort(fpr, kind="stable")
-    fpr, best = fpr[order], np.maximum.accumulate(tpr[order])
-    at = np.searchsorted(fpr, grid, side="right") - 1
-    return np.where(at >= 0, best[np.clip(at, 0, None)], 0.0)
 
 
 def _curves(root: Path, group: pd.DataFrame) -> list[tuple[np.ndarray, np.ndarray, int]]:

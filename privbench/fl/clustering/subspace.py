@@ -3,35 +3,12 @@ from __future__ import annotations
 
 import numpy as np
 from scipy.cluster.hierarchy import fcluster, linkage
-from scipy.linalg import subspace_angles
 from scipy.spatial.distance import squareform
 
 from privbench.errors import ConfigError
-from privbench.subspaces import client_subspace, per_class_subspace
+from privbench.subspaces import SUBSPACES, angle, client_subspace, per_class_subspace
 
 __all__ = ["SUBSPACES", "angle", "client_subspace", "cluster", "nearest_cluster", "per_class_subspace", "proximity"]
-
-
-#: How a client's subspace is formed and compared: ``svd`` (one SVD of all its images, summed
-#: principal angles; GENE-FL as we read it) or ``pacfl`` (one SVD per class, concatenated, and
-#: the smallest principal angle; PACFL, Vahidian et al. 2023, which GENE-FL cites).
-SUBSPACES = ("svd", "pacfl")
-
-
-def angle(a: np.ndarray, b: np.ndarray, *, variant: str = "svd") -> float:
-    """Distance of two bases: summed principal angles (``svd``) or the smallest one (``pacfl``), radians.
-
-    Example:
-        >>> e = np.eye(3)
-        >>> round(angle(e[:, :2], e[:, 1:], variant="svd"), 4), angle(e[:, :2], e[:, 1:], variant="pacfl")
-        (1.5708, 0.0)
-    """
-    angles = subspace_angles(a, b)
-    if variant == "pacfl":
-        return float(np.min(angles))
-    if variant == "svd":
-        return float(np.sum(angles))
-    raise ConfigError(f"fl.subspace={variant!r} is not one of {', '.join(SUBSPACES)}")
 
 
 def proximity(bases: list[np.ndarray], *, variant: str = "svd") -> np.ndarray:
