@@ -2,7 +2,7 @@
 
 Each canary's gradient is a Dirac on its own coordinate (clipped to ``C``), so an included canary moves that
 coordinate of the uploaded model by ``-lr C / B`` each step it is sampled in, and an excluded one leaves only the noise and the
-real data's gradient there. The score is the coordinate's descent, ``-(theta_after - theta_before)``; the
+real data's gradient there; a coordinate the upload does not carry scores 0. The score is the coordinate's descent, ``-(theta_after - theta_before)``; the
 ``guesses`` highest are guessed in, the ``guesses`` lowest out. The evaluator turns the right guesses into a lower
 bound on epsilon (``metrics.one_run``).
 """
@@ -38,7 +38,9 @@ class OneRunAudit(Attack):
         self.canaries, self.guesses, self.confidence = canaries, guesses, confidence
 
     def attack(self, view: Any, *, seed: int) -> CanaryScores:
-        """One score per canary: the descent of its coordinate in the victim's update."""
-        scores = torch.tensor([-float(view.change[name].flatten()[index]) for name, index in view.coordinates])
+        """One score per canary: the descent of its coordinate in the victim's update (0 for a coordinate the upload
+        does not carry: a learnGene layer the client did not send)."""
+        scores = torch.tensor([-float(view.change[name].flatten()[index]) if name in view.change else 0.0
+                               for name, index in view.coordinates])
         return CanaryScores(info={"test": "dirac_canaries", "confidence": self.confidence}, scores=scores,
                             candidates=list(range(len(scores))), guesses=self.guesses)

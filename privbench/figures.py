@@ -68,6 +68,11 @@ CRAFTED_UPLOADED = _privacy("crafted_layer_uploaded", "crafted layer uploaded", 
 EPSILON_LOWER = _privacy("epsilon_lower_bound", "empirical epsilon (one-run lower bound)", fmt="{:.2f}",
                          bounds="nonnegative")
 EPSILON_CLAIMED = _privacy("epsilon_claimed", "claimed epsilon (audited round)", fmt="{:.2f}", bounds="nonnegative")
+#: The audited round's f-DP bound: the highest TPR any test of one canary (one record) can reach against its releases.
+CANARY_TPR_BOUND_1 = _privacy("canary_tpr_bound_1pct", "TPR bound at FPR 1 % (audited round, f-DP)", fmt="{:.3f}",
+                              bounds="unit")
+CANARY_TPR_BOUND_01 = _privacy("canary_tpr_bound_0_1pct", "TPR bound at FPR 0.1 % (audited round, f-DP)",
+                               fmt="{:.3f}", bounds="unit")
 PSNR_GAIN = _privacy("psnr_gain", "PSNR gain over chance (dB)", unit="dB", fmt="{:+.2f}", leak="higher")
 PSNR_BEST = _privacy("psnr_best", "best PSNR (dB)", unit="dB", fmt="{:.2f}", leak="higher", best="max", bounds="psnr")
 SSIM_MEAN = _privacy("ssim_mean", "SSIM", fmt="{:.3f}", leak="higher", bounds="signed_unit")
@@ -112,7 +117,11 @@ UPLINK_BYTES = Figure("uplink_bytes", "bytes", "uplink (B)", unit="B", fmt="{:,.
 DOWNLINK_BYTES = Figure("downlink_bytes", "bytes", "downlink (B)", unit="B", fmt="{:,.0f}", bounds="nonnegative")
 TOTAL_BYTES = Figure("total_bytes", "bytes", "total (B)", unit="B", fmt="{:,.0f}", bounds="nonnegative")
 TOTAL_RATIO = Figure("total_ratio", "bytes", "total bytes vs FedAvg", fmt="{:.3f}", bounds="nonnegative")
+#: The victim's epsilon: inf when a read of its data is released with no accounted mechanism (``defense.cover``);
+#: what its accountant recorded is ``epsilon_accounted`` either way.
 EPSILON = Figure("epsilon", "defense", "victim epsilon", fmt="{:.2f}", bounds="nonnegative")
+EPSILON_ACCOUNTED = Figure("epsilon_accounted", "defense", "victim epsilon, accounted releases only", fmt="{:.2f}",
+                           bounds="nonnegative")
 EPSILON_MAX = Figure("epsilon_max", "defense", "largest epsilon", fmt="{:.2f}", bounds="nonnegative")
 #: The f-DP bound of the victim's DP-SGD releases: the highest membership TPR any test can reach at that FPR.
 MIA_TPR_BOUND_1 = Figure("mia_tpr_bound_1pct", "defense", "TPR bound at FPR 1 % (f-DP)", fmt="{:.3f}", bounds="unit")
@@ -121,11 +130,12 @@ MIA_TPR_BOUND_01 = Figure("mia_tpr_bound_0_1pct", "defense", "TPR bound at FPR 0
 
 #: The report's figure columns, in order (NaN where a run did not measure one, never 0).
 REPORTED = (PSNR_MEAN, PSNR_CHANCE, PSNR_CHANCE_UNINFORMED, PSNR_CHANCE_INFORMED, PSNR_GAIN, RECOVERED_FRACTION,
-            RECOVERED_FRACTION_CHANCE, DOWNLOAD_FLAGGED, CRAFTED_UPLOADED, EPSILON_LOWER, EPSILON_CLAIMED, PSNR_BEST, SSIM_MEAN, SSIM_CHANCE, SSIM_GAIN, SSIM_BEST, LPIPS_MEAN,
+            RECOVERED_FRACTION_CHANCE, DOWNLOAD_FLAGGED, CRAFTED_UPLOADED, EPSILON_LOWER, EPSILON_CLAIMED, CANARY_TPR_BOUND_1,
+            CANARY_TPR_BOUND_01, PSNR_BEST, SSIM_MEAN, SSIM_CHANCE, SSIM_GAIN, SSIM_BEST, LPIPS_MEAN,
             LPIPS_CHANCE, LPIPS_BEST, NUM_TRUE, LABEL_ACCURACY, PROJECTION_PSNR_MEAN, LABEL_SET_EXACT,
             LABEL_SET_EXACT_CHANCE, LABEL_SET_JACCARD, LABEL_SET_JACCARD_CHANCE, LABEL_COUNTS_EXACT, LABEL_COUNT_ERROR, LABEL_COUNT_ERROR_CHANCE, ACCURACY,
             PERSONAL_ACCURACY, DOWNLOADED_ACCURACY, CLUSTER_RAND_INDEX, AGNOSTIC_ACCURACY, UPLINK_BYTES, DOWNLINK_BYTES, TOTAL_BYTES,
-            EPSILON, EPSILON_MAX, MIA_TPR_BOUND_1, MIA_TPR_BOUND_01, MIA_AUC, MIA_TPR_1, MIA_TPR_01, MIA_MEMBERS)
+            EPSILON, EPSILON_ACCOUNTED, EPSILON_MAX, MIA_TPR_BOUND_1, MIA_TPR_BOUND_01, MIA_AUC, MIA_TPR_1, MIA_TPR_01, MIA_MEMBERS)
 #: Every figure spec.
 FIGURES = (*REPORTED, LPIPS_GAIN, MSE_MEAN, NUM_RECONSTRUCTED, LABEL_COUNTS_EXACT_CHANCE, GLOBAL_ACCURACY,
            TOTAL_RATIO, MIA_NON_MEMBERS)
@@ -135,8 +145,10 @@ LEAKS = "leaks"
 RUNS = "runs"
 #: ``table.md`` and the HTML summary, in order (all-missing columns are left out); the leak verdict follows the gain.
 #: Accuracy has two columns, never one: each client's own model, and the model it holds after its download.
-TABLE = (PSNR_GAIN, LEAKS, RECOVERED_FRACTION, DOWNLOAD_FLAGGED, CRAFTED_UPLOADED, EPSILON_LOWER, EPSILON_CLAIMED, MIA_AUC, MIA_TPR_1, PERSONAL_ACCURACY, DOWNLOADED_ACCURACY,
-         TOTAL_BYTES, EPSILON, MIA_TPR_BOUND_1, MIA_TPR_01, MIA_TPR_BOUND_01, MIA_MEMBERS, PSNR_MEAN, PSNR_CHANCE,
+TABLE = (PSNR_GAIN, LEAKS, RECOVERED_FRACTION, DOWNLOAD_FLAGGED, CRAFTED_UPLOADED, EPSILON_LOWER, EPSILON_CLAIMED, MIA_AUC, MIA_TPR_1,
+         CANARY_TPR_BOUND_1, PERSONAL_ACCURACY, DOWNLOADED_ACCURACY,
+         TOTAL_BYTES, EPSILON, EPSILON_ACCOUNTED, MIA_TPR_BOUND_1, MIA_TPR_01, CANARY_TPR_BOUND_01, MIA_TPR_BOUND_01, MIA_MEMBERS,
+         PSNR_MEAN, PSNR_CHANCE,
          PSNR_CHANCE_UNINFORMED, PSNR_CHANCE_INFORMED, RECOVERED_FRACTION_CHANCE, SSIM_MEAN, SSIM_CHANCE, LPIPS_MEAN, LPIPS_CHANCE,
          LABEL_ACCURACY, LABEL_SET_EXACT, LABEL_SET_JACCARD, LABEL_SET_JACCARD_CHANCE, LABEL_COUNT_ERROR, NUM_TRUE, AGNOSTIC_ACCURACY, CLUSTER_RAND_INDEX,
          UPLINK_BYTES, DOWNLINK_BYTES)
@@ -145,10 +157,17 @@ RUN_TABLE = (PSNR_GAIN, PERSONAL_ACCURACY, DOWNLOADED_ACCURACY, TOTAL_BYTES, EPS
 #: The table a multirun ends with: (column, header, format), the leak verdict after the gain.
 MULTIRUN = ((PSNR_MEAN.key, "PSNR", "{:.1f}"), (PSNR_GAIN.key, "gain", "{:+.1f}"), (LEAKS, LEAKS, "{}"),
             (PERSONAL_ACCURACY.key, "own acc", "{:.3f}"), (DOWNLOADED_ACCURACY.key, "dl acc", "{:.3f}"),
-            (TOTAL_BYTES.key, "bytes", "{:,.0f}"), (EPSILON.key, "eps", "{:.2f}"), (MIA_AUC.key, "MIA AUC", "{:.3f}"),
+            (TOTAL_BYTES.key, "bytes", "{:,.0f}"), (EPSILON.key, "eps", "{:.2f}"),
+            (EPSILON_ACCOUNTED.key, "eps acc", "{:.2f}"), (MIA_AUC.key, "MIA AUC", "{:.3f}"),
             (MIA_TPR_1.key, "TPR@1%", "{:.3f}"))
 #: Leakage figures drawn against a swept setting, and utility figures.
 LEAKAGE_PLOTS = (PSNR_MEAN, PSNR_GAIN)
+#: A DP audit's figures drawn against a swept setting: the canary test's TPR and the empirical epsilon.
+AUDIT_PLOTS = (MIA_TPR_1, EPSILON_LOWER)
+#: The dotted companion of a plotted figure: what each line's value is measured against, and its legend name.
+COMPANIONS = {PSNR_MEAN.key: (PSNR_CHANCE, "chance of each line (dotted)"),
+              MIA_TPR_1.key: (CANARY_TPR_BOUND_1, "f-DP bound of each line's audited round (dotted)"),
+              EPSILON_LOWER.key: (EPSILON_CLAIMED, "claimed epsilon of each line (dotted)")}
 UTILITY_PLOTS = (PERSONAL_ACCURACY, DOWNLOADED_ACCURACY, AGNOSTIC_ACCURACY)
 
 BY_KEY = {f.key: f for f in FIGURES}

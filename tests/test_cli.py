@@ -176,3 +176,18 @@ def test_descriptions_come_from_comments_then_docstrings():
     assert args["lambda2"] == "weight of the Fisher-elastic term."  # GeneFL's own Args
     assert args["participants"] == "clients sampled per round (without replacement)."  # from FederatedProtocol
     assert args["downlink"].startswith("full (the paper: the whole cluster model each round) or gene")  # continued lines
+
+
+def test_an_epsilon_with_uncovered_reads_is_printed_unbounded_with_the_reads_named():
+    from privbench.audit.output import summary
+
+    metrics = {"run": {"fl": "genefl", "payload": "learngene", "attack": "none", "defense": "dpsgd", "seed": 0,
+                       "victim_client": 0, "victim_round": 0},
+               "privacy": {}, "utility": {"accuracy": 0.5}, "bytes": {"uplink_bytes": 1, "downlink_bytes": 1},
+               "defense": {"epsilon": "inf", "epsilon_accounted": 6.368, "epsilon_max": "inf",
+                           "epsilon_max_accounted": 6.649, "epsilon_covers_all_reads": False,
+                           "uncovered_reads": ["subspace", "fisher_diagonal"]}}
+    text = " ".join(summary(metrics).split())
+    assert ("epsilon unbounded (uncovered reads released exactly: subspace, fisher_diagonal); accounted releases "
+            "6.37 (victim), max 6.65") in text
+    assert "covers every read" not in text

@@ -1,6 +1,7 @@
 """The one-run DP audit (Steinke, Nasr and Jagielski 2023): its bound by hand, and falsified mechanisms."""
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -65,3 +66,42 @@ def test_no_noise_or_no_clipping_is_caught(tmp_path, monkeypatch):
         patch.setattr(dp.DPOptimizer, "clip_and_accumulate", unclipped)
         loose = _audit(tmp_path / "no_clip")
     assert loose["epsilon_lower_bound"] > loose["epsilon_claimed"]
+
+
+def test_a_canary_on_a_layer_the_upload_does_not_carry_scores_zero():
+    from privbench.attacks.one_run import OneRunAudit
+    from privbench.attacks.views import CanaryView
+
+    view = CanaryView({"a": torch.tensor([[-0.5, 0.25]])}, [("a", 0), ("b", 3), ("a", 1)], {})
+    finding = OneRunAudit(canaries=4, guesses=1).attack(view, seed=0)
+    assert finding.scores.tolist() == [0.5, 0.0, -0.25]  # each canary's descent; "b" was not uploaded
+
+
+@pytest.mark.slow
+def test_the_audit_reads_a_genefl_learngene_and_names_the_uncovered_reads(tmp_path):
+    """GENE-FL under DP-SGD (Fisher pass and subspace uncovered), the victim's learnGene audited with 2,000 canaries
+    on its recorded layers: every canary lands on an uploaded layer, the bound stays under the claim, the round's
+    f-DP bound is mu-GDP's by hand (rate-1 steps), and the victim's epsilon is unbounded with the reads named."""
+    import privbench
+    from privbench.audit.output import summary
+    from privbench.defenses.tradeoff import gaussian_dp_tpr
+
+    result = privbench.run(["fl=genefl", "fl.agnostic.fedavg_reference=false", "payload=learngene", "defense=dpsgd",
+                            "defense.target_epsilon=8", "attack=one_run", "attack.canaries=2000",
+                            "attack.guesses=100", "metrics.lpips=false"], results_dir=tmp_path)
+    metrics, threat = result.metrics, result.metrics["threat_model"]
+    privacy, defense = metrics["privacy"], metrics["defense"]
+    assert threat["canaries_on_uploaded_layers"] == 2000 and threat["layer_choice"].startswith("the recorded")
+    recorded = json.loads((result.run_dir / "payloads" / "index.json").read_text())
+    [gene] = [e for e in recorded if e["id"] == threat["payload"]]
+    assert threat["uploaded_layers"] == list(gene["condensation"]["layers"])
+    assert privacy["mia_auc"] > 0.6 and 0 < privacy["epsilon_lower_bound"] <= privacy["epsilon_claimed"]
+    assert threat["sample_rate"] == 1.0  # one image: every step releases it
+    mu = math.sqrt(threat["steps"]) / threat["sigma"]
+    assert [privacy["canary_tpr_bound_1pct"], privacy["canary_tpr_bound_0_1pct"]] == pytest.approx(
+        gaussian_dp_tpr(mu, [0.01, 0.001]), rel=1e-9)
+    assert privacy["mia_tpr_at_fpr_1pct_lo"] <= privacy["canary_tpr_bound_1pct"]
+    assert defense["epsilon"] == "inf" and defense["epsilon_max"] == "inf"
+    assert defense["epsilon_accounted"] == defense["epsilon_per_client"]["client0"] > 0
+    text = " ".join(summary(metrics).split())
+    assert "epsilon unbounded (uncovered reads released exactly: subspace, fisher_diagonal); accounted releases" in text

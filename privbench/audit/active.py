@@ -19,7 +19,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from torch import nn
 
@@ -31,14 +30,14 @@ from privbench.defenses.detector import inspect_download
 from privbench.figures import CRAFTED_UPLOADED, DOWNLOAD_FLAGGED
 from privbench.errors import AttackNotApplicableError
 from privbench.fl.trainer import SGDTrainer, Trainer
-from privbench.audit.rerun import local_sgd, rerun_inputs
+from privbench.audit.rerun import gene_client_round, local_sgd, rerun_inputs
 from privbench.pixels import normalise
 from privbench.payloads import CapturePolicy, LocalTraining, Payload, PayloadStore
 from privbench.payloads.encoding import decode
 from privbench.fl.protocols.genefl import GeneFL
-from privbench.fl.protocols.round import ClientRound, ClientStart, Upload
+from privbench.fl.protocols.round import Upload
 from privbench.fl.sgd import parameters_of
-from privbench.fl.wire import Outbox, Wire
+from privbench.fl.wire import Wire
 
 #: A member of the victim's cohort: its name, the train images its upload was computed from, its declared training.
 Member = tuple[str, list[int], LocalTraining]
@@ -211,22 +210,13 @@ def _payload_word(p: Plan) -> str:
 def _gene_client(p: Plan, crafted: nn.Module, sent: dict[str, torch.Tensor], received: dict[str, torch.Tensor],
                  data: FederatedData, *, sender: str, round_: int, cluster: int | None,
                  base_id: str) -> tuple[Upload, LocalTraining, dict[str, Any]]:
-    """One GENE-FL client's round on the crafted download, by GENE-FL's own client code (its Fisher pass, penalty,
-    xi and layer choice over the crafted model's layers): its upload, training and check of the download."""
-    protocol = p.protocol
-    assert isinstance(protocol, GeneFL)
-    rerun = copy.copy(protocol)
-    rerun.trainer = _trainer(p)
-    outbox = Outbox(sends=protocol.wire_kinds, trainer=rerun.trainer, transform=p.transform)
-    outbox.received(sender, sent)
-    client = int(sender.removeprefix("client"))
-    at = ClientRound(client, round_, p.seed, p.victim, outbox, cluster=cluster)
-    local = copy.deepcopy(crafted)
-    state = rerun.start(local, np.zeros(data.num_clients, dtype=int), sent)
-    pending = rerun.begin_round(local, ClientStart(at, sent, f"{base_id}-crafted"), data, state)
-    check = _client_check(crafted, sent, received, pending.job.data.normalised())
-    training, = rerun.train_clients([pending.job])
-    return rerun.end_round(pending, training, state), training, check
+    """One GENE-FL client's round on the crafted download (``audit.rerun.gene_client_round``: its Fisher pass,
+    penalty, xi and layer choice over the crafted model's layers): its upload, training and check of the download."""
+    assert isinstance(p.protocol, GeneFL)
+    upload, training, images = gene_client_round(p.protocol, _trainer(p), crafted, sent, data, sender=sender,
+                                                 round_=round_, cluster=cluster, base_id=f"{base_id}-crafted",
+                                                 seed=p.seed, victim=p.victim, transform=p.transform)
+    return upload, training, _client_check(crafted, sent, received, images.normalised())
 
 
 def _gene_round(p: Plan, payload: Payload, base: Payload | None, model: nn.Module, data: FederatedData) -> ActiveView:

@@ -6,11 +6,19 @@ copy of the run's DP-SGD trainer (its planned noise; the copy's releases never r
 ``attack.canaries`` Dirac gradient canaries (10 C high) on distinct coordinates, each included with probability 1/2
 (``defenses/canaries.py``). The server's view is the uploaded change; which canaries were included is the
 evaluator's. The claim the audit tests is the accountant's epsilon for this round's releases: noise multiplier
-``sigma``, Poisson rate ``1 / ceil(n / B)`` and the round's steps, at the trainer's delta.
+``sigma``, Poisson rate ``1 / ceil(n / B)`` and the round's steps, at the trainer's delta; beside it the f-DP
+bound of those releases on any membership test's TPR (``defenses.tradeoff``).
+
+A GENE-FL learnGene round runs again by GENE-FL's own client code (its Fisher pass and penalty;
+``audit.rerun.gene_client_round``) and uploads the layers the recorded learnGene carried, on which its canaries sit.
+GENE-FL's own choice would move with the canaries (hundreds of clipped records on a client of a few images steer
+its xi scores); the choice is post-processing of the DP-SGD output, so replaying the recorded one leaves the claim
+under test as it was. A canary on a layer the upload does not carry scores 0.
 """
 from __future__ import annotations
 
 import copy
+from collections.abc import Collection
 from typing import Any
 
 import torch
@@ -25,19 +33,28 @@ from privbench.defenses.dpsgd import DPSGD
 from privbench.errors import AttackNotApplicableError
 from privbench.fl.sgd import parameters_of
 from privbench.fl.reads import LOCAL_SGD, PlannedRead
-from privbench.audit.rerun import local_sgd, rerun_inputs
-from privbench.payloads import Payload
+from privbench.audit.rerun import gene_client_round, local_sgd, rerun_inputs
+from privbench.defenses.tradeoff import tpr_bound
+from privbench.fl.protocols.genefl import GeneFL
+from privbench.payloads import LocalTraining, Payload
+from privbench.payloads.encoding import decode
 
+#: The FPRs of the audited round's f-DP bound on a canary test's TPR.
+BOUND_FPRS = (0.01, 0.001)
 #: A canary's gradient is this many clip norms high: a working clip brings it to C; broken clipping lets it through.
 CANARY_SCALE = 10.0
 
 
-def canary_coordinates(model: nn.Module, count: int, *, generator: torch.Generator) -> list[tuple[str, int]]:
-    """``count`` distinct coordinates drawn uniformly over the model's trainable parameters."""
-    params = [(n, p.numel()) for n, p in model.named_parameters() if p.requires_grad]
+def canary_coordinates(model: nn.Module, count: int, *, generator: torch.Generator,
+                       within: Collection[str] | None = None) -> list[tuple[str, int]]:
+    """``count`` distinct coordinates drawn uniformly over the model's trainable parameters (those named in
+    ``within``, when given)."""
+    params = [(n, p.numel()) for n, p in model.named_parameters()
+              if p.requires_grad and (within is None or n in within)]
     total = sum(size for _, size in params)
     if count > total:
-        raise AttackNotApplicableError(f"attack.canaries={count}: the model has only {total} coordinates")
+        raise AttackNotApplicableError(f"attack.canaries={count}: the audited parameters have only {total} "
+                                       "coordinates")
     flat = torch.randperm(total, generator=generator)[:count].sort().values.tolist()
     out, start, k = [], 0, 0
     for name, size in params:
@@ -55,14 +72,24 @@ def canary_round(p: Plan, payload: Payload, base: Payload | None, model: nn.Modu
     trainer = p.protocol.trainer
     if not isinstance(trainer, DPSGD):
         raise AttackNotApplicableError(f"attack={p.attack.name} audits DP-SGD's claim: use defense=dpsgd")
-    if payload.kind != "update":
-        raise AttackNotApplicableError(f"attack={p.attack.name} reads a client's update; {payload.kind} is not one")
-    received, training, client_data = rerun_inputs(payload, base, data, indices,
-                                                   device=next(model.parameters()).device, what="the audited round")
+    if payload.kind not in ("update", "learngene"):
+        raise AttackNotApplicableError(f"attack={p.attack.name} reads a client's update or learnGene; {payload.kind} "
+                                       "is neither")
+    device = next(model.parameters()).device
+    gene = payload.kind == "learngene"
+    if gene:
+        if not isinstance(p.protocol, GeneFL) or base is None or base.tensors is None:
+            raise AttackNotApplicableError(f"{payload.id}: a learnGene round needs GENE-FL and the download it "
+                                           "started from")
+        received = dict(base.tensors)
+        layers = tuple(payload.condensation.layers) if payload.condensation else None
+    else:
+        received, training, client_data = rerun_inputs(payload, base, data, indices, device=device,
+                                                       what="the audited round")
     count = int(getattr(p.attack, "canaries"))
     generator = torch.Generator().manual_seed(p.seed * 7919 + 43)
     local = at_weights(model, received)
-    coordinates = canary_coordinates(local, count, generator=generator)
+    coordinates = canary_coordinates(local, count, generator=generator, within=set(payload.names) if gene else None)
     included = torch.rand(count, generator=generator) < 0.5
     copied = copy.deepcopy(trainer)
     name = payload.sender
@@ -70,15 +97,26 @@ def canary_round(p: Plan, payload: Payload, base: Payload | None, model: nn.Modu
                                        magnitude=CANARY_SCALE * float(copied.max_grad_norm),
                                        generator=torch.Generator().manual_seed(p.seed * 7919 + 47))
     sent = parameters_of(local)
-    record = copied.train(local, client_data, client=name, sgd=local_sgd(training),
-                          generator=torch.Generator().manual_seed(p.seed * 1_000_003 + 73))
-    after = parameters_of(local)
-    change = {n: after[n] - sent[n] for n in sent if sent[n].is_floating_point()}
+    extra: dict[str, Any] = {}
+    if gene:
+        assert isinstance(p.protocol, GeneFL)
+        upload, record, _ = gene_client_round(p.protocol, copied, local, sent, data, sender=name, round_=payload.round,
+                                              cluster=payload.cluster, base_id=str(payload.base), seed=p.seed,
+                                              victim=p.victim, layers=layers)
+        message = decode(upload.payload, sent)
+        assert message.tensors is not None
+        change = {n: t - sent[n] for n, t in message.tensors.items() if n in sent and t.is_floating_point()}
+        seen = sum(c in change for c, _ in coordinates)
+        extra = {"uploaded_layers": list(message.condensation.layers) if message.condensation else message.names,
+                 "layer_choice": "the recorded learnGene's (replayed)" if layers else "GENE-FL's on the rerun",
+                 "canaries_on_uploaded_layers": seen}
+    else:
+        record = copied.train(local, client_data, client=name, sgd=local_sgd(training),
+                              generator=torch.Generator().manual_seed(p.seed * 1_000_003 + 73))
+        after = parameters_of(local)
+        change = {n: after[n] - sent[n] for n in sent if sent[n].is_floating_point()}
     sigma = float(copied.sigma(name))
-    schedule = events([PlannedRead(LOCAL_SGD, len(client_data), training.batch_size, training.epochs)])
-    [(rate, _)] = schedule
-    claimed = (epsilon(sigma, schedule, delta=float(copied.delta), accountant=copied.accountant) if sigma > 0
-               else float("inf"))
+    claimed, rate, bounds = round_claim(record, sigma, delta=float(copied.delta), accountant=copied.accountant)
     knowledge: dict[str, Any] = {
         "payload": payload.id, "payload_kind": payload.kind, "server": "honest-but-curious (the auditor designed "
         "the canaries)", "auditor": "one run (Steinke, Nasr and Jagielski 2023), white-box Dirac gradient canaries",
@@ -87,5 +125,16 @@ def canary_round(p: Plan, payload: Payload, base: Payload | None, model: nn.Modu
         "canaries_sampled": copied.canaries.sampled, "guesses_each_way": int(getattr(p.attack, "guesses")),
         "sigma": sigma, "sample_rate": rate, "steps": record.steps, "delta": float(copied.delta),
         "claimed_epsilon": claimed, "claim": f"the accountant's ({copied.accountant}) epsilon for this round's releases",
+        "round_tpr_bounds": dict(zip([f"{a:g}" for a in BOUND_FPRS], bounds)), **extra,
         "training": record.hyperparameters()}
     return CanaryView(change, coordinates, knowledge), included
+
+
+def round_claim(record: LocalTraining, sigma: float, *, delta: float, accountant: str
+                ) -> tuple[float, float, list[float]]:
+    """What the accountant claims for a round of local DP-SGD: its epsilon at ``delta`` (inf without noise), its
+    Poisson rate, and the f-DP bound on a membership test's TPR at ``BOUND_FPRS``."""
+    schedule = events([PlannedRead(LOCAL_SGD, record.num_samples, record.batch_size, record.epochs)])
+    [(rate, _)] = schedule
+    claimed = epsilon(sigma, schedule, delta=delta, accountant=accountant) if sigma > 0 else float("inf")
+    return claimed, rate, tpr_bound([(sigma, rate, record.steps)], BOUND_FPRS)

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from privbench.figures import (
-    ACCURACY, AGNOSTIC_ACCURACY, CRAFTED_UPLOADED, DOWNLINK_BYTES, DOWNLOAD_FLAGGED, EPSILON, EPSILON_CLAIMED, EPSILON_LOWER, EPSILON_MAX, MIA_TPR_BOUND_01, MIA_TPR_BOUND_1, LABEL_ACCURACY, LABEL_COUNTS_EXACT,
+    ACCURACY, AGNOSTIC_ACCURACY, CANARY_TPR_BOUND_01, CANARY_TPR_BOUND_1, CRAFTED_UPLOADED, DOWNLINK_BYTES, DOWNLOAD_FLAGGED, EPSILON, EPSILON_ACCOUNTED, EPSILON_CLAIMED, EPSILON_LOWER, EPSILON_MAX, MIA_TPR_BOUND_01, MIA_TPR_BOUND_1, LABEL_ACCURACY, LABEL_COUNTS_EXACT,
     LABEL_COUNT_ERROR, LABEL_COUNT_ERROR_CHANCE, LABEL_SET_EXACT, LABEL_SET_EXACT_CHANCE, LABEL_SET_JACCARD,
     LABEL_SET_JACCARD_CHANCE, LPIPS_CHANCE, LPIPS_MEAN, MIA_AUC,
     MIA_MEMBERS, MIA_NON_MEMBERS, MIA_TPR_01, MIA_TPR_1,
@@ -215,6 +215,12 @@ def summary(metrics: dict[str, Any]) -> str:
                                f"({privacy.get('canary_guesses_right')} of {privacy.get('canary_guesses')} guesses "
                                f"right, {privacy.get('canaries')} canaries), claimed "
                                f"{formatted(privacy.get(EPSILON_CLAIMED.key), '{:.2f}')} for the round"))
+        if privacy.get(CANARY_TPR_BOUND_1.key) is not None:
+            lines.append(("", f"the round's f-DP bound on a canary test: TPR at most "
+                              f"{formatted(privacy[CANARY_TPR_BOUND_1.key], '{:.3f}')} at FPR 1 %, "
+                              f"{formatted(privacy.get(CANARY_TPR_BOUND_01.key), '{:.3f}')} at 0.1 % (measured "
+                              f"{formatted(privacy.get(MIA_TPR_1.key), '{:.3f}')} and "
+                              f"{formatted(privacy.get(MIA_TPR_01.key), '{:.3f}')})"))
     class_set = (f"class set exact {formatted(privacy.get(LABEL_SET_EXACT.key), '{:.0f}')} (prior "
                  f"{formatted(privacy.get(LABEL_SET_EXACT_CHANCE.key), '{:.0f}')})")
     if LABEL_SET_JACCARD.key in privacy:
@@ -250,9 +256,14 @@ def summary(metrics: dict[str, Any]) -> str:
         sent += f", total vs FedAvg {formatted(nbytes[TOTAL_RATIO.key], '{:.3f}')}"
     lines.append(("bytes", sent))
     if EPSILON.key in defense:
-        covers = "yes" if defense.get("epsilon_covers_all_reads") else "no"
-        lines.append(("privacy", f"epsilon {formatted(defense[EPSILON.key], '{:.2f}')} (victim), max "
-                                 f"{formatted(defense.get(EPSILON_MAX.key), '{:.2f}')}, covers every read: {covers}"))
+        if defense.get("epsilon_covers_all_reads"):
+            lines.append(("privacy", f"epsilon {formatted(defense[EPSILON.key], '{:.2f}')} (victim), max "
+                                     f"{formatted(defense.get(EPSILON_MAX.key), '{:.2f}')}, covers every read: yes"))
+        else:
+            uncovered = ", ".join(defense.get("uncovered_reads", ()))
+            lines.append(("privacy", f"epsilon unbounded (uncovered reads released exactly: {uncovered}); accounted "
+                                     f"releases {formatted(defense.get(EPSILON_ACCOUNTED.key), '{:.2f}')} (victim), "
+                                     f"max {formatted(defense.get('epsilon_max_accounted'), '{:.2f}')}"))
     if MIA_TPR_BOUND_1.key in defense:
         lines.append(("", f"any membership test: TPR at most {formatted(defense[MIA_TPR_BOUND_1.key], '{:.3f}')} at "
                           f"FPR 1 %, {formatted(defense.get(MIA_TPR_BOUND_01.key), '{:.3f}')} at 0.1 % (f-DP, "

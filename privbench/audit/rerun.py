@@ -1,14 +1,24 @@
 """What rerunning a recorded round needs (the active server's round, a one-run audit's round): the recorded
-reply's declared local training, and the victim's images of that round."""
+reply's declared local training and the victim's images of that round, or a GENE-FL client's round run again by
+GENE-FL's own client code."""
 from __future__ import annotations
 
+import copy
+
+import numpy as np
 import torch
+from torch import nn
 
 from privbench.data import FederatedData
 from privbench.data.dataset import ImageDataset
 from privbench.errors import AttackNotApplicableError
-from privbench.fl.trainer import LocalSGD
+from privbench.fl.protocols.genefl import GeneFL
+from privbench.fl.protocols.round import ClientRound, ClientStart, Upload
+from privbench.fl.trainer import LocalSGD, Trainer
+from privbench.fl.wire import Outbox
 from privbench.payloads import LocalTraining, Payload
+from privbench.payloads.transform import MessageTransform
+from privbench.victim import Victim
 
 
 def rerun_inputs(payload: Payload, base: Payload | None, data: FederatedData, indices: list[int], *,
@@ -30,3 +40,22 @@ def local_sgd(training: LocalTraining) -> LocalSGD:
     """The local optimiser settings a training record declares."""
     return LocalSGD(epochs=training.epochs, lr=training.lr, batch_size=training.batch_size,
                     momentum=training.momentum)
+
+
+def gene_client_round(protocol: GeneFL, trainer: Trainer, model: nn.Module, download: dict[str, torch.Tensor],
+                      data: FederatedData, *, sender: str, round_: int, cluster: int | None, base_id: str, seed: int,
+                      victim: Victim, transform: MessageTransform | None = None,
+                      layers: tuple[str, ...] | None = None) -> tuple[Upload, LocalTraining, ImageDataset]:
+    """``sender``'s GENE-FL round from ``download`` (``model`` holds it) by GENE-FL's own client code (its Fisher
+    pass, penalty, xi and layer choice, or the recorded choice ``layers``) with ``trainer`` in the run's trainer's
+    place: its upload as encoded for the wire, its training record and the images it trained on."""
+    rerun = copy.copy(protocol)
+    rerun.trainer, rerun.replayed_layers = trainer, layers
+    outbox = Outbox(sends=protocol.wire_kinds, trainer=trainer, transform=transform)
+    outbox.received(sender, download)
+    at = ClientRound(int(sender.removeprefix("client")), round_, seed, victim, outbox, cluster=cluster)
+    local = copy.deepcopy(model)
+    state = rerun.start(local, np.zeros(data.num_clients, dtype=int), download)
+    pending = rerun.begin_round(local, ClientStart(at, download, base_id), data, state)
+    training, = rerun.train_clients([pending.job])
+    return rerun.end_round(pending, training, state), training, pending.job.data

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 import time
 from contextlib import ExitStack
 from pathlib import Path
@@ -33,7 +34,7 @@ from privbench.payloads.comm import comm_summary, ratios
 from privbench.progress import OVERALL, log, phase, run_log
 from privbench.provenance import versions
 from privbench.figures import (
-    ACCURACY, CLUSTER_RAND_INDEX, DOWNLOADED_ACCURACY, EPSILON, GLOBAL_ACCURACY, MIA_TPR_BOUND_01, MIA_TPR_BOUND_1,
+    ACCURACY, CLUSTER_RAND_INDEX, DOWNLOADED_ACCURACY, EPSILON, EPSILON_ACCOUNTED, EPSILON_MAX, GLOBAL_ACCURACY, MIA_TPR_BOUND_01, MIA_TPR_BOUND_1,
     PERSONAL_ACCURACY, TOTAL_BYTES,
 )
 
@@ -59,15 +60,21 @@ def _choice(cfg: DictConfig, group: str) -> str:
 
 def _defense_summary(p: Plan) -> dict[str, Any]:
     """The defence's settings, every read of private data and its protection, and for DP-SGD the
-    epsilon of the victim (and the largest over clients)."""
+    epsilon of the victim (and the largest over clients): unbounded (inf) where a read every known client makes is
+    uncovered, with what the accountants recorded beside it."""
     trainer = p.protocol.trainer
     out = {**p.defense.describe(), "aggregation": p.protocol.aggregation.describe(),
            "reads": [r.as_dict() for r in trainer.reads()],
            "uncovered_reads": trainer.uncovered_reads()}
     per_client = out.get("epsilon_per_client")
     if per_client is not None:
-        out[EPSILON.key] = per_client.get(p.victim.name, float("nan"))
-        out["epsilon_covers_all_reads"] = not out["uncovered_reads"]
+        covers = not out["uncovered_reads"]
+        accounted = per_client.get(p.victim.name, float("nan"))
+        out[EPSILON_ACCOUNTED.key], out["epsilon_max_accounted"] = accounted, out.get(EPSILON_MAX.key)
+        out[EPSILON.key] = accounted if covers else math.inf
+        if not covers:
+            out[EPSILON_MAX.key] = math.inf
+        out["epsilon_covers_all_reads"] = covers
     bounds = getattr(trainer, "tpr_bounds", None)
     if bounds is not None:  # the f-DP bound of what the victim's accountant recorded
         out[MIA_TPR_BOUND_1.key], out[MIA_TPR_BOUND_01.key] = bounds(p.victim.name, [0.01, 0.001])

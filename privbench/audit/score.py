@@ -25,7 +25,7 @@ from privbench.metrics.reconstruction import Recovered, score
 from privbench.pixels import denormalise
 from privbench.progress import phase
 from privbench.figures import (
-    EPSILON_CLAIMED, EPSILON_LOWER, LABEL_ACCURACY, MIA_AUC, MIA_MEMBERS, MIA_NON_MEMBERS, MIA_TPR_01, MIA_TPR_1, NUM_RECONSTRUCTED, NUM_TRUE,
+    CANARY_TPR_BOUND_01, CANARY_TPR_BOUND_1, EPSILON_CLAIMED, EPSILON_LOWER, LABEL_ACCURACY, MIA_AUC, MIA_MEMBERS, MIA_NON_MEMBERS, MIA_TPR_01, MIA_TPR_1, NUM_RECONSTRUCTED, NUM_TRUE,
     PSNR_CHANCE, PSNR_MEAN,
 )
 
@@ -192,7 +192,9 @@ def _canaries(finding: CanaryScores, view: Any, attack: Attack, truth: Truth, ho
     confidence = float(finding.info.get("confidence", 0.95))
     bound = epsilon_lower_bound(len(members), 2 * k, right, delta=float(knowledge.get("delta", 0.0)),
                                 confidence=confidence)
+    bounds = knowledge.get("round_tpr_bounds", {})
     out.update({EPSILON_LOWER.key: bound, EPSILON_CLAIMED.key: knowledge.get("claimed_epsilon"),
+                CANARY_TPR_BOUND_1.key: bounds.get("0.01"), CANARY_TPR_BOUND_01.key: bounds.get("0.001"),
                 "canary_guesses": 2 * k, "canary_guesses_right": right, "canaries": len(members),
                 "epsilon_lower_bound_confidence": confidence})
     return out

@@ -14,8 +14,8 @@ from privbench.io import atomic_write_bytes
 from privbench.report.grouping import is_attack_side, token, training_keys
 from privbench.report.table import summarise
 from privbench.figures import (
-    ACCURACY, DOWNLINK_BYTES, DOWNLOADED_ACCURACY, LEAKAGE_PLOTS, MISSING, PERSONAL_ACCURACY, PSNR_CHANCE, PSNR_GAIN,
-    PSNR_MEAN, TOTAL_BYTES, UPLINK_BYTES, UTILITY_PLOTS, Figure,
+    ACCURACY, AUDIT_PLOTS, COMPANIONS, DOWNLINK_BYTES, DOWNLOADED_ACCURACY, LEAKAGE_PLOTS, MISSING, PERSONAL_ACCURACY,
+    PSNR_GAIN, TOTAL_BYTES, UPLINK_BYTES, UTILITY_PLOTS, Figure,
 )
 
 #: Axis labels of swept config keys (others are shown by their key).
@@ -23,9 +23,11 @@ KEY_LABELS = {"defense.target_epsilon": "target epsilon of DP-SGD (delta 1e-5)",
               "victim.num_images": "victim batch (images)", "victim.round": "victim round",
               "fl.gene.gamma": "gamma (a count of gene layers, or a fraction of the layers or the size)",
               "defense.sigma": "noise sigma (gradient units)",
+              "defense.noise_multiplier": "DP-SGD noise multiplier sigma (clip norm units)",
               "defense.p": "pruned fraction"}
 LEAKAGE = [(f.key, f.label) for f in LEAKAGE_PLOTS]
 UTILITY = [(f.key, f.label) for f in UTILITY_PLOTS]
+AUDIT = [(f.key, f.label) for f in AUDIT_PLOTS]
 MARKERS = "osD^v<>pX*"
 #: Line dashes, one per ten series (each ten share the colour cycle), then per reference line.
 DASHES = ["-", "--", "-.", ":"]
@@ -159,10 +161,25 @@ def _where(frame: pd.DataFrame, keys: list[str], value: Any) -> pd.Series:
     return mask
 
 
-def _spans_decades(values: pd.Series) -> bool:
+def _spans_decades(values: pd.Series, *, ratio: float = 10, zeros: bool = False) -> bool:
+    """Whether the finite values are positive (or, with ``zeros``, zero: a symlog axis shows them) and their
+    positive ones span ``ratio`` or more."""
     v = values.dropna().to_numpy(dtype=float)
     v = v[np.isfinite(v)]
-    return len(v) > 1 and v.min() > 0 and v.max() / v.min() >= 10
+    positive = v[v > 0]
+    allowed = (v >= 0).all() if zeros else (v > 0).all()
+    return bool(allowed) and len(positive) > 1 and positive.max() / positive.min() >= ratio
+
+
+def _log_scale(ax: Any, axis: str, values: pd.Series) -> None:
+    """Log scale on ``axis``, or symlog (linear below the smallest positive value) where a value is 0."""
+    v = values.dropna().to_numpy(dtype=float)
+    v = v[np.isfinite(v)]
+    scale = ax.set_xscale if axis == "x" else ax.set_yscale
+    if (v > 0).all():
+        scale("log")
+    else:
+        scale("symlog", linthresh=float(v[v > 0].min()), linscale=0.5)
 
 
 def swept_keys(runs: pd.DataFrame, keys: list[str]) -> list[str]:
@@ -213,12 +230,13 @@ def curve(runs: pd.DataFrame, keys: list[str], x: str, panels: list[tuple[str, s
     ref_names = series_names([tuple(r[k] for k in [*lines, *rest]) for _, r in refs.iterrows()], [*lines, *rest]) \
         if len(refs) else []
     ref_name = dict(zip(refs.index, ref_names))
-    log_x = _spans_decades(table["_x"])
+    log_x = _spans_decades(table["_x"], zeros=True)
     for r, facet in enumerate(facet_values):
         sub = table[_where(table, facets, facet) | table["_x"].isna()] if facets else table
         for c, (y, label) in enumerate(panels):
             ax = axes[r][c]
             drawn_refs = 0
+            shown: list[pd.Series] = []
             for i, line in enumerate(line_ids):
                 part = sub[_where(sub, lines, line)] if lines else sub
                 look = style(i)
@@ -232,9 +250,13 @@ def curve(runs: pd.DataFrame, keys: list[str], x: str, panels: list[tuple[str, s
                 if pts[y].notna().any():
                     ax.plot(pts["_x"], pts[y], label=name, ms=5, **look)
                     ax.fill_between(pts["_x"], pts[f"{y}_lo"], pts[f"{y}_hi"], color=look["color"], alpha=0.15, lw=0)
-                    if y == PSNR_MEAN.key and PSNR_CHANCE.key in pts and pts[PSNR_CHANCE.key].notna().any():
-                        ax.plot(pts["_x"], pts[PSNR_CHANCE.key], ":", color=look["color"], lw=1.2,
-                                label="chance of each line (dotted)" if i == 0 else None)
+                    shown.append(pts[y])
+                    companion, what = COMPANIONS.get(y, (None, ""))
+                    if companion is not None and companion.key in pts and pts[companion.key].notna().any():
+                        finite = pts[companion.key].where(np.isfinite(pts[companion.key].astype(float)))
+                        ax.plot(pts["_x"], finite, ":", color=look["color"], lw=1.2,
+                                label=what if what not in ax.get_legend_handles_labels()[1] else None)
+                        shown.append(finite)
                 for index, ref in part[part["_x"].isna()].iterrows():
                     if not math.isnan(ref[y]):
                         ref_label = f"without {KEY_LABELS.get(x, x)}: {ref_name.get(index, 'all runs')}"
@@ -246,10 +268,14 @@ def curve(runs: pd.DataFrame, keys: list[str], x: str, panels: list[tuple[str, s
             if y == PSNR_GAIN.key:
                 ax.axhline(0.0, color="k", ls=":", lw=1, label="chance")
             if log_x:
-                ax.set_xscale("log")
+                _log_scale(ax, "x", table["_x"])
+            if shown and y in COMPANIONS and _spans_decades(pd.concat(shown), ratio=1000, zeros=True):
+                _log_scale(ax, "y", pd.concat(shown))  # a claim of 10^6 beside a bound of 2
+                ax.set_ylabel(label + ", log scale")
             _ticks_at(ax, table["_x"], log=log_x)
             ax.set_xlabel(KEY_LABELS.get(x, x) + (", log scale" if log_x else ""))
-            ax.set_ylabel(label)
+            if not ax.get_ylabel():
+                ax.set_ylabel(label)
             head = ", ".join(f"{k}={value_text(v)}" for k, v in zip(facets, _values(facet)))
             ax.set_title(head if facets else "", fontsize=9)
             ax.grid(alpha=0.3)
@@ -449,6 +475,8 @@ def write_plots(runs: pd.DataFrame, table: pd.DataFrame, out: Path) -> dict[str,
         if x in train:
             figures[f"Utility vs {x}"] = (f"utility_vs_{name}.png", curve(
                 _one_per_training(runs, keys), train, x, UTILITY, title=f"Accuracy vs {KEY_LABELS.get(x, x)}"))
+        figures[f"Audit vs {x}"] = (f"audit_vs_{name}.png", curve(
+            runs, keys, x, AUDIT, title=f"Membership and empirical epsilon vs {KEY_LABELS.get(x, x)}"))
     figures["Bytes"] = ("bytes.png", bytes_figure(runs, keys))
     figures["Pareto"] = ("pareto.png", pareto_figure(table, keys))
     paths = {}

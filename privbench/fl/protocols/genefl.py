@@ -71,6 +71,8 @@ class GeneFL(ClusteredProtocol):
         self.lambda1, self.lambda2, self.eps, self.downlink_mode = lambda1, lambda2, eps, downlink
         self.unsent = unsent
         self.gene = settings(GeneSettings, gene, key="fl.gene")
+        #: a recorded round replayed with its recorded layer choice (an audit's rerun; None: GENE-FL chooses)
+        self.replayed_layers: tuple[str, ...] | None = None
 
     @property
     def _fixed_count(self) -> bool:
@@ -173,9 +175,12 @@ class GeneFL(ClusteredProtocol):
                  after: State) -> tuple[list[str], float | None]:
         """The layers this upload keeps, and the client's gamma where it moves (``fl.gene.adaptive``).
 
-        With ``fl.unsent=first_full`` a client's first upload keeps every layer.
+        With ``fl.unsent=first_full`` a client's first upload keeps every layer; a replayed round keeps the layers
+        it recorded.
         """
         gamma = state.gamma.get(at.client, self.gene.gamma) if self.gene.adaptive else None
+        if self.replayed_layers is not None:
+            return list(self.replayed_layers), gamma
         if self.unsent == "first_full" and at.client not in state.personal:
             return list(state.layers), gamma
         rng = np.random.default_rng([at.seed, at.round, at.client, 17])
