@@ -18,6 +18,21 @@ import numpy as np
 Release = tuple[float, float, int]
 #: Where the privacy loss distribution is discretised (its pessimistic rounding keeps the bound an upper bound).
 DISCRETISATION = 1e-3
+#: The most grid points one release's privacy loss may span: a small sigma's losses reach about 1 / sigma^2 nats
+#: (10^6 at sigma 0.001, a 10^9-point grid at DISCRETISATION that took 14 GB), so its grid is coarsened to fit.
+MAX_POINTS = 100_000
+
+
+def discretisation(sigma: float) -> float:
+    """The grid step for a release at ``sigma``: ``DISCRETISATION``, or coarser where its losses span more than
+    ``MAX_POINTS`` steps (a coarser pessimistic grid gives a looser bound, still an upper bound).
+
+    Example:
+        >>> discretisation(1.0), round(discretisation(0.001), 2)
+        (0.001, 10.2)
+    """
+    span = 1.0 / sigma**2 + 20.0 / sigma  # the loss's range to about 10 standard deviations each side
+    return max(DISCRETISATION, span / MAX_POINTS)
 
 
 def gaussian_dp_tpr(mu: float, fprs: Sequence[float]) -> list[float]:
@@ -44,15 +59,20 @@ def tpr_bound(releases: Sequence[Release], fprs: Sequence[float]) -> list[float]
         return [float(a) for a in fprs]
     if any(s <= 0 for s, _, _ in steps):
         return [1.0 for _ in fprs]
-    if all(q >= 1 for _, q, _ in steps):
-        return gaussian_dp_tpr(math.sqrt(sum(n / s**2 for s, _, n in steps)), fprs)
+    whole = [(s, n) for s, q, n in steps if q >= 1]
+    floor = gaussian_dp_tpr(math.sqrt(sum(n / s**2 for s, n in whole)), fprs) if whole else list(fprs)
+    if len(whole) == len(steps) or min(floor) >= 1 - 1e-12:  # rate-1 releases alone are exactly mu-GDP
+        return floor
     from dp_accounting.pld import privacy_loss_distribution as pld_lib
     from riskcal.analysis import get_beta_from_pld
 
     pld = None
     for sigma, rate, count in steps:
         one = pld_lib.from_gaussian_mechanism(standard_deviation=sigma, sampling_prob=min(rate, 1.0),
-                                              value_discretization_interval=DISCRETISATION).self_compose(count)
+                                              value_discretization_interval=discretisation(sigma)).self_compose(count)
         pld = one if pld is None else pld.compose(one)
     betas = np.atleast_1d(get_beta_from_pld(pld, alpha=np.asarray(fprs, dtype=float)))
-    return [float(min(1.0, max(a, 1.0 - b))) for a, b in zip(fprs, betas)]
+    out = [float(min(1.0, max(a, 1.0 - b))) for a, b in zip(fprs, betas)]
+    if any(t < f - 1e-9 for t, f in zip(out, floor)):  # below a part of itself: the arithmetic failed (losses of
+        return [1.0 for _ in fprs]                       # hundreds of nats); TPR 1 is the bound left that holds
+    return out

@@ -44,3 +44,15 @@ def test_a_dp_client_bound_follows_its_accountant():
         dp.gradient(model, x, y, client="client0", lr=0.1, generator=torch.Generator().manual_seed(0))
     assert dp.tpr_bounds("client0", FPRS) == pytest.approx([norm.cdf(norm.ppf(a) + math.sqrt(3) / 2) for a in FPRS])
     assert dp.tpr_bounds("client9", FPRS) == FPRS  # released nothing: chance
+
+
+@pytest.mark.parametrize("sigma", [0.001, 0.01, 0.1])
+def test_small_noise_is_bounded_by_the_chance_of_being_sampled_and_never_by_chance(sigma):
+    """At sigma -> 0 a Poisson-sampled release reveals a record exactly when it is sampled: 26 steps at rate 1/13
+    give the test "was it ever sampled?" TPR 1 - (12/13)^26 + FPR (12/13)^26, which the bound must not undercut
+    (before the grid was coarsened, sigma 0.001 took 14 GB); rate-1 releases beside them make it 1."""
+    never = (12 / 13) ** 26
+    bound = tpr_bound([(sigma, 1 / 13, 26)], [0.01, 0.001])
+    for fpr, tpr in zip([0.01, 0.001], bound):
+        assert 1 - never + fpr * never - 1e-9 <= tpr <= 1 - never + 0.02
+    assert tpr_bound([(sigma, 1 / 13, 26), (sigma, 1.0, 3)], [0.01, 0.001]) == [1.0, 1.0]
