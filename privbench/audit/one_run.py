@@ -14,6 +14,11 @@ A GENE-FL learnGene round runs again by GENE-FL's own client code (its Fisher pa
 GENE-FL's own choice would move with the canaries (hundreds of clipped records on a client of a few images steer
 its xi scores); the choice is post-processing of the DP-SGD output, so replaying the recorded one leaves the claim
 under test as it was. A canary on a layer the upload does not carry scores 0.
+
+Input-space canaries (``attack.kind=mislabelled``) are ``attack.canaries`` test-split images (no client holds them)
+with a wrong label drawn uniformly from the other classes; the included ones join the victim's records for its
+rerun round (FedAvg-style updates; any trainer, since the audit needs nothing inside the mechanism). The claim is
+then that of the round's schedule over the enlarged data.
 """
 from __future__ import annotations
 
@@ -27,11 +32,13 @@ from torch import nn
 from privbench.attacks.views import CanaryView, at_weights
 from privbench.audit.plan import Plan
 from privbench.data import FederatedData
+from privbench.data.dataset import ImageDataset
 from privbench.defenses.calibration import epsilon, events
 from privbench.defenses.canaries import GradientCanaries
 from privbench.defenses.dpsgd import DPSGD
 from privbench.errors import AttackNotApplicableError
 from privbench.fl.sgd import parameters_of
+from privbench.fl.trainer import Trainer
 from privbench.fl.reads import LOCAL_SGD, PlannedRead
 from privbench.audit.rerun import gene_client_round, local_sgd, rerun_inputs
 from privbench.defenses.tradeoff import tpr_bound
@@ -69,9 +76,12 @@ def canary_coordinates(model: nn.Module, count: int, *, generator: torch.Generat
 def canary_round(p: Plan, payload: Payload, base: Payload | None, model: nn.Module, data: FederatedData,
                  indices: list[int]) -> tuple[CanaryView, torch.Tensor]:
     """Rerun the victim's round of ``payload`` with canaries; the server's view and which canaries were in."""
+    if getattr(p.attack, "kind", "dirac") == "mislabelled":
+        return _mislabelled_round(p, payload, base, model, data, indices)
     trainer = p.protocol.trainer
     if not isinstance(trainer, DPSGD):
-        raise AttackNotApplicableError(f"attack={p.attack.name} audits DP-SGD's claim: use defense=dpsgd")
+        raise AttackNotApplicableError(f"attack={p.attack.name} audits DP-SGD's claim: use defense=dpsgd (or "
+                                       "attack.kind=mislabelled, which audits any trainer)")
     if payload.kind not in ("update", "learngene"):
         raise AttackNotApplicableError(f"attack={p.attack.name} reads a client's update or learnGene; {payload.kind} "
                                        "is neither")
@@ -115,19 +125,67 @@ def canary_round(p: Plan, payload: Payload, base: Payload | None, model: nn.Modu
                               generator=torch.Generator().manual_seed(p.seed * 1_000_003 + 73))
         after = parameters_of(local)
         change = {n: after[n] - sent[n] for n in sent if sent[n].is_floating_point()}
-    sigma = float(copied.sigma(name))
-    claimed, rate, bounds = round_claim(record, sigma, delta=float(copied.delta), accountant=copied.accountant)
-    knowledge: dict[str, Any] = {
-        "payload": payload.id, "payload_kind": payload.kind, "server": "honest-but-curious (the auditor designed "
-        "the canaries)", "auditor": "one run (Steinke, Nasr and Jagielski 2023), white-box Dirac gradient canaries",
-        "canaries": count, "inclusion_probability": 0.5,
-        "canary_magnitude": f"{CANARY_SCALE:g} C (clipped to C by a working mechanism)",
-        "canaries_sampled": copied.canaries.sampled, "guesses_each_way": int(getattr(p.attack, "guesses")),
-        "sigma": sigma, "sample_rate": rate, "steps": record.steps, "delta": float(copied.delta),
-        "claimed_epsilon": claimed, "claim": f"the accountant's ({copied.accountant}) epsilon for this round's releases",
-        "round_tpr_bounds": dict(zip([f"{a:g}" for a in BOUND_FPRS], bounds)), **extra,
-        "training": record.hyperparameters()}
+    knowledge = _knowledge(p, payload, copied, record, auditor="white-box Dirac gradient canaries",
+                           canary_magnitude=f"{CANARY_SCALE:g} C (clipped to C by a working mechanism)",
+                           canaries_sampled=copied.canaries.sampled, **extra)
     return CanaryView(change, coordinates, knowledge), included
+
+
+def _mislabelled_round(p: Plan, payload: Payload, base: Payload | None, model: nn.Module, data: FederatedData,
+                       indices: list[int]) -> tuple[CanaryView, torch.Tensor]:
+    """The victim's round rerun with mislabelled test-split images among its records (``attack.kind=mislabelled``)."""
+    if payload.kind != "update":
+        raise AttackNotApplicableError(f"attack.kind=mislabelled reruns a client's update; {payload.kind} is not one")
+    device = next(model.parameters()).device
+    received, training, client_data = rerun_inputs(payload, base, data, indices, device=device,
+                                                   what="the audited round")
+    count = int(getattr(p.attack, "canaries"))
+    if count > len(data.test):
+        raise AttackNotApplicableError(f"attack.canaries={count}: the test split has only {len(data.test)} images")
+    generator = torch.Generator().manual_seed(p.seed * 7919 + 53)
+    rows = torch.randperm(len(data.test), generator=generator)[:count]
+    canaries = data.test.subset(rows.to(data.test.images.device)).to(device)
+    classes = data.train.num_classes
+    shift = torch.randint(1, classes, (count,), generator=generator).to(device)
+    wrong = (canaries.labels + shift) % classes
+    included = torch.rand(count, generator=generator) < 0.5
+    keep = included.nonzero().flatten().to(device)
+    enlarged = ImageDataset(client_data.name, torch.cat([client_data.images, canaries.images[keep]]),
+                            torch.cat([client_data.labels, wrong[keep]]), client_data.num_classes, client_data.mean,
+                            client_data.std)
+    trainer = copy.deepcopy(p.protocol.trainer)
+    local = at_weights(model, received)
+    sent = parameters_of(local)
+    record = trainer.train(local, enlarged, client=payload.sender, sgd=local_sgd(training),
+                           generator=torch.Generator().manual_seed(p.seed * 1_000_003 + 79))
+    after = parameters_of(local)
+    change = {n: after[n] - sent[n] for n in sent if sent[n].is_floating_point()}
+    knowledge = _knowledge(p, payload, trainer, record, auditor="input-space canaries: test-split images with a "
+                           "wrong label drawn from the other classes", canaries_included=int(included.sum()),
+                           client_records=len(client_data))
+    view = CanaryView(change, [], knowledge, model=at_weights(model, received).eval(),
+                      images=canaries.normalised(), labels=wrong.long())
+    return view, included
+
+
+def _knowledge(p: Plan, payload: Payload, trainer: Trainer, record: LocalTraining, *, auditor: str,
+               **extra: Any) -> dict[str, Any]:
+    """An audited round's threat model: the canaries, the round's DP parameters and the claim under test."""
+    dp = isinstance(trainer, DPSGD)
+    sigma = float(trainer.sigma(payload.sender)) if isinstance(trainer, DPSGD) else 0.0
+    delta = float(trainer.delta) if isinstance(trainer, DPSGD) else 0.0
+    claimed, rate, bounds = round_claim(record, sigma, delta=delta,
+                                        accountant=trainer.accountant if isinstance(trainer, DPSGD) else "rdp")
+    return {"payload": payload.id, "payload_kind": payload.kind,
+            "server": "honest-but-curious (the auditor designed the canaries)",
+            "auditor": f"one run (Steinke, Nasr and Jagielski 2023), {auditor}",
+            "canaries": int(getattr(p.attack, "canaries")), "inclusion_probability": 0.5, **extra,
+            "guesses_each_way": int(getattr(p.attack, "guesses")), "sigma": sigma, "sample_rate": rate,
+            "steps": record.steps, "delta": delta, "claimed_epsilon": claimed,
+            "claim": (f"the accountant's ({trainer.accountant}) epsilon for this round's releases" if dp else
+                      f"none: the {trainer.name} trainer adds no noise (any epsilon)"),
+            "round_tpr_bounds": dict(zip([f"{a:g}" for a in BOUND_FPRS], bounds)),
+            "training": record.hyperparameters()}
 
 
 def round_claim(record: LocalTraining, sigma: float, *, delta: float, accountant: str

@@ -207,7 +207,7 @@ def summary(metrics: dict[str, Any]) -> str:
                                  f"{formatted(privacy.get(MIA_TPR_1.key + '_hi'), '{:.3f}')}] at FPR 1 %, "
                                  f"{formatted(privacy.get(MIA_TPR_01.key), '{:.3f}')} at 0.1 % "
                                  f"({privacy.get(MIA_MEMBERS.key)} members, {privacy.get(MIA_NON_MEMBERS.key)} "
-                                 + ("excluded canaries)" if privacy.get("mia_test") == "dirac_canaries"
+                                 + ("excluded canaries)" if str(privacy.get("mia_test")).endswith("_canaries")
                                     else "class-matched non-members)")))
     if EPSILON_LOWER.key in privacy:
         lines.append(("audit", f"one-run epsilon >= {formatted(privacy[EPSILON_LOWER.key], '{:.2f}')} at "

@@ -174,6 +174,7 @@ def prepare(p: Plan) -> tuple[FederatedData, nn.Module, CapturePolicy]:
     policy.check(sends=p.protocol.wire_kinds, rounds=p.protocol.rounds, clients=data.num_clients)
     p.protocol.plan_reads(data, p.victim)  # a DP trainer calibrates here: its accounting errors come before training
     _check_attack_size(p, data, model)
+    _check_canaries(p, data, model)
     return data, model, policy
 
 
@@ -211,6 +212,27 @@ def _check_attack_size(p: Plan, data: FederatedData, model: nn.Module) -> None:
         raise ConfigError(f"attack.restarts={restarts}: {restarts} restarts x {victims} victims x {images} images "
                           f"would need about {estimate / 2**30:.1f} GiB (estimated), more than half of the "
                           f"{available / 2**30:.1f} GiB this machine has free")
+
+
+def _check_canaries(p: Plan, data: FederatedData, model: nn.Module) -> None:
+    """A one-run audit's canaries must exist (distinct model coordinates, or test-split images) and its round must be
+    one it can rerun: Dirac canaries live inside DP-SGD (an update or a learnGene), mislabelled ones in an update."""
+    if not p.attacking or p.attack.view != "canaries":
+        return
+    count, kind = int(getattr(p.attack, "canaries")), str(getattr(p.attack, "kind", "dirac"))
+    payloads = ("update",) if kind == "mislabelled" else ("update", "learngene")
+    if p.choice.kind not in payloads:
+        raise ConfigError(f"attack=one_run attack.kind={kind} reruns a client's {' or '.join(payloads)}; "
+                          f"payload={p.choice.kind} is not one")
+    if kind == "dirac" and p.protocol.trainer.name != "dpsgd":
+        raise ConfigError("attack=one_run with Dirac canaries audits DP-SGD's claim: use defense=dpsgd (or "
+                          "attack.kind=mislabelled, which audits any trainer)")
+    if kind == "mislabelled":
+        have, what = len(data.test), "test-split images"
+    else:
+        have, what = sum(q.numel() for q in model.parameters() if q.requires_grad), "model coordinates"
+    if count > have:
+        raise ConfigError(f"attack.canaries={count}: there are only {have:,} {what}")
 
 
 def preflight(cfg: DictConfig) -> Plan:
