@@ -171,19 +171,20 @@ def _mislabelled_round(p: Plan, payload: Payload, base: Payload | None, model: n
 def _knowledge(p: Plan, payload: Payload, trainer: Trainer, record: LocalTraining, *, auditor: str,
                **extra: Any) -> dict[str, Any]:
     """An audited round's threat model: the canaries, the round's DP parameters and the claim under test."""
-    dp = isinstance(trainer, DPSGD)
-    sigma = float(trainer.sigma(payload.sender)) if isinstance(trainer, DPSGD) else 0.0
-    delta = float(trainer.delta) if isinstance(trainer, DPSGD) else 0.0
-    claimed, rate, bounds = round_claim(record, sigma, delta=delta,
-                                        accountant=trainer.accountant if isinstance(trainer, DPSGD) else "rdp")
+    if isinstance(trainer, DPSGD):
+        sigma, delta, accountant = float(trainer.sigma(payload.sender)), float(trainer.delta), trainer.accountant
+        claim = f"the accountant's ({accountant}) epsilon for this round's releases"
+    else:
+        sigma, delta, accountant = 0.0, 0.0, "rdp"
+        claim = f"none: the {trainer.name} trainer adds no noise (any epsilon)"
+    claimed, rate, bounds = round_claim(record, sigma, delta=delta, accountant=accountant)
     return {"payload": payload.id, "payload_kind": payload.kind,
             "server": "honest-but-curious (the auditor designed the canaries)",
             "auditor": f"one run (Steinke, Nasr and Jagielski 2023), {auditor}",
             "canaries": int(getattr(p.attack, "canaries")), "inclusion_probability": 0.5, **extra,
             "guesses_each_way": int(getattr(p.attack, "guesses")), "sigma": sigma, "sample_rate": rate,
             "steps": record.steps, "delta": delta, "claimed_epsilon": claimed,
-            "claim": (f"the accountant's ({trainer.accountant}) epsilon for this round's releases" if dp else
-                      f"none: the {trainer.name} trainer adds no noise (any epsilon)"),
+            "claim": claim,
             "round_tpr_bounds": dict(zip([f"{a:g}" for a in BOUND_FPRS], bounds)),
             "training": record.hyperparameters()}
 
