@@ -1,7 +1,7 @@
 """Attacks on recorded payloads: the contract (views in, findings out), gradient inversion, projection."""
 from privbench.attacks.base import ActiveAttack, Attack, Attempt, GradientInversion
 from privbench.attacks.findings import (
-    CanaryScores, Finding, InferredLabels, InferredProperty, MembershipScores, Reconstruction,
+    CanaryScores, Finding, InferredLabels, InferredProperty, MembershipScores, Reconstruction, SourceGuesses,
 )
 from privbench.attacks.dlg import DLG
 from privbench.attacks.idlg import IDLG
@@ -11,7 +11,8 @@ from privbench.attacks.none import NoAttack
 from privbench.attacks.projection import SubspaceProjection
 from privbench.attacks.target import AttackTarget, observed_gradient
 from privbench.attacks.views import (
-    ActiveView, BasisView, CanaryView, CohortView, GradientView, LabelView, MembershipView, ModelView, View,
+    ActiveView, BasisView, CanaryView, CohortView, GradientView, LabelView, MembershipView, ModelView, SourceView,
+    View,
 )
 from privbench.attacks.membership import MembershipInference
 from privbench.attacks.label_counts import LabelCounts
@@ -21,8 +22,9 @@ from privbench.attacks.one_run import OneRunAudit
 from privbench.attacks.fedavg_inversion import FedAvgInversion
 from privbench.attacks.lira import LiRA
 from privbench.attacks.class_set import SubspaceClassSet
+from privbench.attacks.source import SourceInference
 
-__all__ = ["DLG", "IDLG", "ActiveAttack", "FedAvgInversion", "ActiveView", "Attack", "CanaryScores", "CanaryView", "OneRunAudit", "AttackTarget", "Attempt", "BasisView", "CohortView", "Finding", "GradientInversion",
+__all__ = ["SourceGuesses", "SourceInference", "SourceView", "DLG", "IDLG", "ActiveAttack", "FedAvgInversion", "ActiveView", "Attack", "CanaryScores", "CanaryView", "OneRunAudit", "AttackTarget", "Attempt", "BasisView", "CohortView", "Finding", "GradientInversion",
            "GradientView", "ImprintAttack", "InferredLabels", "InferredProperty", "InvertingGradients", "LabelCounts", "LabelView", "LiRA",
            "MembershipInference", "MembershipScores",
            "MembershipView", "ModelView",

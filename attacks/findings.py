@@ -54,6 +54,20 @@ class MembershipScores(Finding):
 
 
 @dataclass
+class SourceGuesses(Finding):
+    """Source inference: each candidate record's loss under each client's model (``[records, clients]``); the
+    guess is the client of the smallest."""
+
+    losses: torch.Tensor = field(default_factory=lambda: torch.zeros(0, 0))
+    clients: list[str] = field(default_factory=list)
+
+    @property
+    def guesses(self) -> torch.Tensor:
+        """The guessed client (its index in ``clients``) of each record."""
+        return self.losses.argmin(1)
+
+
+@dataclass
 class CanaryScores(MembershipScores):
     """A one-run audit's score per canary (higher: more likely included) and how many it guesses each way:
     the ``guesses`` highest in, the ``guesses`` lowest out, the rest abstained."""

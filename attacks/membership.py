@@ -73,9 +73,9 @@ class MembershipInference(Attack):
             if released is None:
                 scores.append(self._alignment(view, x, y))
             elif self.test == "loss":
-                scores.append(-_losses(released, x, y))
+                scores.append(-record_losses(released, x, y))
             else:
-                scores.append(_losses(view.model, x, y) - _losses(released, x, y))
+                scores.append(record_losses(view.model, x, y) - record_losses(released, x, y))
         out = torch.cat(scores).double()
         return MembershipScores(scores=out, candidates=list(range(len(out))),
                                 info={"test": self.test, "candidates": len(out)})
@@ -102,7 +102,8 @@ class MembershipInference(Attack):
         return (flat @ d) / (flat.norm(dim=1) * d.norm()).clamp_min(1e-30)
 
 
-def _losses(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+def record_losses(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Each record's cross-entropy under ``model`` (in eval mode, no gradients), as float64."""
     model.eval()
     with torch.no_grad():
         return F.cross_entropy(model(x), y, reduction="none").double()

@@ -22,7 +22,7 @@ from privbench.payloads import LocalTraining, Payload
 from privbench.payloads.training import AggregatePart
 
 #: The views an attack may ask for (``Attack.view``).
-ViewKind = Literal["gradient", "model", "basis", "membership", "labels", "active", "canaries"]
+ViewKind = Literal["gradient", "model", "basis", "membership", "labels", "active", "canaries", "source"]
 #: The gradient view is today's attack target.
 GradientView = AttackTarget
 
@@ -266,4 +266,28 @@ class CanaryView:
     labels: torch.Tensor | None = None
 
 
-View = AttackTarget | ModelView | BasisView | MembershipView | LabelView | ActiveView | CanaryView
+@dataclass
+class SourceView:
+    """Every client's upload of one round and records known to be in one of them (source inference: whose?).
+
+    Attributes:
+        model: the architecture (its weights are replaced by each client's).
+        weights: each client's model as the server reconstructs it from its upload (its download with the uploaded
+            tensors in place), in ``clients``' order.
+        clients: the uploading clients' names.
+        candidates: the records, in model input space ``[M, C, H, W]``.
+        labels: their labels (the attacker holds the records, so it knows them).
+        knowledge: the threat-model declaration.
+        client_classes: each client's class set where the attacker is given it (None: not given).
+    """
+
+    model: nn.Module
+    weights: list[dict[str, torch.Tensor]]
+    clients: list[str]
+    candidates: torch.Tensor
+    labels: torch.Tensor
+    knowledge: dict[str, Any] = field(default_factory=dict)
+    client_classes: list[set[int]] | None = None
+
+
+View = AttackTarget | ModelView | BasisView | MembershipView | LabelView | ActiveView | CanaryView | SourceView

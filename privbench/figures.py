@@ -104,6 +104,12 @@ MIA_AUC = _privacy("mia_auc", "membership AUC", fmt="{:.3f}", leak="higher", bou
 MIA_TPR_1 = _privacy("mia_tpr_at_fpr_1pct", "membership TPR at FPR 1 %", fmt="{:.3f}", leak="higher", bounds="unit")
 MIA_TPR_01 = _privacy("mia_tpr_at_fpr_0_1pct", "membership TPR at FPR 0.1 %", fmt="{:.3f}", leak="higher",
                       bounds="unit")
+#: Source inference (which client holds a record?): its accuracy, 1 / clients, and a prior that knows the clients'
+#: classes (uniform over the clients holding the record's class).
+SOURCE_ACCURACY = _privacy("source_accuracy", "source inference accuracy", fmt="{:.3f}", leak="higher", bounds="unit")
+SOURCE_CHANCE = _privacy("source_chance", "source chance (1 / clients)", fmt="{:.3f}", bounds="unit")
+SOURCE_CHANCE_INFORMED = _privacy("source_chance_informed", "source chance knowing the clients' classes", fmt="{:.3f}",
+                                  bounds="unit")
 MIA_MEMBERS = _privacy("mia_members", "membership game: members", fmt="{}", bounds="nonnegative")
 MIA_NON_MEMBERS = _privacy("mia_non_members", "membership game: non-members", fmt="{}", bounds="nonnegative")
 ACCURACY = Figure("accuracy", "utility", "known-client accuracy", fmt="{:.3f}", bounds="unit")
@@ -135,7 +141,8 @@ REPORTED = (PSNR_MEAN, PSNR_CHANCE, PSNR_CHANCE_UNINFORMED, PSNR_CHANCE_INFORMED
             LPIPS_CHANCE, LPIPS_BEST, NUM_TRUE, LABEL_ACCURACY, PROJECTION_PSNR_MEAN, LABEL_SET_EXACT,
             LABEL_SET_EXACT_CHANCE, LABEL_SET_JACCARD, LABEL_SET_JACCARD_CHANCE, LABEL_COUNTS_EXACT, LABEL_COUNT_ERROR, LABEL_COUNT_ERROR_CHANCE, ACCURACY,
             PERSONAL_ACCURACY, DOWNLOADED_ACCURACY, CLUSTER_RAND_INDEX, AGNOSTIC_ACCURACY, UPLINK_BYTES, DOWNLINK_BYTES, TOTAL_BYTES,
-            EPSILON, EPSILON_ACCOUNTED, EPSILON_MAX, MIA_TPR_BOUND_1, MIA_TPR_BOUND_01, MIA_AUC, MIA_TPR_1, MIA_TPR_01, MIA_MEMBERS)
+            EPSILON, EPSILON_ACCOUNTED, EPSILON_MAX, MIA_TPR_BOUND_1, MIA_TPR_BOUND_01, MIA_AUC, MIA_TPR_1, MIA_TPR_01, MIA_MEMBERS,
+            SOURCE_ACCURACY, SOURCE_CHANCE, SOURCE_CHANCE_INFORMED)
 #: Every figure spec.
 FIGURES = (*REPORTED, LPIPS_GAIN, MSE_MEAN, NUM_RECONSTRUCTED, LABEL_COUNTS_EXACT_CHANCE, GLOBAL_ACCURACY,
            TOTAL_RATIO, MIA_NON_MEMBERS)
@@ -146,9 +153,9 @@ RUNS = "runs"
 #: ``table.md`` and the HTML summary, in order (all-missing columns are left out); the leak verdict follows the gain.
 #: Accuracy has two columns, never one: each client's own model, and the model it holds after its download.
 TABLE = (PSNR_GAIN, LEAKS, RECOVERED_FRACTION, DOWNLOAD_FLAGGED, CRAFTED_UPLOADED, EPSILON_LOWER, EPSILON_CLAIMED, MIA_AUC, MIA_TPR_1,
-         CANARY_TPR_BOUND_1, PERSONAL_ACCURACY, DOWNLOADED_ACCURACY,
+         CANARY_TPR_BOUND_1, SOURCE_ACCURACY, SOURCE_CHANCE_INFORMED, PERSONAL_ACCURACY, DOWNLOADED_ACCURACY,
          TOTAL_BYTES, EPSILON, EPSILON_ACCOUNTED, MIA_TPR_BOUND_1, MIA_TPR_01, CANARY_TPR_BOUND_01, MIA_TPR_BOUND_01, MIA_MEMBERS,
-         PSNR_MEAN, PSNR_CHANCE,
+         SOURCE_CHANCE, PSNR_MEAN, PSNR_CHANCE,
          PSNR_CHANCE_UNINFORMED, PSNR_CHANCE_INFORMED, RECOVERED_FRACTION_CHANCE, SSIM_MEAN, SSIM_CHANCE, LPIPS_MEAN, LPIPS_CHANCE,
          LABEL_ACCURACY, LABEL_SET_EXACT, LABEL_SET_JACCARD, LABEL_SET_JACCARD_CHANCE, LABEL_COUNT_ERROR, NUM_TRUE, AGNOSTIC_ACCURACY, CLUSTER_RAND_INDEX,
          UPLINK_BYTES, DOWNLINK_BYTES)

@@ -66,6 +66,20 @@ def _message(exc: Exception) -> ConfigError:
     return ConfigError(str(cause).strip().splitlines()[0] if str(cause).strip() else "the overrides do not compose")
 
 
+def _sweep_values(override: Any) -> list[str]:
+    """Every value a sweep override takes; a ``glob(...)`` over a config group is expanded on its options."""
+    from hydra.core.override_parser.types import Glob
+
+    value = override.value()
+    if isinstance(value, Glob):
+        group = override.key_or_group.lstrip("+~")
+        chosen = list(value.filter(options(group)))
+        if not chosen:
+            raise ConfigError(f"{override.input_line}: the glob matches no option of {group}")
+        return chosen
+    return list(override.sweep_string_iterator())
+
+
 def check_overrides(args: list[str]) -> None:
     """Raise a one-line ``ConfigError`` for an unknown group option or key, or a parse error.
 
@@ -87,7 +101,7 @@ def check_overrides(args: list[str]) -> None:
     first: list[str] = []
     alternatives: list[tuple[int, str]] = []  # (position in first, override) for other values of group sweeps
     for o in parsed:
-        values = list(o.sweep_string_iterator()) if o.is_sweep_override() else [o.get_value_element_as_str()]
+        values = _sweep_values(o) if o.is_sweep_override() else [o.get_value_element_as_str()]
         if o.is_hydra_override():
             check_hydra_override(o.key_or_group, values)
             first.append(str(o.input_line))

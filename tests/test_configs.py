@@ -155,9 +155,10 @@ def _arms(experiment: str) -> list[str]:
 
 def _sweep_values(spec: str, key: str = "") -> list[str]:
     """Split a sweeper value list on commas outside brackets: ``"[],[a,b]"`` -> ``["[]", "[a,b]"]``;
-    ``glob(*)`` over an experiment's arm group lists its options."""
-    if str(spec) == "glob(*)":
-        return _arms(key.removeprefix("+experiment/"))
+    ``glob(*)`` over an experiment's arm group lists its options (``glob(*,exclude=a)``: all but ``a``)."""
+    if str(spec).startswith("glob(*"):
+        excluded = str(spec).removeprefix("glob(*").removesuffix(")").removeprefix(",exclude=").split(",")
+        return [a for a in _arms(key.removeprefix("+experiment/")) if a not in excluded]
     out, depth, current = [], 0, ""
     for ch in str(spec):
         depth += ch == "["
@@ -184,3 +185,19 @@ def test_every_sweep_value_of_an_experiment_plans(compose_cfg, option):
         assert values, f"{key}: nothing to sweep"
         for value in values:
             assert plan(compose_cfg(f"experiment={option}", f"{key}={value}")).seed >= 0
+
+
+def test_a_glob_sweep_on_the_command_line_is_expanded_and_checked():
+    """``+experiment/dp_curve/arm=glob(*,exclude=none)`` as the study's second command gives it: every arm but none
+    composes with the audit read; a glob that matches nothing is one line."""
+    from privbench.errors import ConfigError
+    from privbench.overrides import _sweep_values, check_overrides
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    [glob] = OverridesParser.create().parse_overrides(["+experiment/dp_curve/arm=glob(*,exclude=none)"])
+    arms = _sweep_values(glob)
+    assert "none" not in arms and {"sigma0", "sigma0_001", "covered", "sigma8_62"} <= set(arms) and len(arms) == 14
+    check_overrides(["experiment=dp_curve", "+experiment/dp_curve/read=learngene_one_run",
+                     "+experiment/dp_curve/arm=glob(sigma0_0*)"])
+    with pytest.raises(ConfigError, match="the glob matches no option of experiment/dp_curve/arm"):
+        check_overrides(["experiment=dp_curve", "+experiment/dp_curve/arm=glob(nothing*)"])

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from privbench.figures import COMPANIONS
+
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "studies"
 PAGES = sorted(p for pattern in ("*/audit.html", "*/gallery.html") for p in DOCS.glob(pattern))
 BROWSERS = ("chromium-headless-shell", "chromium", "google-chrome")
@@ -82,7 +84,7 @@ def test_committed_page_renders(page, tmp_path):
 
 
 #: Legend entries that name no setting, so need no key=value.
-PLAIN = {"chance", "chance of each line (dotted)", "uplink", "downlink", "all runs"}
+PLAIN = {"chance", "uplink", "downlink", "all runs", *(what for _, what in COMPANIONS.values())}
 #: Swept keys whose values are whole counts (their axes must not show fractions).
 #: (fl.gene.gamma is a count of layers or a fraction, of the layers or of the model: not a count axis.)
 COUNTS = ("victim.num_images", "victim.round", "fl.rounds", "data.num_clients")

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from privbench.attacks import AttackTarget, BasisView, ModelView
-from privbench.attacks.views import LabelView, MembershipView, ViewKind
+from privbench.attacks.views import LabelView, MembershipView, SourceView, ViewKind
 from privbench.audit.plan import Plan
 from privbench.audit.score import Scoring, Truth, score_finding
 from privbench.data import FederatedData
@@ -108,6 +108,51 @@ def membership_game(p: Plan, members: list[int], payload: Payload, base: Payload
     return view, is_member[order]
 
 
+def source_game(p: Plan, payload: Payload, model: nn.Module, data: FederatedData,
+                store: PayloadStore) -> tuple[SourceView, dict[str, torch.Tensor]]:
+    """Source inference on ``payload``'s round: every client's upload of that kind and round whose tensors were kept
+    (each as the server reconstructs it on its download), and at most ``attack.max_candidates`` of their training
+    records, drawn evenly from the clients; the view, and each record's client and how many clients hold its class
+    (the evaluator's)."""
+    senders = sorted({int(r["sender"].removeprefix("client")) for r in store.records(
+        kind=payload.kind, round=payload.round, phase="training") if r.get("stored")})
+    if len(senders) < 2:
+        raise AttackNotApplicableError(f"attack=source compares the clients' uploads of round {payload.round}: "
+                                       f"{len(senders)} {payload.kind} was kept (set capture.clients=all)")
+    generator = torch.Generator().manual_seed(p.seed * 7919 + 61)
+    weights, pools, classes = [], [], []
+    for c in senders:
+        upload, base = p.choice.select(store, p.victim.alone(c))
+        assert upload.tensors is not None
+        weights.append({**(base.tensors if base is not None and base.tensors is not None else {}), **upload.tensors})
+        own = torch.tensor(sorted(set(p.choice.truth(store, upload))), dtype=torch.long)
+        pools.append(own[torch.randperm(len(own), generator=generator)].tolist())
+        classes.append(set(data.train.labels.cpu()[own].tolist()))
+    budget = int(getattr(p.attack, "max_candidates", 500))
+    rows: list[int] = []
+    owners: list[int] = []
+    while len(rows) < budget and any(pools):  # round-robin: every client's records alike
+        for k, pool in enumerate(pools):
+            if pool and len(rows) < budget:
+                rows.append(pool.pop())
+                owners.append(k)
+    index = torch.tensor(rows, dtype=torch.long)
+    labels = data.train.labels.cpu()[index]
+    holders = torch.tensor([sum(int(y) in held for held in classes) for y in labels.tolist()])
+    device = next(model.parameters()).device
+    images = normalise(data.train.images[index.to(data.train.images.device)].cpu().float() / 255.0,
+                       data.train.mean, data.train.std)
+    clients = [f"client{c}" for c in senders]
+    knowledge = {"payload": payload.id, "payload_kind": payload.kind, "round": payload.round, "clients": clients,
+                 "records": f"{len(rows)} training records of those clients, drawn evenly, labels known",
+                 "server": "honest-but-curious: it holds every client's upload of the round"}
+    given = classes if getattr(p.attack, "prior", "none") == "classes" else None
+    if given is not None:
+        knowledge["client_classes"] = "given: the true class sets (an upper bound on what a class-set attack infers)"
+    view = SourceView(model, weights, clients, images.to(device), labels.to(device), knowledge, given)
+    return view, {"owners": torch.tensor(owners), "holders": holders}
+
+
 def attack_victims(p: Plan, store: PayloadStore, model: nn.Module, data: FederatedData,
                    out: Path) -> tuple[dict[str, Any], dict[str, Any], int]:
     """Attack the victim's payload (and with ``victim.clients`` every audited client's, each on its own).
@@ -120,19 +165,23 @@ def attack_victims(p: Plan, store: PayloadStore, model: nn.Module, data: Federat
     clients = [p.victim.client] if p.victim.clients is None else _audited(p.victim, store)
     dirs = [out] + [out / "victims" / f"client{c}" for c in clients[1:]]
     selected = [p.choice.select(store, p.victim.alone(c)) for c in clients]
-    answers: list[torch.Tensor | None] = [None] * len(clients)
+    answers: list[dict[str, Any]] = [{} for _ in clients]  # the evaluator's side of a game, by Truth field
     if p.attack.view == "membership":
         games = [membership_game(p, p.choice.truth(store, payload), payload, base, model, data)
                  for payload, base in selected]
         views: list[Any] = [view for view, _ in games]
-        answers = [answer for _, answer in games]
+        answers = [{"membership": answer} for _, answer in games]
+    elif p.attack.view == "source":  # which client holds each record: every client's upload of the round
+        sources = [source_game(p, payload, model, data, store) for payload, _ in selected]
+        views = [view for view, _ in sources]
+        answers = [answer for _, answer in sources]
     elif p.attack.view == "canaries":  # a one-run DP audit: the victim's round rerun with gradient canaries
         from privbench.audit.one_run import canary_round
 
         audits = [canary_round(p, payload, base, model, data, p.choice.truth(store, payload))
                   for payload, base in selected]
         views = [view for view, _ in audits]
-        answers = [answer for _, answer in audits]
+        answers = [{"membership": answer} for _, answer in audits]
     elif p.attack.view == "active":  # the server crafts each victim's download; the victim's round runs on it
         from privbench.audit.active import active_round
 
@@ -145,7 +194,7 @@ def attack_victims(p: Plan, store: PayloadStore, model: nn.Module, data: Federat
     findings = p.attack.attack_many(views, seed=p.seed)
     scored = []
     for (payload, _), view, finding, folder, answer in zip(selected, views, findings, dirs, answers):
-        truth = replace(_truth(p.choice.truth(store, payload), data), membership=answer)
+        truth = replace(_truth(p.choice.truth(store, payload), data), **answer)
         how = Scoring(seed=p.seed, match_on=str(p.cfg.metrics.match_on), use_lpips=bool(p.cfg.metrics.lpips),
                       out=folder, recovered=Recovered.of(p.cfg.metrics))
         threat = {"server": "honest-but-curious", "aggregation": _server_view(p), **view.knowledge}

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from privbench.figures import (
-    ACCURACY, AGNOSTIC_ACCURACY, CANARY_TPR_BOUND_01, CANARY_TPR_BOUND_1, CRAFTED_UPLOADED, DOWNLINK_BYTES, DOWNLOAD_FLAGGED, EPSILON, EPSILON_ACCOUNTED, EPSILON_CLAIMED, EPSILON_LOWER, EPSILON_MAX, MIA_TPR_BOUND_01, MIA_TPR_BOUND_1, LABEL_ACCURACY, LABEL_COUNTS_EXACT,
+    ACCURACY, AGNOSTIC_ACCURACY, SOURCE_ACCURACY, SOURCE_CHANCE, SOURCE_CHANCE_INFORMED, CANARY_TPR_BOUND_01, CANARY_TPR_BOUND_1, CRAFTED_UPLOADED, DOWNLINK_BYTES, DOWNLOAD_FLAGGED, EPSILON, EPSILON_ACCOUNTED, EPSILON_CLAIMED, EPSILON_LOWER, EPSILON_MAX, MIA_TPR_BOUND_01, MIA_TPR_BOUND_1, LABEL_ACCURACY, LABEL_COUNTS_EXACT,
     LABEL_COUNT_ERROR, LABEL_COUNT_ERROR_CHANCE, LABEL_SET_EXACT, LABEL_SET_EXACT_CHANCE, LABEL_SET_JACCARD,
     LABEL_SET_JACCARD_CHANCE, LPIPS_CHANCE, LPIPS_MEAN, MIA_AUC,
     MIA_MEMBERS, MIA_NON_MEMBERS, MIA_TPR_01, MIA_TPR_1,
@@ -209,6 +209,11 @@ def summary(metrics: dict[str, Any]) -> str:
                                  f"({privacy.get(MIA_MEMBERS.key)} members, {privacy.get(MIA_NON_MEMBERS.key)} "
                                  + ("excluded canaries)" if str(privacy.get("mia_test")).endswith("_canaries")
                                     else "class-matched non-members)")))
+    if SOURCE_ACCURACY.key in privacy:
+        lines.append(("source", f"which client holds a record: {formatted(privacy[SOURCE_ACCURACY.key], '{:.3f}')} "
+                                f"right over {privacy.get('source_records')} records of {privacy.get('source_clients')} "
+                                f"clients (chance {formatted(privacy.get(SOURCE_CHANCE.key), '{:.3f}')}, knowing "
+                                f"each client's classes {formatted(privacy.get(SOURCE_CHANCE_INFORMED.key), '{:.3f}')})"))
     if EPSILON_LOWER.key in privacy:
         lines.append(("audit", f"one-run epsilon >= {formatted(privacy[EPSILON_LOWER.key], '{:.2f}')} at "
                                f"{formatted(100 * privacy.get('epsilon_lower_bound_confidence', 0.95), '{:.0f}')} % "

@@ -175,6 +175,10 @@ def prepare(p: Plan) -> tuple[FederatedData, nn.Module, CapturePolicy]:
     p.protocol.plan_reads(data, p.victim)  # a DP trainer calibrates here: its accounting errors come before training
     _check_attack_size(p, data, model)
     _check_canaries(p, data, model)
+    if p.attacking and p.attack.view == "source" and (policy.clients == "victim" or (
+            policy.clients != "all" and len(policy.clients) < 2)):
+        raise ConfigError("attack=source compares every client's upload of the victim round: set capture.clients=all "
+                          "(or a list of at least two clients)")
     return data, model, policy
 
 

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from privbench.attacks import (
-    Attack, CanaryScores, Finding, InferredLabels, InferredProperty, MembershipScores, Reconstruction,
+    Attack, CanaryScores, Finding, InferredLabels, InferredProperty, MembershipScores, Reconstruction, SourceGuesses,
 )
 from privbench.audit.output import write_gallery, write_grid, write_roc
 from privbench.metrics.chance import chance_baseline, gains
@@ -26,7 +26,7 @@ from privbench.pixels import denormalise
 from privbench.progress import phase
 from privbench.figures import (
     CANARY_TPR_BOUND_01, CANARY_TPR_BOUND_1, EPSILON_CLAIMED, EPSILON_LOWER, LABEL_ACCURACY, MIA_AUC, MIA_MEMBERS, MIA_NON_MEMBERS, MIA_TPR_01, MIA_TPR_1, NUM_RECONSTRUCTED, NUM_TRUE,
-    PSNR_CHANCE, PSNR_MEAN,
+    PSNR_CHANCE, PSNR_MEAN, SOURCE_ACCURACY, SOURCE_CHANCE, SOURCE_CHANCE_INFORMED,
 )
 
 F = TypeVar("F", bound=Finding)
@@ -45,6 +45,8 @@ class Truth:
         mean: per-channel input mean (to bring reconstructions to [0, 1]).
         std: per-channel input std.
         membership: for a membership game, which candidates of the view are members (None otherwise).
+        owners: for source inference, each candidate's client (its index in the view's clients).
+        holders: for source inference, how many of the view's clients hold each candidate's class.
     """
 
     images: torch.Tensor
@@ -55,6 +57,8 @@ class Truth:
     std: tuple[float, ...]
     membership: torch.Tensor | None = None
     non_member_labels: torch.Tensor | None = None
+    owners: torch.Tensor | None = None
+    holders: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)
@@ -176,6 +180,18 @@ def _membership(finding: MembershipScores, view: Any, attack: Attack, truth: Tru
     write_roc(how.out / "roc.png", fprs, tprs, title=f"{finding.info.get('test')}: AUC {out[MIA_AUC.key]:.3f}, "
                                                      f"{int(members.sum())} members, {int((~members).sum())} non-members")
     return out
+
+
+@register_scorer(SourceGuesses)
+def _source(finding: SourceGuesses, view: Any, attack: Attack, truth: Truth, how: Scoring) -> dict[str, Any]:
+    """Source inference: the share of records attributed to their own client, against 1 / clients and against a
+    prior that knows each client's classes (uniform over the clients holding the record's class)."""
+    if truth.owners is None or truth.holders is None:
+        raise TypeError("source guesses need the records' owners (Truth.owners, Truth.holders)")
+    right = finding.guesses.eq(truth.owners).double()
+    return {SOURCE_ACCURACY.key: float(right.mean()), SOURCE_CHANCE.key: 1.0 / len(finding.clients),
+            SOURCE_CHANCE_INFORMED.key: float((1.0 / truth.holders.double()).mean()),
+            "source_records": len(right), "source_clients": len(finding.clients), **finding.info}
 
 
 @register_scorer(CanaryScores)

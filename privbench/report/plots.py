@@ -100,15 +100,17 @@ def series_names(settings: list[tuple[Any, ...]], keys: list[str]) -> list[str]:
 
 
 def _ticks_at(ax: Any, values: pd.Series, *, log: bool) -> None:
-    """Ticks at the swept values, whole numbers shown as such (no 1.5 on a count axis, no bare 10^0 on a log one)."""
+    """Ticks at the swept values, whole numbers shown as such (no 1.5 on a count axis, no bare 10^0 on a log one);
+    more than 8 are slanted so they do not overlap."""
     from matplotlib.ticker import FixedLocator, NullLocator
 
     v = sorted({float(x) for x in values.dropna() if np.isfinite(float(x))})
-    if not v or len(v) > 12:
+    if not v or len(v) > 16:
         return
     ax.xaxis.set_major_locator(FixedLocator(v))
     ax.xaxis.set_minor_locator(NullLocator())
-    ax.set_xticklabels([value_text(x) if x.is_integer() else f"{x:.3g}" for x in v])
+    ax.set_xticklabels([value_text(x) if x.is_integer() else f"{x:.3g}" for x in v],
+                       rotation=45 if len(v) > 8 else 0, ha="right" if len(v) > 8 else "center")
     if log:
         ax.minorticks_off()
 
@@ -175,11 +177,14 @@ def _log_scale(ax: Any, axis: str, values: pd.Series) -> None:
     """Log scale on ``axis``, or symlog (linear below the smallest positive value) where a value is 0."""
     v = values.dropna().to_numpy(dtype=float)
     v = v[np.isfinite(v)]
+    from matplotlib.ticker import FuncFormatter
+
     scale = ax.set_xscale if axis == "x" else ax.set_yscale
     if (v > 0).all():
         scale("log")
     else:
         scale("symlog", linthresh=float(v[v > 0].min()), linscale=0.5)
+    (ax.xaxis if axis == "x" else ax.yaxis).set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
 
 
 def swept_keys(runs: pd.DataFrame, keys: list[str]) -> list[str]:
@@ -199,6 +204,16 @@ def _one_per_training(runs: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     return runs.loc[runs[[*training_keys(keys), "seed"]].map(token).drop_duplicates().index]
 
 
+def _fit_x(ax: Any, values: pd.Series) -> None:
+    """The x range of the swept values with a 3 % margin in the axis' own (log or symlog) scale."""
+    v = values.dropna().to_numpy(dtype=float)
+    v = v[np.isfinite(v)]
+    scale = ax.xaxis.get_transform()
+    lo, hi = scale.transform(np.array([v.min(), v.max()]))
+    pad = 0.03 * (hi - lo)
+    ax.set_xlim(*scale.inverted().transform(np.array([lo - pad, hi + pad])))
+
+
 def curve(runs: pd.DataFrame, keys: list[str], x: str, panels: list[tuple[str, str]], *, title: str) -> Drawn | None:
     """Lines of each figure in ``panels`` against ``x`` (mean, 95% t-band over seeds), one line per setting of
     the other keys; settings without ``x`` (e.g. no DP on an epsilon axis) are dashed horizontal references.
@@ -209,6 +224,7 @@ def curve(runs: pd.DataFrame, keys: list[str], x: str, panels: list[tuple[str, s
         return None
     others = [k for k in keys if k != x]
     table = summarise(runs, [x, *others])
+    table = table[table[[y for y, _ in panels]].notna().any(axis=1)]  # settings that measured none of the panels
     table["_x"] = pd.to_numeric(table[x], errors="coerce")
     lines = [k for k in others if is_attack_side(k)]
     facets = [k for k in others if not is_attack_side(k)]
@@ -269,9 +285,10 @@ def curve(runs: pd.DataFrame, keys: list[str], x: str, panels: list[tuple[str, s
                 ax.axhline(0.0, color="k", ls=":", lw=1, label="chance")
             if log_x:
                 _log_scale(ax, "x", table["_x"])
+                _fit_x(ax, table["_x"])
             if shown and y in COMPANIONS and _spans_decades(pd.concat(shown), ratio=1000, zeros=True):
                 _log_scale(ax, "y", pd.concat(shown))  # a claim of 10^6 beside a bound of 2
-                ax.set_ylabel(label + ", log scale")
+                ax.set_ylabel(label.split(" (")[0] + ", log scale")
             _ticks_at(ax, table["_x"], log=log_x)
             ax.set_xlabel(KEY_LABELS.get(x, x) + (", log scale" if log_x else ""))
             if not ax.get_ylabel():
@@ -279,7 +296,12 @@ def curve(runs: pd.DataFrame, keys: list[str], x: str, panels: list[tuple[str, s
             head = ", ".join(f"{k}={value_text(v)}" for k, v in zip(facets, _values(facet)))
             ax.set_title(head if facets else "", fontsize=9)
             ax.grid(alpha=0.3)
-    handles, names = axes[0][0].get_legend_handles_labels()
+    handles, names = [], []
+    for ax in axes.flat:  # every panel's entries once (a companion may be drawn in one panel only)
+        for handle, name in zip(*ax.get_legend_handles_labels()):
+            if name not in names:
+                handles.append(handle)
+                names.append(name)
     fig.legend(handles, names, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=min(3, max(1, len(names))),
                fontsize=8, frameon=False)
     fig.suptitle(title, fontsize=11)
