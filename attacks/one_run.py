@@ -59,7 +59,7 @@ class OneRunAudit(Attack):
 
     def attack(self, view: Any, *, seed: int) -> CanaryScores:
         """One score per canary: the descent of its coordinate in the victim's update (0 for a coordinate the upload
-        does not carry: a learnGene layer the client did not send), or the fall of its loss."""
+        does not carry: a learnGene layer the client did not send), or a mislabelled canary's logit of its label."""
         if view.images is not None:
             scores, test = _label_logit(view), "mislabelled_canaries"
         else:

@@ -55,7 +55,7 @@ def test_source_inference_finds_the_owner_of_a_record_far_above_one_in_five(tmp_
             "fl.local_epochs=10", "metrics.lpips=false"]
     plain = privbench.run(base, results_dir=tmp_path / "plain").metrics["privacy"]
     assert plain["source_clients"] == 5 and plain["source_records"] == 500
-    assert plain["source_accuracy"] > 0.6 > 3 * plain["source_chance"]
+    assert plain["source_accuracy"] > max(0.6, 3 * plain["source_chance"])
     told = privbench.run([*base, "attack.prior=classes"], results_dir=tmp_path / "told").metrics["privacy"]
     assert told["source_accuracy"] >= plain["source_accuracy"] - 0.02
     assert abs(told["source_accuracy"] - told["source_chance_informed"]) < 0.05

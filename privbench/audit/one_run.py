@@ -78,13 +78,8 @@ def canary_round(p: Plan, payload: Payload, base: Payload | None, model: nn.Modu
     """Rerun the victim's round of ``payload`` with canaries; the server's view and which canaries were in."""
     if getattr(p.attack, "kind", "dirac") == "mislabelled":
         return _mislabelled_round(p, payload, base, model, data, indices)
-    trainer = p.protocol.trainer
-    if not isinstance(trainer, DPSGD):
-        raise AttackNotApplicableError(f"attack={p.attack.name} audits DP-SGD's claim: use defense=dpsgd (or "
-                                       "attack.kind=mislabelled, which audits any trainer)")
-    if payload.kind not in ("update", "learngene"):
-        raise AttackNotApplicableError(f"attack={p.attack.name} reads a client's update or learnGene; {payload.kind} "
-                                       "is neither")
+    trainer = p.protocol.trainer  # the trainer and payload kind were checked before training (audit.plan)
+    assert isinstance(trainer, DPSGD)
     device = next(model.parameters()).device
     gene = payload.kind == "learngene"
     if gene:
@@ -134,14 +129,10 @@ def canary_round(p: Plan, payload: Payload, base: Payload | None, model: nn.Modu
 def _mislabelled_round(p: Plan, payload: Payload, base: Payload | None, model: nn.Module, data: FederatedData,
                        indices: list[int]) -> tuple[CanaryView, torch.Tensor]:
     """The victim's round rerun with mislabelled test-split images among its records (``attack.kind=mislabelled``)."""
-    if payload.kind != "update":
-        raise AttackNotApplicableError(f"attack.kind=mislabelled reruns a client's update; {payload.kind} is not one")
-    device = next(model.parameters()).device
+    device = next(model.parameters()).device  # the payload kind and canary count were checked before training
     received, training, client_data = rerun_inputs(payload, base, data, indices, device=device,
                                                    what="the audited round")
     count = int(getattr(p.attack, "canaries"))
-    if count > len(data.test):
-        raise AttackNotApplicableError(f"attack.canaries={count}: the test split has only {len(data.test)} images")
     generator = torch.Generator().manual_seed(p.seed * 7919 + 53)
     rows = torch.randperm(len(data.test), generator=generator)[:count]
     canaries = data.test.subset(rows.to(data.test.images.device)).to(device)
