@@ -11,8 +11,8 @@ from privbench.attacks.none import NoAttack
 from privbench.attacks.projection import SubspaceProjection
 from privbench.attacks.target import AttackTarget, observed_gradient
 from privbench.attacks.views import (
-    ActiveView, BasisView, CanaryView, CohortView, GradientView, LabelView, MembershipView, ModelView, SourceView,
-    View,
+    ActiveView, BasisView, CanaryView, CohortView, GradientView, LabelView, MembershipView, ModelView,
+    ParticipationRound, ParticipationView, SourceView, View,
 )
 from privbench.attacks.membership import MembershipInference
 from privbench.attacks.label_counts import LabelCounts
@@ -23,9 +23,10 @@ from privbench.attacks.fedavg_inversion import FedAvgInversion
 from privbench.attacks.lira import LiRA
 from privbench.attacks.class_set import SubspaceClassSet
 from privbench.attacks.source import SourceInference
+from privbench.attacks.participation import ParticipationInference
 
 __all__ = ["SourceGuesses", "SourceInference", "SourceView", "DLG", "IDLG", "ActiveAttack", "FedAvgInversion", "ActiveView", "Attack", "CanaryScores", "CanaryView", "OneRunAudit", "AttackTarget", "Attempt", "BasisView", "CohortView", "Finding", "GradientInversion",
            "GradientView", "ImprintAttack", "InferredLabels", "InferredProperty", "InvertingGradients", "LabelCounts", "LabelView", "LiRA",
            "MembershipInference", "MembershipScores",
            "MembershipView", "ModelView",
-           "NoAttack", "Reconstruction", "SubspaceClassSet", "SubspaceProjection", "TrapWeightsAttack", "View", "observed_gradient", "recover_labels"]
+           "NoAttack", "ParticipationInference", "ParticipationRound", "ParticipationView", "Reconstruction", "SubspaceClassSet", "SubspaceProjection", "TrapWeightsAttack", "View", "observed_gradient", "recover_labels"]

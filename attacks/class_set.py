@@ -7,8 +7,14 @@ form: ``svd`` or PACFL's per-class ``pacfl``), and guesses the set whose basis i
 principal angles (for ``pacfl`` only the sets whose basis has as many columns as ``U``: the
 concatenated per-class bases give the class count away, and a subset's smaller span would otherwise sit at
 angle zero inside ``U``). ``captured_energy`` (the share of each class's public images the basis spans) is reported
-beside it. The basis carries no sample count, so class proportions are not inferred from it
-(``attack=labels`` reads them from a model update's head).
+beside it.
+
+Class proportions (``svd`` form): the client's basis spans the top eigenvectors of its images' second-moment
+matrix, ``sum_c p_c M_c`` with ``p_c`` its share of class ``c``. The attacker estimates each ``M_c`` from the public
+images and fits the proportions under which ``span(U)`` is most nearly an invariant subspace of the mixture,
+``min ||(I - U U^T) sum_c p_c M_c U||_F^2`` over the simplex (a convex quadratic in ``p``; ``proportions_fit``).
+PACFL's per-class bases do not mix the classes, so they carry no proportions (``attack=labels`` reads counts from
+a model update's head).
 """
 from __future__ import annotations
 
@@ -51,6 +57,55 @@ def subspace_distance(a: torch.Tensor, b: torch.Tensor) -> float:
     return angle(a.double().numpy(), b.double().numpy(), variant="svd")
 
 
+def simplex_projection(v: torch.Tensor) -> torch.Tensor:
+    """The Euclidean projection of ``v`` onto the probability simplex (Duchi et al., 2008).
+
+    Example:
+        >>> simplex_projection(torch.tensor([0.0, 0.0, 2.0])).tolist()
+        [0.0, 0.0, 1.0]
+        >>> simplex_projection(torch.tensor([0.2, 0.2])).tolist()
+        [0.5, 0.5]
+    """
+    u, _ = torch.sort(v, descending=True)
+    cumulative = torch.cumsum(u, 0)
+    k = torch.arange(1, len(v) + 1, dtype=v.dtype)
+    rho = int((u - (cumulative - 1) / k > 0).nonzero().max())
+    return (v - (cumulative[rho] - 1) / (rho + 1)).clamp_min(0)
+
+
+def proportions_fit(basis: torch.Tensor, public: torch.Tensor, labels: torch.Tensor, *, iterations: int = 20000,
+                    tolerance: float = 1e-12) -> dict[int, float]:
+    """The class proportions under which ``span(basis)`` is most nearly an invariant subspace of the mixture of the
+    public classes' second-moment matrices: ``argmin_p ||(I - U U^T) sum_c p_c M_c U||_F^2`` on the simplex, by
+    projected gradient descent from the uniform mixture (the objective is a convex quadratic in ``p``).
+
+    Example:
+        >>> x = torch.tensor([[1.0, 0.0], [0.6, 0.8]]).reshape(2, 1, 1, 2)  # one image of class 0, one of class 1
+        >>> u = torch.tensor([[1.0], [0.0]])  # the top eigenvector of class 0's M alone: class 1's would tilt it
+        >>> {c: round(v, 3) for c, v in proportions_fit(u, x, torch.tensor([0, 1])).items()}
+        {0: 1.0, 1: 0.0}
+    """
+    q, _ = torch.linalg.qr(basis.double())
+    flat = public.reshape(len(public), -1).double()
+    classes = sorted(int(c) for c in labels.unique())
+    residuals = []
+    for c in classes:
+        x = flat[labels == c]  # M_c U = X_c^T (X_c U) / n_c
+        mixed = x.T @ (x @ q) / len(x)
+        residuals.append((mixed - q @ (q.T @ mixed)).flatten())
+    r = torch.stack(residuals)
+    gram = r @ r.T
+    step = 1.0 / float(torch.linalg.eigvalsh(gram).max().clamp_min(1e-30))
+    p = torch.full((len(classes),), 1.0 / len(classes), dtype=torch.float64)
+    for _ in range(iterations):
+        moved = simplex_projection(p - step * (gram @ p))
+        if float((moved - p).abs().max()) < tolerance:
+            p = moved
+            break
+        p = moved
+    return {c: float(v) for c, v in zip(classes, p)}
+
+
 class SubspaceClassSet(Attack):
     """Infer a client's class set from its data-subspace basis and labelled public images.
 
@@ -73,10 +128,12 @@ class SubspaceClassSet(Attack):
 
     def budget(self) -> dict[str, Any]:
         return {"candidate_sets": f"every set of 1 to {self.max_classes} public classes", "form": self.form,
-                "dim": self.dim}
+                "dim": self.dim, **({"proportions": "invariant-subspace fit over every public class"}
+                                    if self.form == "svd" else {})}
 
     def attack(self, view: BasisView, *, seed: int) -> InferredProperty:
-        """The nearest candidate set, every set's distance and every class's captured energy (deterministic)."""
+        """The nearest candidate set, every set's distance, every class's captured energy and (``svd``) the fitted class
+        proportions (deterministic)."""
         del seed
         if view.public is None or view.public_labels is None or not len(view.public):
             raise AttackNotApplicableError("attack=class_set needs labelled public images of the task")
@@ -98,6 +155,9 @@ class SubspaceClassSet(Attack):
         best = min(distances, key=lambda k: distances[k])
         energy = captured_energy(basis, public)
         ranked = sorted(distances, key=lambda k: distances[k])[:5]
-        return InferredProperty(name="class_set", value=list(best), info={
+        info: dict[str, Any] = {
             "nearest_sets": {",".join(map(str, k)): round(distances[k], 4) for k in ranked},
-            "captured_energy": {str(c): round(float(energy[labels == c].mean()), 4) for c in classes}})
+            "captured_energy": {str(c): round(float(energy[labels == c].mean()), 4) for c in classes}}
+        if self.form == "svd":
+            info["proportions"] = {c: round(v, 6) for c, v in proportions_fit(basis, public, labels).items()}
+        return InferredProperty(name="class_set", value=list(best), info=info)

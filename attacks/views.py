@@ -22,7 +22,8 @@ from privbench.payloads import LocalTraining, Payload
 from privbench.payloads.training import AggregatePart
 
 #: The views an attack may ask for (``Attack.view``).
-ViewKind = Literal["gradient", "model", "basis", "membership", "labels", "active", "canaries", "source"]
+ViewKind = Literal["gradient", "model", "basis", "membership", "labels", "active", "canaries", "source",
+                   "participation"]
 #: The gradient view is today's attack target.
 GradientView = AttackTarget
 
@@ -290,4 +291,46 @@ class SourceView:
     client_classes: list[set[int]] | None = None
 
 
-View = AttackTarget | ModelView | BasisView | MembershipView | LabelView | ActiveView | CanaryView | SourceView
+@dataclass
+class ParticipationRound:
+    """One aggregate of the participation game: the model its round started from, the aggregate, and the candidate
+    clients scored against it (``slots``: their places among the view's candidates).
+
+    Attributes:
+        round: the round whose uploads were aggregated.
+        cluster: the cohort (cluster) it aggregates, or None (one global model).
+        base: the model the round's participants received (every floating tensor by name).
+        aggregate: the aggregate's tensors by name (a partial one replaces only those).
+        clients: the candidate clients' names.
+        slots: each candidate's index in ``ParticipationView.candidates``.
+    """
+
+    round: int
+    cluster: int | None
+    base: dict[str, torch.Tensor]
+    aggregate: dict[str, torch.Tensor]
+    clients: list[str]
+    slots: list[int]
+
+
+@dataclass
+class ParticipationView:
+    """Consecutive models the server sent and records of every candidate client (did this client take part?).
+
+    Attributes:
+        model: the architecture (its weights are replaced by each game's).
+        games: one per observed aggregate.
+        records: each candidate client's records the attacker holds, ``(images [M, C, H, W] normalised, labels)``.
+        candidates: ``(round, cluster, client)`` of each scored pair, in score order.
+        knowledge: the threat-model declaration.
+    """
+
+    model: nn.Module
+    games: list[ParticipationRound]
+    records: dict[str, tuple[torch.Tensor, torch.Tensor]]
+    candidates: list[tuple[int, int | None, str]]
+    knowledge: dict[str, Any] = field(default_factory=dict)
+
+
+View = (AttackTarget | ModelView | BasisView | MembershipView | LabelView | ActiveView | CanaryView | SourceView
+        | ParticipationView)

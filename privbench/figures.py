@@ -100,10 +100,23 @@ LABEL_COUNT_ERROR = _privacy("label_count_error", "count error per class", fmt="
                              bounds="nonnegative")
 LABEL_COUNT_ERROR_CHANCE = _privacy("label_count_error_chance", "prior's count error per class", fmt="{:.2f}",
                                     bounds="nonnegative")
+#: Class proportions inferred (from a subspace): total variation from the true ones, for the attack, a prior that
+#: knows only the class frequencies, and the uniform mixture of the inferred class set.
+CLASS_PROPORTION_ERROR = _privacy("class_proportion_error", "class proportions error (total variation)",
+                                  fmt="{:.3f}", leak="lower", bounds="unit")
+CLASS_PROPORTION_ERROR_CHANCE = _privacy("class_proportion_error_chance", "prior's class proportions error",
+                                         fmt="{:.3f}", bounds="unit")
+CLASS_PROPORTION_ERROR_SET = _privacy("class_proportion_error_set", "class proportions error, uniform over the set",
+                                      fmt="{:.3f}", bounds="unit")
 MIA_AUC = _privacy("mia_auc", "membership AUC", fmt="{:.3f}", leak="higher", bounds="unit")
 MIA_TPR_1 = _privacy("mia_tpr_at_fpr_1pct", "membership TPR at FPR 1 %", fmt="{:.3f}", leak="higher", bounds="unit")
 MIA_TPR_01 = _privacy("mia_tpr_at_fpr_0_1pct", "membership TPR at FPR 0.1 %", fmt="{:.3f}", leak="higher",
                       bounds="unit")
+#: A membership game whose candidates differ in class (participation: clients): the same test on records that carry
+#: only the class (the informed chance; class-matched games need none).
+MIA_AUC_INFORMED = _privacy("mia_auc_informed", "membership AUC knowing only the classes", fmt="{:.3f}", bounds="unit")
+MIA_TPR_1_INFORMED = _privacy("mia_tpr_at_fpr_1pct_informed", "membership TPR at FPR 1 % knowing only the classes",
+                              fmt="{:.3f}", bounds="unit")
 #: Source inference (which client holds a record?): its accuracy, 1 / clients, and a prior that knows the clients'
 #: classes (uniform over the clients holding the record's class).
 SOURCE_ACCURACY = _privacy("source_accuracy", "source inference accuracy", fmt="{:.3f}", leak="higher", bounds="unit")
@@ -139,10 +152,10 @@ REPORTED = (PSNR_MEAN, PSNR_CHANCE, PSNR_CHANCE_UNINFORMED, PSNR_CHANCE_INFORMED
             RECOVERED_FRACTION_CHANCE, DOWNLOAD_FLAGGED, CRAFTED_UPLOADED, EPSILON_LOWER, EPSILON_CLAIMED, CANARY_TPR_BOUND_1,
             CANARY_TPR_BOUND_01, PSNR_BEST, SSIM_MEAN, SSIM_CHANCE, SSIM_GAIN, SSIM_BEST, LPIPS_MEAN,
             LPIPS_CHANCE, LPIPS_BEST, NUM_TRUE, LABEL_ACCURACY, PROJECTION_PSNR_MEAN, LABEL_SET_EXACT,
-            LABEL_SET_EXACT_CHANCE, LABEL_SET_JACCARD, LABEL_SET_JACCARD_CHANCE, LABEL_COUNTS_EXACT, LABEL_COUNT_ERROR, LABEL_COUNT_ERROR_CHANCE, ACCURACY,
-            PERSONAL_ACCURACY, DOWNLOADED_ACCURACY, CLUSTER_RAND_INDEX, AGNOSTIC_ACCURACY, UPLINK_BYTES, DOWNLINK_BYTES, TOTAL_BYTES,
+            LABEL_SET_EXACT_CHANCE, LABEL_SET_JACCARD, LABEL_SET_JACCARD_CHANCE, LABEL_COUNTS_EXACT, LABEL_COUNT_ERROR, LABEL_COUNT_ERROR_CHANCE, CLASS_PROPORTION_ERROR,
+            CLASS_PROPORTION_ERROR_CHANCE, CLASS_PROPORTION_ERROR_SET, ACCURACY, PERSONAL_ACCURACY, DOWNLOADED_ACCURACY, CLUSTER_RAND_INDEX, AGNOSTIC_ACCURACY, UPLINK_BYTES, DOWNLINK_BYTES, TOTAL_BYTES,
             EPSILON, EPSILON_ACCOUNTED, EPSILON_MAX, MIA_TPR_BOUND_1, MIA_TPR_BOUND_01, MIA_AUC, MIA_TPR_1, MIA_TPR_01, MIA_MEMBERS,
-            SOURCE_ACCURACY, SOURCE_CHANCE, SOURCE_CHANCE_INFORMED)
+            MIA_AUC_INFORMED, MIA_TPR_1_INFORMED, SOURCE_ACCURACY, SOURCE_CHANCE, SOURCE_CHANCE_INFORMED)
 #: Every figure spec.
 FIGURES = (*REPORTED, LPIPS_GAIN, MSE_MEAN, NUM_RECONSTRUCTED, LABEL_COUNTS_EXACT_CHANCE, GLOBAL_ACCURACY,
            TOTAL_RATIO, MIA_NON_MEMBERS)
@@ -153,11 +166,12 @@ RUNS = "runs"
 #: ``table.md`` and the HTML summary, in order (all-missing columns are left out); the leak verdict follows the gain.
 #: Accuracy has two columns, never one: each client's own model, and the model it holds after its download.
 TABLE = (PSNR_GAIN, LEAKS, RECOVERED_FRACTION, DOWNLOAD_FLAGGED, CRAFTED_UPLOADED, EPSILON_LOWER, EPSILON_CLAIMED, MIA_AUC, MIA_TPR_1,
-         CANARY_TPR_BOUND_1, SOURCE_ACCURACY, SOURCE_CHANCE_INFORMED, PERSONAL_ACCURACY, DOWNLOADED_ACCURACY,
+         MIA_AUC_INFORMED, CANARY_TPR_BOUND_1, SOURCE_ACCURACY, SOURCE_CHANCE_INFORMED, PERSONAL_ACCURACY, DOWNLOADED_ACCURACY,
          TOTAL_BYTES, EPSILON, EPSILON_ACCOUNTED, MIA_TPR_BOUND_1, MIA_TPR_01, CANARY_TPR_BOUND_01, MIA_TPR_BOUND_01, MIA_MEMBERS,
-         SOURCE_CHANCE, PSNR_MEAN, PSNR_CHANCE,
+         MIA_TPR_1_INFORMED, SOURCE_CHANCE, PSNR_MEAN, PSNR_CHANCE,
          PSNR_CHANCE_UNINFORMED, PSNR_CHANCE_INFORMED, RECOVERED_FRACTION_CHANCE, SSIM_MEAN, SSIM_CHANCE, LPIPS_MEAN, LPIPS_CHANCE,
-         LABEL_ACCURACY, LABEL_SET_EXACT, LABEL_SET_JACCARD, LABEL_SET_JACCARD_CHANCE, LABEL_COUNT_ERROR, NUM_TRUE, AGNOSTIC_ACCURACY, CLUSTER_RAND_INDEX,
+         LABEL_ACCURACY, LABEL_SET_EXACT, LABEL_SET_JACCARD, LABEL_SET_JACCARD_CHANCE, LABEL_COUNT_ERROR, CLASS_PROPORTION_ERROR,
+         CLASS_PROPORTION_ERROR_CHANCE, CLASS_PROPORTION_ERROR_SET, NUM_TRUE, AGNOSTIC_ACCURACY, CLUSTER_RAND_INDEX,
          UPLINK_BYTES, DOWNLINK_BYTES)
 #: The HTML page's runs table.
 RUN_TABLE = (PSNR_GAIN, PERSONAL_ACCURACY, DOWNLOADED_ACCURACY, TOTAL_BYTES, EPSILON, PSNR_MEAN, PSNR_CHANCE)

@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -265,6 +266,30 @@ def test_dp_sgd_on_flower_reports_each_client_s_accounting_back_and_matches_inpr
     assert da["epsilon"] == pytest.approx(db["epsilon"], rel=1e-9)
     assert da["epsilon_covers_all_reads"] == db["epsilon_covers_all_reads"]
     assert da["reads"] == db["reads"]
+
+
+@pytest.mark.slow  # about 20 s (FedAvg) and 40 s (GENE-FL) on 2 cores
+@pytest.mark.parametrize("fl,payload", [("fedavg", "update"), ("genefl", "learngene")])
+def test_the_one_run_audit_runs_on_flower_traffic_and_matches_inprocess(tmp_path, task_identity, fl, payload):
+    """The one-run DP audit reruns the victim's round from the download the capturing grid recorded; on Flower
+    traffic it gives the in-process run's canary scores, lower bound and claim (the recorded tensors agree to
+    1e-6)."""
+    overrides = [f"fl={fl}", *SMALL, *(CLUSTERED if fl == "genefl" else []), f"payload={payload}", "defense=dpsgd",
+                 "defense.target_epsilon=4", "attack=one_run", "attack.canaries=2000", "metrics.lpips=false",
+                 f"results_dir={tmp_path}"]
+    run_audit(api.compose(overrides), tmp_path / "inprocess")
+    run_audit(api.compose([*overrides, "engine=flower"]), tmp_path / "flower",
+              launcher=FlowerGrid(LoopbackGrid(5 if fl == "fedavg" else 7)))
+    ma, mb = (json.loads((tmp_path / r / "metrics.json").read_text()) for r in ("inprocess", "flower"))
+    ta, tb = (json.loads((tmp_path / r / "threat_model.json").read_text()) for r in ("inprocess", "flower"))
+    assert tb["payload"] == ta["payload"] == f"r0001-{payload}-client0-server"
+    assert tb["claimed_epsilon"] == pytest.approx(ta["claimed_epsilon"], rel=1e-12) and tb["sigma"] == ta["sigma"]
+    assert mb["privacy"]["canaries"] == 2000 and mb["privacy"]["epsilon_lower_bound"] > 0
+    for key in ("epsilon_lower_bound", "mia_auc", "canary_tpr_bound_1pct"):
+        assert mb["privacy"][key] == pytest.approx(ma["privacy"][key], abs=1e-3), key
+    sa, sb = (np.load(tmp_path / r / "membership.npz") for r in ("inprocess", "flower"))
+    assert (sa["members"] == sb["members"]).all()
+    np.testing.assert_allclose(sb["scores"], sa["scores"], atol=1e-4)
 
 
 @pytest.mark.slow

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from privbench.attacks import AttackTarget, BasisView, ModelView
+from privbench.attacks import AttackTarget, BasisView, MembershipScores, ModelView
 from privbench.attacks.views import LabelView, MembershipView, SourceView, ViewKind
 from privbench.audit.plan import Plan
 from privbench.audit.score import Scoring, Truth, score_finding
@@ -24,7 +24,7 @@ from privbench.pixels import normalise
 from privbench.payloads import LocalTraining, Payload, PayloadStore
 from privbench.victim import Victim
 from privbench.figures import (
-    LABEL_ACCURACY, LABEL_SET_EXACT, LABEL_SET_EXACT_CHANCE, LABEL_SET_JACCARD, LABEL_SET_JACCARD_CHANCE, MIA_AUC,
+    CLASS_PROPORTION_ERROR, CLASS_PROPORTION_ERROR_CHANCE, CLASS_PROPORTION_ERROR_SET, LABEL_ACCURACY, LABEL_SET_EXACT, LABEL_SET_EXACT_CHANCE, LABEL_SET_JACCARD, LABEL_SET_JACCARD_CHANCE, MIA_AUC,
     MIA_TPR_1, LPIPS_CHANCE, LPIPS_MEAN, NUM_RECONSTRUCTED, NUM_TRUE, PSNR_CHANCE, PSNR_GAIN, PSNR_MEAN,
     SSIM_CHANCE, SSIM_MEAN,
 )
@@ -164,12 +164,16 @@ def attack_victims(p: Plan, store: PayloadStore, model: nn.Module, data: Federat
     start = time.perf_counter()
     clients = [p.victim.client] if p.victim.clients is None else _audited(p.victim, store)
     dirs = [out] + [out / "victims" / f"client{c}" for c in clients[1:]]
-    selected = [p.choice.select(store, p.victim.alone(c)) for c in clients]
     answers: list[dict[str, Any]] = [{} for _ in clients]  # the evaluator's side of a game, by Truth field
+    views: list[Any] = []
+    if p.attack.view == "participation":  # did each client take part in each observed aggregate's round
+        selected, views, answers = _participation(p, model, data, store)
+    else:
+        selected = [p.choice.select(store, p.victim.alone(c)) for c in clients]
     if p.attack.view == "membership":
         games = [membership_game(p, p.choice.truth(store, payload), payload, base, model, data)
                  for payload, base in selected]
-        views: list[Any] = [view for view, _ in games]
+        views = [view for view, _ in games]
         answers = [{"membership": answer} for _, answer in games]
     elif p.attack.view == "source":  # which client holds each record: every client's upload of the round
         sources = [source_game(p, payload, model, data, store) for payload, _ in selected]
@@ -188,13 +192,14 @@ def attack_victims(p: Plan, store: PayloadStore, model: nn.Module, data: Federat
         views = [active_round(p, payload, base, model, data, p.choice.truth(store, payload),
                               _members(store, payload) if payload.kind == "aggregate" else ())
                  for payload, base in selected]
-    else:
+    elif p.attack.view != "participation":
         build = VIEWS[p.attack.view]
         views = [build(p, p.victim.alone(c), payload, base, model, data) for c, (payload, base) in zip(clients, selected)]
     findings = p.attack.attack_many(views, seed=p.seed)
     scored = []
     for (payload, _), view, finding, folder, answer in zip(selected, views, findings, dirs, answers):
-        truth = replace(_truth(p.choice.truth(store, payload), data), **answer)
+        records = [] if p.attack.view == "participation" else p.choice.truth(store, payload)
+        truth = replace(_truth(records, data), **answer)
         how = Scoring(seed=p.seed, match_on=str(p.cfg.metrics.match_on), use_lpips=bool(p.cfg.metrics.lpips),
                       out=folder, recovered=Recovered.of(p.cfg.metrics))
         threat = {"server": "honest-but-curious", "aggregation": _server_view(p), **view.knowledge}
@@ -213,10 +218,25 @@ def attack_victims(p: Plan, store: PayloadStore, model: nn.Module, data: Federat
         "count": len(rows), PSNR_MEAN.key: float(np.mean(psnrs)) if psnrs else None,
         "psnr_min": min(psnrs, default=None), "psnr_max": max(psnrs, default=None),
         "above_chance": sum(1 for r in rows if (r.get(PSNR_GAIN.key) or 0) > 0),
-        **{f.key: float(np.mean([r[f.key] for r in rows])) for f in (LABEL_SET_EXACT, MIA_AUC)
+        **{f.key: float(np.mean([r[f.key] for r in rows]))
+           for f in (LABEL_SET_EXACT, CLASS_PROPORTION_ERROR, CLASS_PROPORTION_ERROR_CHANCE, MIA_AUC)
            if all(r.get(f.key) is not None for r in rows)},
         "seconds": seconds, "victims_per_second": len(rows) / seconds}
     return privacy, threat, nbytes
+
+
+def _participation(p: Plan, model: nn.Module, data: FederatedData, store: PayloadStore
+                   ) -> tuple[list[tuple[Payload, Payload | None]], list[Any], list[dict[str, Any]]]:
+    """The participation game's one view, its first aggregate as the attacked payload, and the evaluator's answer:
+    who took part, and the same test's scores on records that carry only each client's classes."""
+    from privbench.audit.participation import participation_game
+
+    view, twins, took_part, first = participation_game(p, model, data, store)
+    informed = p.attack.attack(twins, seed=p.seed)
+    if not isinstance(informed, MembershipScores):
+        raise TypeError(f"attack={p.attack.name} answered the participation game with {type(informed).__name__}, "
+                        "not membership scores")
+    return [(first, None)], [view], [{"membership": took_part, "informed_scores": informed.scores}]
 
 
 def _audited(victim: Victim, store: PayloadStore) -> list[int]:
@@ -231,7 +251,8 @@ def _victim_row(client: int, threat: dict[str, Any], privacy: dict[str, Any]) ->
     keys = ("failed", "objective", PSNR_MEAN.key, PSNR_CHANCE.key, PSNR_GAIN.key, SSIM_MEAN.key, SSIM_CHANCE.key, LPIPS_MEAN.key,
             LPIPS_CHANCE.key, LABEL_ACCURACY.key, NUM_RECONSTRUCTED.key, NUM_TRUE.key)
     other = (LABEL_SET_EXACT.key, LABEL_SET_EXACT_CHANCE.key, LABEL_SET_JACCARD.key, LABEL_SET_JACCARD_CHANCE.key,
-             "inferred_classes", MIA_AUC.key, MIA_TPR_1.key)  # a property or membership attack's own figures
+             "inferred_classes", CLASS_PROPORTION_ERROR.key, CLASS_PROPORTION_ERROR_CHANCE.key,
+             CLASS_PROPORTION_ERROR_SET.key, MIA_AUC.key, MIA_TPR_1.key)  # a property or membership attack's own figures
     return {"client": client, "payload": threat.get("payload"), **{k: privacy.get(k) for k in keys},
             **{k: privacy[k] for k in other if k in privacy}}
 

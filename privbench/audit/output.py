@@ -14,9 +14,10 @@ import torch
 import torch.nn.functional as F
 
 from privbench.figures import (
-    ACCURACY, AGNOSTIC_ACCURACY, SOURCE_ACCURACY, SOURCE_CHANCE, SOURCE_CHANCE_INFORMED, CANARY_TPR_BOUND_01, CANARY_TPR_BOUND_1, CRAFTED_UPLOADED, DOWNLINK_BYTES, DOWNLOAD_FLAGGED, EPSILON, EPSILON_ACCOUNTED, EPSILON_CLAIMED, EPSILON_LOWER, EPSILON_MAX, MIA_TPR_BOUND_01, MIA_TPR_BOUND_1, LABEL_ACCURACY, LABEL_COUNTS_EXACT,
+    ACCURACY, AGNOSTIC_ACCURACY, CLASS_PROPORTION_ERROR, CLASS_PROPORTION_ERROR_CHANCE, CLASS_PROPORTION_ERROR_SET,
+    SOURCE_ACCURACY, SOURCE_CHANCE, SOURCE_CHANCE_INFORMED, CANARY_TPR_BOUND_01, CANARY_TPR_BOUND_1, CRAFTED_UPLOADED, DOWNLINK_BYTES, DOWNLOAD_FLAGGED, EPSILON, EPSILON_ACCOUNTED, EPSILON_CLAIMED, EPSILON_LOWER, EPSILON_MAX, MIA_TPR_BOUND_01, MIA_TPR_BOUND_1, LABEL_ACCURACY, LABEL_COUNTS_EXACT,
     LABEL_COUNT_ERROR, LABEL_COUNT_ERROR_CHANCE, LABEL_SET_EXACT, LABEL_SET_EXACT_CHANCE, LABEL_SET_JACCARD,
-    LABEL_SET_JACCARD_CHANCE, LPIPS_CHANCE, LPIPS_MEAN, MIA_AUC,
+    LABEL_SET_JACCARD_CHANCE, LPIPS_CHANCE, LPIPS_MEAN, MIA_AUC, MIA_AUC_INFORMED, MIA_TPR_1_INFORMED,
     MIA_MEMBERS, MIA_NON_MEMBERS, MIA_TPR_01, MIA_TPR_1,
     NUM_RECONSTRUCTED, NUM_TRUE, PERSONAL_ACCURACY, DOWNLOADED_ACCURACY, PSNR_CHANCE, PSNR_CHANCE_INFORMED, PSNR_CHANCE_UNINFORMED, PSNR_GAIN,
     RECOVERED_FRACTION, RECOVERED_FRACTION_CHANCE, PSNR_MEAN, SSIM_CHANCE, SSIM_MEAN,
@@ -208,7 +209,13 @@ def summary(metrics: dict[str, Any]) -> str:
                                  f"{formatted(privacy.get(MIA_TPR_01.key), '{:.3f}')} at 0.1 % "
                                  f"({privacy.get(MIA_MEMBERS.key)} members, {privacy.get(MIA_NON_MEMBERS.key)} "
                                  + ("excluded canaries)" if str(privacy.get("mia_test")).endswith("_canaries")
+                                    else "non-members: (round, client) pairs)" if MIA_AUC_INFORMED.key in privacy
                                     else "class-matched non-members)")))
+        if MIA_AUC_INFORMED.key in privacy:
+            lines.append(("", f"knowing only each client's classes: AUC "
+                              f"{formatted(privacy[MIA_AUC_INFORMED.key], '{:.3f}')}, TPR "
+                              f"{formatted(privacy.get(MIA_TPR_1_INFORMED.key), '{:.3f}')} at FPR 1 % (the same test "
+                              "on test-split records of their classes)"))
     if SOURCE_ACCURACY.key in privacy:
         lines.append(("source", f"which client holds a record: {formatted(privacy[SOURCE_ACCURACY.key], '{:.3f}')} "
                                 f"right over {privacy.get('source_records')} records of {privacy.get('source_clients')} "
@@ -232,6 +239,11 @@ def summary(metrics: dict[str, Any]) -> str:
         lines.append(("classes", f"inferred {privacy.get('inferred_classes')}: {class_set}, overlap "
                                  f"{formatted(privacy[LABEL_SET_JACCARD.key], '{:.2f}')} (prior "
                                  f"{formatted(privacy.get(LABEL_SET_JACCARD_CHANCE.key), '{:.2f}')})"))
+        if CLASS_PROPORTION_ERROR.key in privacy:
+            lines.append(("", f"proportions {privacy.get('inferred_proportions')}: off by "
+                              f"{formatted(privacy[CLASS_PROPORTION_ERROR.key], '{:.3f}')} in total variation (prior "
+                              f"{formatted(privacy.get(CLASS_PROPORTION_ERROR_CHANCE.key), '{:.3f}')}, uniform over "
+                              f"the set {formatted(privacy.get(CLASS_PROPORTION_ERROR_SET.key), '{:.3f}')})"))
     elif LABEL_SET_EXACT.key in privacy:
         lines.append(("labels", f"{class_set}, counts exact "
                                 f"{formatted(privacy.get(LABEL_COUNTS_EXACT.key), '{:.0f}')}, count error per class "
@@ -243,7 +255,10 @@ def summary(metrics: dict[str, Any]) -> str:
                 f"{formatted(spread.get('psnr_min'), '{:.2f}')}, max {formatted(spread.get('psnr_max'), '{:.2f}')}), "
                 f"{spread['above_chance']} above chance, ") if spread.get(PSNR_MEAN.key) is not None else ""
         others = "".join(f", {name} {spread[key]:.3f} on average" for key, name in
-                         ((LABEL_SET_EXACT.key, "class set exact"), (MIA_AUC.key, "membership AUC"))
+                         ((LABEL_SET_EXACT.key, "class set exact"),
+                          (CLASS_PROPORTION_ERROR.key, "proportions error"),
+                          (CLASS_PROPORTION_ERROR_CHANCE.key, "prior's proportions error"),
+                          (MIA_AUC.key, "membership AUC"))
                          if spread.get(key) is not None)
         lines.append(("victims", f"{spread['count']} audited, {psnr}{spread['victims_per_second']:.3g} "
                                  f"victims/s{others}"))

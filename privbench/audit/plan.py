@@ -179,6 +179,9 @@ def prepare(p: Plan) -> tuple[FederatedData, nn.Module, CapturePolicy]:
             policy.clients != "all" and len(policy.clients) < 2)):
         raise ConfigError("attack=source compares every client's upload of the victim round: set capture.clients=all "
                           "(or a list of at least two clients)")
+    if p.attacking and p.attack.view == "participation" and (policy.rounds != "all" or policy.clients != "all"):
+        raise ConfigError("attack=participation reads every round's aggregate and the download it started from: set "
+                          "capture.rounds=all capture.clients=all")
     return data, model, policy
 
 

@@ -18,14 +18,15 @@ from privbench.attacks import (
 )
 from privbench.audit.output import write_gallery, write_grid, write_roc
 from privbench.metrics.chance import chance_baseline, gains
-from privbench.metrics.labels import class_set_scores, label_scores
+from privbench.metrics.labels import class_set_scores, label_scores, proportion_scores
 from privbench.metrics.membership import auc, clopper_pearson, roc, tpr_at_fpr
 from privbench.metrics.one_run import epsilon_lower_bound
 from privbench.metrics.reconstruction import Recovered, score
 from privbench.pixels import denormalise
 from privbench.progress import phase
 from privbench.figures import (
-    CANARY_TPR_BOUND_01, CANARY_TPR_BOUND_1, EPSILON_CLAIMED, EPSILON_LOWER, LABEL_ACCURACY, MIA_AUC, MIA_MEMBERS, MIA_NON_MEMBERS, MIA_TPR_01, MIA_TPR_1, NUM_RECONSTRUCTED, NUM_TRUE,
+    CANARY_TPR_BOUND_01, CANARY_TPR_BOUND_1, EPSILON_CLAIMED, EPSILON_LOWER, LABEL_ACCURACY, MIA_AUC, MIA_AUC_INFORMED, MIA_TPR_1_INFORMED,
+    MIA_MEMBERS, MIA_NON_MEMBERS, MIA_TPR_01, MIA_TPR_1, NUM_RECONSTRUCTED, NUM_TRUE,
     PSNR_CHANCE, PSNR_MEAN, SOURCE_ACCURACY, SOURCE_CHANCE, SOURCE_CHANCE_INFORMED,
 )
 
@@ -47,6 +48,8 @@ class Truth:
         membership: for a membership game, which candidates of the view are members (None otherwise).
         owners: for source inference, each candidate's client (its index in the view's clients).
         holders: for source inference, how many of the view's clients hold each candidate's class.
+        informed_scores: for a membership game whose candidates differ in class, the same test's scores from
+            records that carry only the class (its AUC is the informed chance; None: the game is class-matched).
     """
 
     images: torch.Tensor
@@ -59,6 +62,7 @@ class Truth:
     non_member_labels: torch.Tensor | None = None
     owners: torch.Tensor | None = None
     holders: torch.Tensor | None = None
+    informed_scores: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)
@@ -156,7 +160,13 @@ def _property(finding: InferredProperty, view: Any, attack: Attack, truth: Truth
     """A property of the client's data: its class set against the truth and a class-frequency prior."""
     if finding.name != "class_set":
         raise TypeError(f"no scorer for the property {finding.name!r}")
-    return {**class_set_scores(set(finding.value), truth.labels, truth.class_frequencies), **finding.info}
+    info = dict(finding.info)
+    proportions = info.pop("proportions", None)
+    out = {**class_set_scores(set(finding.value), truth.labels, truth.class_frequencies), **info}
+    if proportions is not None:
+        out.update(proportion_scores({int(c): float(v) for c, v in proportions.items()}, truth.labels,
+                                     truth.class_frequencies, set(finding.value)))
+    return out
 
 
 @register_scorer(MembershipScores)
@@ -174,6 +184,12 @@ def _membership(finding: MembershipScores, view: Any, attack: Attack, truth: Tru
         tpr, hits, n = tpr_at_fpr(scores, members, fpr)
         lo, hi = clopper_pearson(hits, n)
         out.update({figure.key: tpr, f"{figure.key}_lo": lo, f"{figure.key}_hi": hi})
+    if truth.informed_scores is not None:  # candidates not class-matched: what the class alone gives the test
+        informed = truth.informed_scores.numpy()[np.asarray(finding.candidates, dtype=int)]
+        out[MIA_AUC_INFORMED.key] = auc(informed, members)
+        out[MIA_TPR_1_INFORMED.key] = tpr_at_fpr(informed, members, 0.01)[0]
+    if "level" in finding.info:
+        out["mia_level"] = finding.info["level"]
     how.out.mkdir(parents=True, exist_ok=True)
     fprs, tprs = roc(scores, members)
     np.savez(how.out / "membership.npz", scores=scores, members=members, fpr=fprs, tpr=tprs)

@@ -6,7 +6,10 @@ from typing import Any
 
 import numpy as np
 import torch
-from privbench.figures import LABEL_COUNTS_EXACT, LABEL_COUNT_ERROR, LABEL_SET_EXACT, LABEL_SET_JACCARD, NUM_TRUE
+from privbench.figures import (
+    CLASS_PROPORTION_ERROR, CLASS_PROPORTION_ERROR_CHANCE, CLASS_PROPORTION_ERROR_SET, LABEL_COUNTS_EXACT,
+    LABEL_COUNT_ERROR, LABEL_SET_EXACT, LABEL_SET_JACCARD, NUM_TRUE,
+)
 
 
 def prior_counts(frequencies: torch.Tensor, n: int) -> dict[int, int]:
@@ -68,3 +71,34 @@ def class_set_scores(predicted: set[int], truth_labels: torch.Tensor, frequencie
     return {LABEL_SET_EXACT.key: float(predicted == present), f"{LABEL_SET_EXACT.key}_chance": float(prior == present),
             LABEL_SET_JACCARD.key: jaccard(predicted), f"{LABEL_SET_JACCARD.key}_chance": jaccard(prior),
             "inferred_classes": sorted(predicted), NUM_TRUE.key: len(truth_labels)}
+
+
+def proportion_scores(proportions: Mapping[int, float], truth_labels: torch.Tensor, frequencies: torch.Tensor,
+                      inferred_set: set[int]) -> dict[str, Any]:
+    """Inferred class proportions scored by their total variation distance from the true ones
+    (``class_proportion_error``, 0 exact, 1 disjoint), against a prior that knows only the class frequencies
+    (``_chance``: the population's shares of the scored classes) and against the uniform mixture of the inferred class
+    set (``_set``: what the class set alone gives). Classes outside ``proportions`` count as inferred 0.
+
+    Example:
+        >>> out = proportion_scores({0: 0.7, 1: 0.3, 2: 0.0}, torch.tensor([0, 0, 0, 1]), torch.ones(3) / 3, {0, 1})
+        >>> round(out["class_proportion_error"], 3), round(out["class_proportion_error_chance"], 3)
+        (0.05, 0.417)
+        >>> round(out["class_proportion_error_set"], 3)
+        0.25
+    """
+    classes = sorted(set(proportions) | {int(c) for c in truth_labels.unique()})
+    n = len(truth_labels)
+    true = np.array([float((truth_labels == c).sum()) / n for c in classes])
+    scored = [c for c in classes if c in proportions]
+    prior = np.array([float(frequencies[c]) if c in proportions else 0.0 for c in classes])
+    prior = prior / prior.sum() if prior.sum() > 0 else prior
+
+    def tv(guess: np.ndarray) -> float:
+        return float(0.5 * np.abs(guess - true).sum())
+
+    found = np.array([float(proportions.get(c, 0.0)) for c in classes])
+    uniform = np.array([1.0 / len(inferred_set) if c in inferred_set else 0.0 for c in classes])
+    return {CLASS_PROPORTION_ERROR.key: tv(found), CLASS_PROPORTION_ERROR_CHANCE.key: tv(prior),
+            CLASS_PROPORTION_ERROR_SET.key: tv(uniform),
+            "inferred_proportions": {str(c): round(float(proportions[c]), 4) for c in scored}}
