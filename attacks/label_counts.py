@@ -12,10 +12,20 @@ who estimate the impact on auxiliary data). Counts are clipped at 0 and rounded 
 received model to the one the upload implies, ``theta_0 + (t/S)(theta_S - theta_0)`` for ``t = 0 .. S-1``
 (Dimitrov et al., "Data Leakage in Federated Averaging", TMLR 2022, estimate a FedSGD label attack's parameters at
 every FedAvg step this way), at most ``points`` of them evenly spaced.
+
+From one step's gradient the head's weight gradient says more (``estimator=head``, the default there):
+``B dW = sum_i (p_i - y_i) h_i^T`` carries each batch's own predictions and head inputs ``h_i``, which the bias
+alone averages away (iLRG, Ma et al. 2023, read counts off the head's weight and bias gradients of untrained
+models). privbench reads them by shadow batches: the attacker, who holds the model and labelled public images,
+forms ``shadows`` batches of the victim's size from them (class mixes drawn from a flat Dirichlet), computes each
+one's head gradient in closed form from the public images' head inputs, and fits a ridge regression from the
+gradient's features ``(db, dW W^T)`` to the batch's mean prediction ``pbar``; the victim's counts are then
+``B (pbar - db)`` from the exact bias identity, and ``refits`` more regressions are fitted on shadow batches drawn
+around the counts found (80 % their mix, 20 % a flat Dirichlet), where the map is nearly linear.
 """
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -28,6 +38,7 @@ from privbench.attacks.findings import InferredLabels
 from privbench.attacks.views import LabelView, ViewKind
 from privbench.attacks.target import AttackTarget
 from privbench.errors import AttackNotApplicableError
+from privbench.payloads import kind as payload_kind
 from privbench.payloads.kinds import Carries
 
 
@@ -125,6 +136,85 @@ def estimate_counts(target: AttackTarget, public: torch.Tensor, public_labels: t
     return counts_from_bias(bias, target.num_images, conditional, iterations=iterations)
 
 
+#: How counts are read: the head's bias (any message), its weight and bias by shadow batches (one step's
+#: gradient), or ``auto`` (head for a gradient, bias for a model payload).
+ESTIMATORS = ("auto", "bias", "head")
+
+
+def head_inputs(model: nn.Module, head: str, images: torch.Tensor, *, batch: int = 500
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The inputs of the classifier head ``head`` (``[N, d]``) and the softmax predictions (``[N, C]``) on
+    ``images``, in double precision."""
+    module = dict(model.named_modules())[head]
+    if not isinstance(module, nn.Linear):
+        raise AttackNotApplicableError(f"attack.estimator=head reads a linear classifier head; {head} is a "
+                                       f"{type(module).__name__}")
+    captured: list[torch.Tensor] = []
+    hook = module.register_forward_hook(lambda m, args, out: captured.append(args[0].detach().flatten(1)))
+    was = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            probabilities = torch.cat([F.softmax(model(images[i:i + batch]), 1) for i in range(0, len(images), batch)])
+    finally:
+        hook.remove()
+        model.train(was)
+    return torch.cat(captured).double().cpu(), probabilities.double().cpu()
+
+
+def _head_features(weight_gradient: torch.Tensor, bias_gradient: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """A head gradient's regression features: the bias gradient and ``dW W^T`` (each class's row against each head
+    row: ``sum_i (p_ic - y_ic)(z_ik - b_k) / B``)."""
+    return torch.cat([bias_gradient, (weight_gradient @ weight.T).flatten()])
+
+
+def counts_from_head(target: AttackTarget, public: torch.Tensor, public_labels: torch.Tensor, *, shadows: int = 4000,
+                     refits: int = 1, ridge: float = 1e-6, seed: int = 0) -> np.ndarray:
+    """Per-class counts of the ``target.num_images`` images of one step's gradient from its head's weight and bias
+    gradients, by shadow batches of public images (module docstring)."""
+    head = target.head
+    weight_gradient = target.gradient.get(f"{head}.weight")
+    bias_gradient = target.gradient.get(f"{head}.bias")
+    if weight_gradient is None or bias_gradient is None:
+        raise AttackNotApplicableError(f"{target.knowledge.get('payload')}: the message does not carry the classifier "
+                                       f"head's bias and weight ({head}.bias, {head}.weight), which "
+                                       "attack.estimator=head reads the counts from")
+    inputs, probabilities = head_inputs(target.model, head, public)
+    weight = dict(target.model.named_parameters())[f"{head}.weight"].detach().double().cpu()
+    observed = _head_features(weight_gradient.double().cpu(), bias_gradient.double().cpu(), weight)
+    classes, batch = target.num_classes, target.num_images
+    labels = public_labels.cpu().long()
+    held = [c for c in range(classes) if bool((labels == c).any())]
+    rows = {c: (labels == c).nonzero().flatten().numpy() for c in held}
+    rng = np.random.default_rng(seed)
+
+    def estimate(around: np.ndarray | None) -> np.ndarray:
+        features, means = [], []
+        for _ in range(shadows):
+            mix = rng.dirichlet(np.ones(len(held)))
+            if around is not None:
+                mix = 0.8 * around + 0.2 * mix
+            count = rng.multinomial(batch, mix)
+            index = torch.from_numpy(np.concatenate([rng.choice(rows[c], k) for c, k in zip(held, count)]))
+            error = probabilities[index] - F.one_hot(labels[index], classes).double()
+            features.append(_head_features(error.T @ inputs[index] / batch, error.mean(0), weight))
+            means.append(probabilities[index].mean(0))
+        x, y = torch.stack(features), torch.stack(means)
+        centre, scale = x.mean(0), x.std(0).clamp_min(1e-12)
+        design = torch.cat([(x - centre) / scale, torch.ones(len(x), 1, dtype=torch.float64)], 1)
+        gram = design.T @ design + ridge * len(design) * torch.eye(design.shape[1], dtype=torch.float64)
+        beta = torch.linalg.solve(gram, design.T @ y)
+        pbar = torch.cat([(observed - centre) / scale, torch.ones(1, dtype=torch.float64)]) @ beta
+        counts = largest_remainder((batch * (pbar - bias_gradient.double().cpu())).numpy(), batch)
+        counts[[c for c in range(classes) if c not in held]] = 0  # no public image, no client of that class
+        return largest_remainder(counts.astype(float), batch)
+
+    counts = estimate(None)
+    for _ in range(refits):
+        counts = estimate(np.array([counts[c] + 0.5 for c in held]) / (batch + 0.5 * len(held)))
+    return counts
+
+
 class LabelCounts(Attack):
     """The classes a message was computed from and how many images of each, from the head's bias gradient.
 
@@ -133,18 +223,48 @@ class LabelCounts(Attack):
         public: most public (test-split) images used for that estimate.
         points: models along a model payload's update at which that estimate is taken and averaged (1: the
             received model only; a gradient always uses the received model).
+        estimator: ``auto`` (``head`` for one step's gradient, ``bias`` for a model payload), ``bias`` or ``head``
+            (the head's weight and bias gradients by shadow batches; gradient payloads only).
+        shadows: shadow batches of each ``head`` regression.
+        refits: regressions refitted around the counts found.
     """
 
     name = "labels"
     reads: ClassVar[frozenset[Carries]] = frozenset({"gradient", "model"})
     view: ClassVar[ViewKind] = "labels"
 
-    def __init__(self, *, iterations: int = 10, public: int = 2000, points: int = 1) -> None:
-        if iterations < 0 or public < 1 or points < 1:
-            raise ValueError("attack.iterations must be >= 0, attack.public >= 1 and attack.points >= 1")
+    def __init__(self, *, iterations: int = 10, public: int = 2000, points: int = 1, estimator: str = "auto",
+                 shadows: int = 4000, refits: int = 1) -> None:
+        if iterations < 0 or public < 1 or points < 1 or shadows < 10 or refits < 0:
+            raise ValueError("attack.iterations must be >= 0, attack.public >= 1, attack.points >= 1, "
+                             "attack.shadows >= 10 and attack.refits >= 0")
+        if estimator not in ESTIMATORS:
+            raise ValueError(f"attack.estimator={estimator!r} is not one of {', '.join(ESTIMATORS)}")
         self.iterations, self.public, self.points = iterations, public, points
+        self.estimator, self.shadows, self.refits = estimator, shadows, refits
+
+    def cannot_read(self, kind: str) -> str | None:
+        reason = super().cannot_read(kind)
+        if reason is None and self.estimator == "head" and payload_kind(kind).carries != "gradient":
+            return (f"attack.estimator=head reads one step's head gradient; {kind} is a multi-step model payload "
+                    "(use attack.estimator=bias or auto)")
+        return reason
+
+    def budget(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"estimator": self.estimator, "public_images": self.public}
+        if self.estimator != "bias":
+            out.update({"shadow_batches": self.shadows, "refits": self.refits})
+        return out
 
     def attack(self, view: LabelView, *, seed: int) -> InferredLabels:
-        counts = estimate_counts(view.target, view.public, view.public_labels, points=self.points,
-                                 iterations=self.iterations)
-        return InferredLabels(counts={int(c): int(n) for c, n in enumerate(counts) if n > 0})
+        target = view.target
+        one_step = int((target.knowledge.get("training") or {}).get("steps", 1)) <= 1
+        use = self.estimator if self.estimator != "auto" else ("head" if one_step else "bias")
+        if use == "head":
+            counts = counts_from_head(target, view.public, view.public_labels, shadows=self.shadows,
+                                      refits=self.refits, seed=seed)
+        else:
+            counts = estimate_counts(target, view.public, view.public_labels, points=self.points,
+                                     iterations=self.iterations)
+        return InferredLabels(counts={int(c): int(n) for c, n in enumerate(counts) if n > 0},
+                              info={"estimator": use})

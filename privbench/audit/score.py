@@ -152,7 +152,7 @@ def _reconstruction(finding: Reconstruction, view: Any, attack: Attack, truth: T
 @register_scorer(InferredLabels)
 def _labels(finding: InferredLabels, view: Any, attack: Attack, truth: Truth, how: Scoring) -> dict[str, Any]:
     """Labels: the class set and per-class counts against the truth, and against a class-frequency prior."""
-    return label_scores(finding.counts, truth.labels, truth.class_frequencies)
+    return {**label_scores(finding.counts, truth.labels, truth.class_frequencies), **finding.info}
 
 
 @register_scorer(InferredProperty)
