@@ -24,7 +24,8 @@ from privbench.pixels import normalise
 from privbench.payloads import LocalTraining, Payload, PayloadStore
 from privbench.victim import Victim
 from privbench.figures import (
-    CLASS_PROPORTION_ERROR, CLASS_PROPORTION_ERROR_CHANCE, CLASS_PROPORTION_ERROR_SET, LABEL_ACCURACY, LABEL_SET_EXACT, LABEL_SET_EXACT_CHANCE, LABEL_SET_JACCARD, LABEL_SET_JACCARD_CHANCE, MIA_AUC,
+    CLASS_PROPORTION_ERROR, CLASS_PROPORTION_ERROR_CHANCE, CLASS_PROPORTION_ERROR_SET, LABEL_ACCURACY,
+    LABEL_SET_EXACT, LABEL_SET_EXACT_CHANCE, LABEL_SET_JACCARD, LABEL_SET_JACCARD_CHANCE, MIA_AUC,
     MIA_TPR_1, LPIPS_CHANCE, LPIPS_MEAN, NUM_RECONSTRUCTED, NUM_TRUE, PSNR_CHANCE, PSNR_GAIN, PSNR_MEAN,
     SSIM_CHANCE, SSIM_MEAN,
 )
@@ -252,7 +253,7 @@ def _victim_row(client: int, threat: dict[str, Any], privacy: dict[str, Any]) ->
             LPIPS_CHANCE.key, LABEL_ACCURACY.key, NUM_RECONSTRUCTED.key, NUM_TRUE.key)
     other = (LABEL_SET_EXACT.key, LABEL_SET_EXACT_CHANCE.key, LABEL_SET_JACCARD.key, LABEL_SET_JACCARD_CHANCE.key,
              "inferred_classes", CLASS_PROPORTION_ERROR.key, CLASS_PROPORTION_ERROR_CHANCE.key,
-             CLASS_PROPORTION_ERROR_SET.key, MIA_AUC.key, MIA_TPR_1.key)  # a property or membership attack's own figures
+             CLASS_PROPORTION_ERROR_SET.key, MIA_AUC.key, MIA_TPR_1.key)  # a property or membership attack's figures
     return {"client": client, "payload": threat.get("payload"), **{k: privacy.get(k) for k in keys},
             **{k: privacy[k] for k in other if k in privacy}}
 

@@ -24,7 +24,8 @@ from privbench.pixels import normalise
 
 
 def _aggregates(kind: str, store: PayloadStore) -> list[tuple[int, int | None, str, list[dict[str, Any]]]]:
-    """Each stored aggregate of ``kind``: the round it aggregates, its cohort, its id and its members' upload records."""
+    """Each stored aggregate of ``kind``: the round it aggregates, its cohort, its id and its members' upload
+    records."""
     uploads = ("masked_upload",) if kind == "aggregate" else kinds_where(direction="up", carries="model",
                                                                          aggregate=False)
     later = 0 if kind == "aggregate" else 1
