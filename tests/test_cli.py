@@ -37,7 +37,7 @@ def test_help_lists_groups_and_options(tmp_path):
                  "experiment: active_genefl, active_server, bytes_curve, comm_accounting, dlg_paper, dp_coverage, dp_curve, fedavg_leakage, idlg_paper, "
                  "membership_leakage, "
                  "paper_cifar10, "
-                 "privacy_tradeoff, secure_aggregation, server_threat, threat_grid, trap_weights, victim_settings, xi_direction",
+                 "privacy_tradeoff, secure_aggregation, server_threat, threat_grid, threat_grid2, trap_weights, victim_settings, xi_direction",
                  "experiment/threat_grid: gradient, learngene, update"):
         assert line in out.stdout
     for line in ("  lr: 0.1  # local SGD learning rate.", "    gamma: 0.5  # kept: a count (>= 1) or fraction (< 1) of layers",
