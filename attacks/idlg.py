@@ -1,34 +1,61 @@
 """iDLG (Zhao et al., 2020): labels from the head's gradient, then L-BFGS on the images."""
 from __future__ import annotations
 
+from typing import Any, ClassVar
+
 import torch
 
-from privbench.attacks.base import Attempt
+from privbench.attacks.base import Attempt, Reconstruction
 from privbench.attacks.dlg import DLG
-from privbench.attacks.labels import recover_labels
+from privbench.attacks.label_counts import LABEL_RULES, counted, with_counted_labels
 from privbench.attacks.matching import candidate_gradient, lbfgs_match
 from privbench.attacks.target import AttackTarget
+from privbench.attacks.views import LabelView, ViewKind
 
 
 class IDLG(DLG):
     """Improved DLG.
 
-    When the payload carries the classifier head's weight, labels are read off its
-    gradient (``recover_labels``) and only the images are optimised. Without the head the
-    labels are unknown and the attack falls back to DLG's joint optimisation, which the
-    result records as ``label_source = "unknown: optimised jointly"``.
+    When the payload carries the classifier head's weight, labels are known before the images are optimised: for
+    one image iDLG's sign rule (``recover_labels``), for a batch the per-class counts recovered from the head's
+    weight and bias gradients (``labels=auto``; ``attacks/label_counts``), which the sign rule cannot give when a
+    class repeats. Without the head the labels are unknown and the attack falls back to DLG's joint
+    optimisation, which the result records as ``label_source = "unknown: optimised jointly"``.
+
+    Args:
+        labels: ``auto``, ``counts`` or ``sign`` (``label_counts.LABEL_RULES``).
+        public: labelled test-split images (no client holds them) the counts are estimated with.
     """
 
     name = "idlg"
+    view: ClassVar[ViewKind] = "labels"
+
+    def __init__(self, *, iterations: int = 300, restarts: int = 4, converged: float = 1e-6, stall_at: float = 0.25,
+                 stall_tol: float = 0.05, unroll: bool = False, max_images: int = 64, patience: int = 0,
+                 labels: str = "auto", public: int = 2000) -> None:
+        super().__init__(iterations=iterations, restarts=restarts, converged=converged, stall_at=stall_at,
+                         stall_tol=stall_tol, unroll=unroll, max_images=max_images, patience=patience)
+        if labels not in LABEL_RULES or public < 1:
+            raise ValueError(f"attack.labels must be one of {', '.join(LABEL_RULES)} and attack.public >= 1")
+        self.labels, self.public = labels, public
+
+    def attack(self, view: AttackTarget | LabelView, *, seed: int) -> Reconstruction:
+        target = with_counted_labels(view, self.labels, seed=seed)
+        found = super().attack(target, seed=seed)
+        found.info["label_counts"] = counted(target)
+        return found
+
+    def budget(self) -> dict[str, Any]:
+        """DLG's budget and where the batch's labels come from."""
+        return {**super().budget(), "labels": self.labels}
 
     def label_source(self, target: AttackTarget) -> str:
         return target.head_label_source
 
     def attempt(self, target: AttackTarget, *, generator: torch.Generator) -> Attempt:
-        head = target.head_gradient
-        if head is None:
+        labels = target.known_labels()
+        if labels is None:
             return super().attempt(target, generator=generator)
-        labels = recover_labels(head, target.num_images)
         images = target.randn(target.num_images, *target.image_shape, generator=generator).requires_grad_(True)
         with self.progress(desc=self.name) as bar:
             objective, status, iters = lbfgs_match(

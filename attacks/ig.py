@@ -3,18 +3,19 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
 
 from privbench.attacks.base import Attempt, GradientInversion
 from privbench.attacks.findings import Finding
-from privbench.attacks.labels import recover_labels
+from privbench.attacks.label_counts import LABEL_RULES, counted, with_counted_labels
 from privbench.attacks.matching import candidate_gradient
 from privbench.attacks.objectives import cosine_distance, total_variation
 from privbench.attacks.stacked import StackedModel, unstackable
 from privbench.attacks.target import AttackTarget
+from privbench.attacks.views import LabelView, ViewKind
 
 #: Batched restarts run on a stacked model where the model allows it (else ``torch.func.vmap``).
 STACKED = True
@@ -30,7 +31,8 @@ class InvertingGradients(GradientInversion):
     Adam on the sign of the image gradient, learning rate decayed x0.1 at 3/8, 5/8 and 7/8
     of the iterations, pixels clamped to the valid range after every step. Labels are read
     off the head's gradient when the payload carries it; otherwise label logits are
-    optimised jointly (plain Adam). Restarts are scored by the final objective.
+    optimised jointly (plain Adam); for a batch the labels are the per-class counts recovered from the head's weight
+    and bias gradients (``labels=auto``, as iDLG). Restarts are scored by the final objective.
 
     Args:
         lr: Adam learning rate on the images.
@@ -40,32 +42,44 @@ class InvertingGradients(GradientInversion):
         batched: run all restarts as one optimisation (equal to one by one,
             within float tolerance) where the target allows it: no unrolled training and no
             batch-norm buffers in the model.
+        labels: ``auto``, ``counts`` or ``sign`` (``label_counts.LABEL_RULES``).
+        public: labelled test-split images (no client holds them) the counts are estimated with.
     """
 
     name = "ig"
+    view: ClassVar[ViewKind] = "labels"
 
     def __init__(self, *, iterations: int = 1000, restarts: int = 2, lr: float = 0.1, tv: float = 1e-3,
-                 unroll: bool = False, max_images: int = 64, batched: bool = True) -> None:
+                 unroll: bool = False, max_images: int = 64, batched: bool = True, labels: str = "auto",
+                 public: int = 2000) -> None:
         super().__init__(iterations=iterations, restarts=restarts, converged=0.0, stall_at=1.0, stall_tol=math.inf,
                          unroll=unroll, max_images=max_images)
         if lr <= 0 or tv < 0:
             raise ValueError("attack.lr must be > 0 and attack.tv >= 0")
-        self.lr, self.tv, self.batched = lr, tv, batched
+        if labels not in LABEL_RULES or public < 1:
+            raise ValueError(f"attack.labels must be one of {', '.join(LABEL_RULES)} and attack.public >= 1")
+        self.lr, self.tv, self.batched, self.labels, self.public = lr, tv, batched, labels, public
+
+    def attack(self, view: AttackTarget | LabelView, *, seed: int) -> Finding:  # type: ignore[override]
+        target = with_counted_labels(view, self.labels, seed=seed)
+        found = super().attack(target, seed=seed)
+        found.info["label_counts"] = counted(target)
+        return found
 
     def label_source(self, target: AttackTarget) -> str:
         return target.head_label_source
 
     def budget(self) -> dict[str, Any]:
         """Restarts x Adam steps, and the settings that shape them."""
-        return {**super().budget(), "optimiser": "signed Adam", "lr": self.lr, "tv": self.tv, "unroll": self.unroll}
+        return {**super().budget(), "optimiser": "signed Adam", "lr": self.lr, "tv": self.tv, "unroll": self.unroll,
+                "labels": self.labels}
 
     def attempt(self, target: AttackTarget, *, generator: torch.Generator) -> Attempt:
         n = target.num_images
         images = target.randn(n, *target.image_shape, generator=generator)
         target.clamp_(images)
         images.requires_grad_(True)
-        head = target.head_gradient
-        labels = recover_labels(head, n) if head is not None else None
+        labels = target.known_labels()
         logits = None if labels is not None else target.randn(n, target.num_classes, generator=generator).requires_grad_(True)
         optimizer = torch.optim.Adam([images] + ([logits] if logits is not None else []), lr=self.lr)
         milestones = [int(self.iterations * f) for f in (3 / 8, 5 / 8, 7 / 8)]
@@ -97,10 +111,11 @@ class InvertingGradients(GradientInversion):
         together = self._batched([target], generators=generators)
         return None if together is None else together[0]
 
-    def attack_many(self, targets: list[Any], *, seed: int) -> list[Finding]:
+    def attack_many(self, views: list[Any], *, seed: int) -> list[Finding]:
         """Every target's restarts in one batched optimisation, each result equal to ``attack`` on that target alone."""
-        if len(targets) < 2:
-            return super().attack_many(targets, seed=seed)
+        if len(views) < 2:
+            return super().attack_many(views, seed=seed)
+        targets = [with_counted_labels(v, self.labels, seed=seed) for v in views]
         generators = [torch.Generator().manual_seed(seed * 1000 + k) for k in range(self.restarts)]
         for target in targets:
             self.check_size(target)
@@ -108,8 +123,12 @@ class InvertingGradients(GradientInversion):
         together = self._batched(targets, generators=generators)
         if together is None:
             return super().attack_many(targets, seed=seed)
-        return [self.result(target, attempts, [(target.evaluations - b) // len(attempts)] * len(attempts))
-                for target, attempts, b in zip(targets, together, before)]
+        found: list[Finding] = [
+            self.result(target, attempts, [(target.evaluations - b) // len(attempts)] * len(attempts))
+            for target, attempts, b in zip(targets, together, before)]
+        for target, finding in zip(targets, found):
+            finding.info["label_counts"] = counted(target)
+        return found
 
     def _batched(self, targets: list[AttackTarget], *, generators: list[torch.Generator]) -> list[list[Attempt]] | None:
         """Restarts of every target as one optimisation (a stacked model, else vmap); None where a target rules
@@ -119,15 +138,15 @@ class InvertingGradients(GradientInversion):
         if not self.batched or any(t.unroll is not None or t.clip is not None or any(True for _ in t.model.buffers())
                                    for t in targets):
             return None
-        if any((t.num_images, t.image_shape, list(t.gradient), t.head_gradient is None) !=
-               (first.num_images, first.image_shape, list(first.gradient), first.head_gradient is None)
+        if any((t.num_images, t.image_shape, list(t.gradient), t.known_labels() is None) !=
+               (first.num_images, first.image_shape, list(first.gradient), first.known_labels() is None)
                for t in targets[1:]):
             return None
         n, model, restarts = first.num_images, first.model, len(generators)
         problems = [(t, k) for t in targets for k in range(restarts)]  # target-major, restarts in order
         hard = None
-        if first.head_gradient is not None:
-            hard = torch.stack([recover_labels(t.head_gradient, n) for t, _ in problems])  # type: ignore[arg-type]
+        if first.known_labels() is not None:
+            hard = torch.stack([t.known_labels() for t, _ in problems])  # type: ignore[misc]
         starts, logit_starts = [], []
         for target in targets:
             for generator in [torch.Generator().manual_seed(g.initial_seed()) for g in generators]:

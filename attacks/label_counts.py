@@ -215,6 +215,51 @@ def counts_from_head(target: AttackTarget, public: torch.Tensor, public_labels: 
     return counts
 
 
+#: Where a gradient inversion's batch labels come from: ``auto`` (recovered counts for a batch of more than one
+#: image when the view brings public data and the message carries the head's weight and bias; the head gradient's
+#: sign rule otherwise), ``counts`` (always the recovered counts) or ``sign`` (iDLG's rule, repeated for a batch).
+LABEL_RULES = ("auto", "counts", "sign")
+
+
+def with_counted_labels(view: AttackTarget | LabelView, rule: str, *, seed: int, points: int = 1) -> AttackTarget:
+    """The view's gradient target with its candidates' labels taken from the recovered per-class counts where ``rule``
+    asks for them (``LABEL_RULES``): ``head`` counts (shadow batches) from one step's gradient, ``bias`` counts along
+    the update from a model payload; the target's ``knowledge`` says which. A plain target (no public data), the
+    ``sign`` rule and, under ``auto``, an aggregate replayed member by member (the counts do not say which member
+    holds which class) leave it as it is; ``counts`` without public data is refused."""
+    if rule not in LABEL_RULES:
+        raise ValueError(f"attack.labels={rule!r} is not one of {', '.join(LABEL_RULES)}")
+    if not isinstance(view, LabelView):
+        if rule == "counts" and view.labels is None:
+            raise AttackNotApplicableError("attack.labels=counts needs labelled public data, which this view lacks")
+        return view
+    target = view.target
+    head = target.head
+    carried = f"{head}.weight" in target.gradient and f"{head}.bias" in target.gradient
+    members = len(target.unroll.parts) if target.unroll is not None else 1  # an aggregate replayed member by member
+    if rule == "sign" or (rule == "auto" and (target.num_images == 1 or not carried or members > 1)):
+        return target
+    images, labels = view.public, view.public_labels
+    one_step = target.unroll is None and int((target.knowledge.get("training") or {}).get("steps", 1)) <= 1
+    if one_step and carried:
+        counts = counts_from_head(target, images, labels, seed=seed)
+        how = "per-class counts recovered from the head's weight and bias gradients (shadow batches of public images)"
+    else:
+        counts = estimate_counts(target, images, labels, points=points)
+        how = "per-class counts recovered from the head's bias gradient along the update"
+    target.labels = torch.from_numpy(np.repeat(np.arange(len(counts)), counts)).long().to(target.device)
+    target.knowledge["labels"] = how
+    return target
+
+
+def counted(target: AttackTarget) -> dict[int, int] | None:
+    """The per-class counts a target's labels were set from (``with_counted_labels``), for a finding's info."""
+    if target.labels is None:
+        return None
+    classes, numbers = target.labels.unique(return_counts=True)
+    return {int(c): int(n) for c, n in zip(classes, numbers)}
+
+
 class LabelCounts(Attack):
     """The classes a message was computed from and how many images of each, from the head's bias gradient.
 

@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from privbench.attacks.im2col import with_im2col
+from privbench.attacks.labels import recover_labels
 from privbench.errors import AttackNotApplicableError
 from privbench.models import classifier_head
 from privbench.payloads import LocalTraining, Payload
@@ -127,6 +128,8 @@ class AttackTarget:
         evaluations: objective evaluations so far (for benchmarks).
         clip: the per-sample clip norm ``C`` the payload's training record declares (DP-SGD's, public):
             candidates' gradients are clipped per sample to it before they are averaged (None: not clipped).
+        labels: the candidates' labels as recovered before optimising (per-class counts,
+            ``attacks/label_counts.with_counted_labels``); None: the head gradient's sign rule, or joint optimisation.
     """
 
     model: nn.Module
@@ -139,6 +142,7 @@ class AttackTarget:
     knowledge: dict[str, Any] = field(default_factory=dict)
     evaluations: int = 0
     clip: float | None = None
+    labels: torch.Tensor | None = None
 
     @classmethod
     def from_payload(cls, payload: Payload, *, base: Payload | None, model: nn.Module, num_images: int,
@@ -205,8 +209,19 @@ class AttackTarget:
 
     @property
     def head_label_source(self) -> str:
-        """``recovered`` when labels can be read off the head's gradient, else ``UNKNOWN_LABELS``."""
+        """``recovered counts`` when labels were set from recovered counts, ``recovered`` when they can be read off the
+        head's gradient by its sign, else ``UNKNOWN_LABELS``."""
+        if self.labels is not None:
+            return "recovered counts"
         return "recovered" if self.head_gradient is not None else UNKNOWN_LABELS
+
+    def known_labels(self) -> torch.Tensor | None:
+        """The candidates' labels: the recovered counts' where set, else the head gradient's sign rule
+        (``recover_labels``), else None (the head is hidden: optimise them jointly)."""
+        if self.labels is not None:
+            return self.labels
+        head = self.head_gradient
+        return None if head is None else recover_labels(head, self.num_images)
 
     @property
     def device(self) -> torch.device:

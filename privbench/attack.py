@@ -228,7 +228,8 @@ def attack_file(args: argparse.Namespace) -> dict[str, Any]:
     from privbench.audit.score import score_reconstruction
     from privbench.io import atomic_write_text
     from privbench.metrics.reconstruction import Recovered
-    from privbench.pixels import denormalise
+    from privbench.attacks.views import LabelView
+    from privbench.pixels import denormalise, normalise
     from privbench.progress import run_log
     from privbench.provenance import versions
 
@@ -281,7 +282,14 @@ def attack_file(args: argparse.Namespace) -> dict[str, Any]:
         target.knowledge["input_normalisation"] = {"inputs": args.inputs,
                                                    **({"mean": list(mean), "std": list(std)}
                                                       if args.inputs == "normalised" else {})}
-        result = attack.attack(target, seed=int(cfg.seed))
+        view: Any = target
+        if attack.view == "labels":  # a batch's labels from its counts, read with the task's labelled test split
+            rows = torch.randperm(len(data.test), generator=torch.Generator().manual_seed(int(cfg.seed) * 7919 + 29))
+            rows = rows[: int(getattr(attack, "public", 2000))].to(data.test.images.device)
+            public = normalise(data.test.images[rows].cpu().float() / 255.0, mean, std)
+            view = LabelView(target, public.to(target.device), data.test.labels[rows].cpu().to(target.device))
+            target.knowledge["public_data"] = f"{len(rows)} labelled test-split images"
+        result = attack.attack(view, seed=int(cfg.seed))
         privacy: dict[str, Any] = {"failed": result.failed, "objective": result.objective,
                                    "label_source": result.label_source, "attempts": result.attempts}
         if truth is not None and result.images is not None and result.labels is not None:

@@ -74,6 +74,10 @@ CANARY_TPR_BOUND_1 = _privacy("canary_tpr_bound_1pct", "TPR bound at FPR 1 % (au
 CANARY_TPR_BOUND_01 = _privacy("canary_tpr_bound_0_1pct", "TPR bound at FPR 0.1 % (audited round, f-DP)",
                                fmt="{:.3f}", bounds="unit")
 PSNR_GAIN = _privacy("psnr_gain", "PSNR gain over chance (dB)", unit="dB", fmt="{:+.2f}", leak="higher")
+PSNR_MEDIAN = _privacy("psnr_median", "median image PSNR (dB)", unit="dB", fmt="{:.2f}", leak="higher", bounds="psnr")
+#: The median matched image's PSNR over the chance PSNR: half the true images are rebuilt at least this far above it.
+PSNR_MEDIAN_GAIN = _privacy("psnr_median_gain", "median image's gain over chance (dB)", unit="dB", fmt="{:+.2f}",
+                            leak="higher")
 PSNR_BEST = _privacy("psnr_best", "best PSNR (dB)", unit="dB", fmt="{:.2f}", leak="higher", best="max", bounds="psnr")
 SSIM_MEAN = _privacy("ssim_mean", "SSIM", fmt="{:.3f}", leak="higher", bounds="signed_unit")
 SSIM_CHANCE = _privacy("ssim_chance", "chance SSIM", fmt="{:.3f}", bounds="signed_unit")
@@ -148,7 +152,8 @@ MIA_TPR_BOUND_01 = Figure("mia_tpr_bound_0_1pct", "defense", "TPR bound at FPR 0
                           bounds="unit")
 
 #: The report's figure columns, in order (NaN where a run did not measure one, never 0).
-REPORTED = (PSNR_MEAN, PSNR_CHANCE, PSNR_CHANCE_UNINFORMED, PSNR_CHANCE_INFORMED, PSNR_GAIN, RECOVERED_FRACTION,
+REPORTED = (PSNR_MEAN, PSNR_CHANCE, PSNR_CHANCE_UNINFORMED, PSNR_CHANCE_INFORMED, PSNR_GAIN, PSNR_MEDIAN, PSNR_MEDIAN_GAIN,
+            RECOVERED_FRACTION,
             RECOVERED_FRACTION_CHANCE, DOWNLOAD_FLAGGED, CRAFTED_UPLOADED, EPSILON_LOWER, EPSILON_CLAIMED, CANARY_TPR_BOUND_1,
             CANARY_TPR_BOUND_01, PSNR_BEST, SSIM_MEAN, SSIM_CHANCE, SSIM_GAIN, SSIM_BEST, LPIPS_MEAN,
             LPIPS_CHANCE, LPIPS_BEST, NUM_TRUE, LABEL_ACCURACY, PROJECTION_PSNR_MEAN, LABEL_SET_EXACT,
@@ -165,7 +170,7 @@ LEAKS = "leaks"
 RUNS = "runs"
 #: ``table.md`` and the HTML summary, in order (all-missing columns are left out); the leak verdict follows the gain.
 #: Accuracy has two columns, never one: each client's own model, and the model it holds after its download.
-TABLE = (PSNR_GAIN, LEAKS, RECOVERED_FRACTION, DOWNLOAD_FLAGGED, CRAFTED_UPLOADED, EPSILON_LOWER, EPSILON_CLAIMED, MIA_AUC, MIA_TPR_1,
+TABLE = (PSNR_GAIN, LEAKS, PSNR_MEDIAN_GAIN, RECOVERED_FRACTION, DOWNLOAD_FLAGGED, CRAFTED_UPLOADED, EPSILON_LOWER, EPSILON_CLAIMED, MIA_AUC, MIA_TPR_1,
          MIA_AUC_INFORMED, CANARY_TPR_BOUND_1, SOURCE_ACCURACY, SOURCE_CHANCE_INFORMED, PERSONAL_ACCURACY, DOWNLOADED_ACCURACY,
          TOTAL_BYTES, EPSILON, EPSILON_ACCOUNTED, MIA_TPR_BOUND_1, MIA_TPR_01, CANARY_TPR_BOUND_01, MIA_TPR_BOUND_01, MIA_MEMBERS,
          MIA_TPR_1_INFORMED, SOURCE_CHANCE, PSNR_MEAN, PSNR_CHANCE,

@@ -120,3 +120,43 @@ def test_the_head_estimator_on_a_multi_step_upload_is_refused_before_training(tm
     with pytest.raises(PrivbenchError, match="attack.estimator=head reads one step's head gradient"):
         privbench.run(["attack=labels", "attack.estimator=head", "fl=fedavg", "payload=update"], results_dir=tmp_path)
     assert not list(tmp_path.rglob("payloads"))
+
+
+def test_idlg_and_ig_take_a_batch_s_labels_from_the_counts_where_the_sign_rule_repeats_wrong():
+    """A LeNet batch of 6 images with a class three times: the head's counts give every label; iDLG's sign rule,
+    repeating the negative rows in turn, cannot. With public data both inversions use the counts; without, the rule."""
+    from privbench.attacks.idlg import IDLG
+    from privbench.attacks.ig import InvertingGradients
+    from privbench.attacks.label_counts import with_counted_labels
+    from privbench.attacks.labels import recover_labels
+    from privbench.attacks.target import AttackTarget
+    from privbench.attacks.views import LabelView
+
+    train, test = load_fashion_mnist_subset(train=True), load_fashion_mnist_subset(train=False)
+    labels = train.labels
+    rows = torch.cat([(labels == 3).nonzero().flatten()[:3], (labels == 7).nonzero().flatten()[:2],
+                      (labels == 0).nonzero().flatten()[:1]])
+    x = normalise(train.images[rows].float() / 255.0, train.mean, train.std)
+    public = normalise(test.images.float() / 255.0, train.mean, train.std)
+    torch.manual_seed(0)
+    model = LeNet(in_channels=1, image_size=28, num_classes=10)
+    grads = torch.autograd.grad(F.cross_entropy(model(x), labels[rows]), list(model.parameters()))
+    gradient = {n: g for (n, _), g in zip(model.named_parameters(), grads)}
+    true = sorted(labels[rows].tolist())  # [0, 3, 3, 3, 7, 7]
+
+    def view() -> LabelView:
+        return LabelView(AttackTarget(model, dict(gradient), 6, (1, 28, 28), 10), public, test.labels)
+
+    assert sorted(recover_labels(gradient["fc.weight"], 6).tolist()) != true
+    counted = with_counted_labels(view(), "auto", seed=0)
+    assert counted.labels is not None and counted.labels.tolist() == true
+    assert counted.head_label_source == "recovered counts" and "counts" in counted.knowledge["labels"]
+    for attack in (IDLG(iterations=2, restarts=1), InvertingGradients(iterations=2, restarts=1)):
+        found = attack.attack(view(), seed=0)
+        assert sorted(found.labels.tolist()) == true and found.label_source == "recovered counts"
+        assert found.info["label_counts"] == {0: 1, 3: 3, 7: 2}
+    plain = IDLG(iterations=2, restarts=1).attack(view().target, seed=0)  # no public data: the sign rule
+    assert plain.label_source == "recovered" and sorted(plain.labels.tolist()) != true
+    assert with_counted_labels(view(), "sign", seed=0).labels is None
+    with pytest.raises(AttackNotApplicableError, match="labelled public data"):
+        with_counted_labels(view().target, "counts", seed=0)

@@ -20,7 +20,7 @@ from privbench.figures import (
     LABEL_SET_JACCARD_CHANCE, LPIPS_CHANCE, LPIPS_MEAN, MIA_AUC, MIA_AUC_INFORMED, MIA_TPR_1_INFORMED,
     MIA_MEMBERS, MIA_NON_MEMBERS, MIA_TPR_01, MIA_TPR_1,
     NUM_RECONSTRUCTED, NUM_TRUE, PERSONAL_ACCURACY, DOWNLOADED_ACCURACY, PSNR_CHANCE, PSNR_CHANCE_INFORMED, PSNR_CHANCE_UNINFORMED, PSNR_GAIN,
-    RECOVERED_FRACTION, RECOVERED_FRACTION_CHANCE, PSNR_MEAN, SSIM_CHANCE, SSIM_MEAN,
+    RECOVERED_FRACTION, RECOVERED_FRACTION_CHANCE, PSNR_MEAN, PSNR_MEDIAN, PSNR_MEDIAN_GAIN, SSIM_CHANCE, SSIM_MEAN,
     TOTAL_RATIO, UPLINK_BYTES, formatted,
 )
 from privbench.io import atomic_write_bytes, atomic_write_text
@@ -188,6 +188,9 @@ def summary(metrics: dict[str, Any]) -> str:
                                  f"{formatted(privacy.get(PSNR_CHANCE.key), '{:.2f}')}, gain "
                                  f"{formatted(privacy.get(PSNR_GAIN.key), '{:+.2f}')} dB ({privacy.get(NUM_RECONSTRUCTED.key)} "
                                  f"rebuilt, {privacy.get(NUM_TRUE.key)} true)"))
+        if (privacy.get(NUM_TRUE.key) or 0) > 1 and PSNR_MEDIAN.key in privacy:
+            lines.append(("", f"median image {formatted(privacy[PSNR_MEDIAN.key], '{:.2f}')} dB, gain "
+                              f"{formatted(privacy.get(PSNR_MEDIAN_GAIN.key), '{:+.2f}')} dB"))
         if PSNR_CHANCE_INFORMED.key in privacy:
             lines.append(("", f"chance uninformed {formatted(privacy.get(PSNR_CHANCE_UNINFORMED.key), '{:.2f}')} dB, "
                               f"knowing the classes {formatted(privacy.get(PSNR_CHANCE_INFORMED.key), '{:.2f}')} dB"))

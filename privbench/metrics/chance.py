@@ -17,7 +17,7 @@ import torch
 from privbench.metrics.reconstruction import Recovered, score
 from privbench.figures import (
     LPIPS_CHANCE, LPIPS_GAIN, LPIPS_MEAN, PSNR_CHANCE, PSNR_CHANCE_INFORMED, PSNR_CHANCE_UNINFORMED, PSNR_GAIN,
-    PSNR_MEAN, RECOVERED_FRACTION, RECOVERED_FRACTION_CHANCE, SSIM_CHANCE, SSIM_GAIN, SSIM_MEAN,
+    PSNR_MEAN, PSNR_MEDIAN, PSNR_MEDIAN_GAIN, RECOVERED_FRACTION, RECOVERED_FRACTION_CHANCE, SSIM_CHANCE, SSIM_GAIN, SSIM_MEAN,
 )
 
 #: The uninformed reconstructions: the mean image of the test split, and random test images (non-members).
@@ -105,13 +105,17 @@ def chance_baseline(truth: torch.Tensor, truth_labels: torch.Tensor, *, count: i
 
 def gains(privacy: dict[str, Any]) -> dict[str, float]:
     """How far the attack beats chance: ``psnr_gain``, ``ssim_gain`` (higher: more leaked), ``lpips_gain``
-    (chance LPIPS minus the attack's; higher: more leaked).
+    (chance LPIPS minus the attack's; higher: more leaked), and the median image's ``psnr_median_gain`` where the
+    median is scored.
 
     Example:
         >>> gains({"psnr_mean": 30.0, "psnr_chance": 12.5, "ssim_mean": 0.9, "ssim_chance": 0.2})["psnr_gain"]
         17.5
     """
     nan = math.nan
-    return {PSNR_GAIN.key: privacy.get(PSNR_MEAN.key, nan) - privacy.get(PSNR_CHANCE.key, nan),
-            SSIM_GAIN.key: privacy.get(SSIM_MEAN.key, nan) - privacy.get(SSIM_CHANCE.key, nan),
-            LPIPS_GAIN.key: privacy.get(LPIPS_CHANCE.key, nan) - privacy.get(LPIPS_MEAN.key, nan)}
+    out = {PSNR_GAIN.key: privacy.get(PSNR_MEAN.key, nan) - privacy.get(PSNR_CHANCE.key, nan),
+           SSIM_GAIN.key: privacy.get(SSIM_MEAN.key, nan) - privacy.get(SSIM_CHANCE.key, nan),
+           LPIPS_GAIN.key: privacy.get(LPIPS_CHANCE.key, nan) - privacy.get(LPIPS_MEAN.key, nan)}
+    if PSNR_MEDIAN.key in privacy:
+        out[PSNR_MEDIAN_GAIN.key] = privacy[PSNR_MEDIAN.key] - privacy.get(PSNR_CHANCE.key, nan)
+    return out

@@ -12,7 +12,7 @@ from scipy.optimize import linear_sum_assignment
 from privbench.metrics.image import mse, psnr, ssim
 from privbench.metrics.lpips_metric import lpips_distance
 from privbench.figures import (
-    LABEL_ACCURACY, LPIPS_BEST, LPIPS_MEAN, MSE_MEAN, PSNR_BEST, PSNR_MEAN, RECOVERED_FRACTION, SSIM_BEST, SSIM_MEAN,
+    LABEL_ACCURACY, LPIPS_BEST, LPIPS_MEAN, MSE_MEAN, PSNR_BEST, PSNR_MEAN, PSNR_MEDIAN, RECOVERED_FRACTION, SSIM_BEST, SSIM_MEAN,
 )
 
 MATCH_ON = ("mse", "ssim", "lpips")
@@ -61,7 +61,7 @@ def score(recon: torch.Tensor, truth: torch.Tensor, *, recon_labels: torch.Tenso
           match_on: str = "mse", use_lpips: bool = True, recovered: Recovered = Recovered()) -> dict[str, Any]:
     """Metrics of ``recon`` vs ``truth`` (both ``[N, C, H, W]`` in [0, 1]).
 
-    Returns mean and best PSNR / SSIM / LPIPS, mean MSE, label accuracy over matched
+    Returns mean and best PSNR / SSIM / LPIPS, the median image's PSNR, mean MSE, label accuracy over matched
     pairs, the share of the true images recovered (``recovered``'s rule over all of ``truth``, so best-of-N
     matching cannot inflate it), and the per-pair values. LPIPS is NaN (missing) when disabled or unavailable.
     """
@@ -80,6 +80,7 @@ def score(recon: torch.Tensor, truth: torch.Tensor, *, recon_labels: torch.Tenso
     lp = col("lpips")
     out = {
         PSNR_MEAN.key: float(np.mean(col("psnr"))),
+        PSNR_MEDIAN.key: float(np.median(col("psnr"))),
         PSNR_BEST.key: float(np.max(col("psnr"))),
         SSIM_MEAN.key: float(np.mean(col("ssim"))),
         SSIM_BEST.key: float(np.max(col("ssim"))),
