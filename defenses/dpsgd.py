@@ -165,6 +165,8 @@ class DPSGD(Trainer):
                 module=model, optimizer=optimizer, data_loader=loader, noise_multiplier=self.sigma(client),
                 max_grad_norm=self.max_grad_norm, poisson_sampling=True, noise_generator=noise)
         module.train()
+        if self.canaries is not None:  # a one-run audit: its canaries are records too
+            self.canaries.attach(module, dp_optimizer)
         steps = 0
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="Full backward hook is firing")  # inputs need no grad here
@@ -173,8 +175,8 @@ class DPSGD(Trainer):
                     dp_optimizer.zero_grad(set_to_none=True)
                     # an empty batch gives empty per-sample gradients (its NaN mean loss has no terms)
                     F.cross_entropy(module(x), y).backward()
-                    if self.canaries is not None:  # a one-run audit: its canaries are records too
-                        self.canaries.append(module, rate=float(getattr(dp_loader, "sample_rate", 1.0 / len(dp_loader))))
+                    if self.canaries is not None:
+                        self.canaries.sample(rate=float(getattr(dp_loader, "sample_rate", 1.0 / len(dp_loader))))
                     if dp_optimizer.pre_step():  # clip per sample, add noise, average
                         if regulariser is not None:  # reads no data: outside the clipping
                             _add_gradient(model, regulariser(model))
