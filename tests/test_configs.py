@@ -73,6 +73,9 @@ def test_torchvision_data_options_compose_and_say_how_to_get_missing_data(compos
 def test_experiment_pins_a_setting(compose_cfg):
     cfg = compose_cfg("experiment=dlg_paper")
     assert cfg.attack._target_ == "privbench.attacks.dlg.DLG" and cfg.fl.rounds == 1 and cfg.victim.num_images == 1
+    batch = compose_cfg("experiment=dlg_batch")  # DLG's setting at a batch of 8 random images, iDLG with counts
+    assert batch.attack._target_ == "privbench.attacks.idlg.IDLG" and batch.attack.labels == "auto"
+    assert (batch.victim.num_images, batch.data.partition, batch.attack.restarts) == (8, "iid", 8)
 
 
 @pytest.mark.parametrize("overrides, error, message", [
