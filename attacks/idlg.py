@@ -7,7 +7,7 @@ import torch
 
 from privbench.attacks.base import Attempt, Reconstruction
 from privbench.attacks.dlg import DLG
-from privbench.attacks.label_counts import LABEL_RULES, counted, with_counted_labels
+from privbench.attacks.label_counts import check_label_rule, counted, with_counted_labels
 from privbench.attacks.matching import candidate_gradient, lbfgs_match
 from privbench.attacks.target import AttackTarget
 from privbench.attacks.views import LabelView, ViewKind
@@ -35,8 +35,7 @@ class IDLG(DLG):
                  labels: str = "auto", public: int = 2000) -> None:
         super().__init__(iterations=iterations, restarts=restarts, converged=converged, stall_at=stall_at,
                          stall_tol=stall_tol, unroll=unroll, max_images=max_images, patience=patience)
-        if labels not in LABEL_RULES or public < 1:
-            raise ValueError(f"attack.labels must be one of {', '.join(LABEL_RULES)} and attack.public >= 1")
+        check_label_rule(labels, public)
         self.labels, self.public = labels, public
 
     def attack(self, view: AttackTarget | LabelView, *, seed: int) -> Reconstruction:

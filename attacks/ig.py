@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from privbench.attacks.base import Attempt, GradientInversion
 from privbench.attacks.findings import Finding
-from privbench.attacks.label_counts import LABEL_RULES, counted, with_counted_labels
+from privbench.attacks.label_counts import check_label_rule, counted, with_counted_labels
 from privbench.attacks.matching import candidate_gradient
 from privbench.attacks.objectives import cosine_distance, total_variation
 from privbench.attacks.stacked import StackedModel, unstackable
@@ -56,8 +56,7 @@ class InvertingGradients(GradientInversion):
                          unroll=unroll, max_images=max_images)
         if lr <= 0 or tv < 0:
             raise ValueError("attack.lr must be > 0 and attack.tv >= 0")
-        if labels not in LABEL_RULES or public < 1:
-            raise ValueError(f"attack.labels must be one of {', '.join(LABEL_RULES)} and attack.public >= 1")
+        check_label_rule(labels, public)
         self.lr, self.tv, self.batched, self.labels, self.public = lr, tv, batched, labels, public
 
     def attack(self, view: AttackTarget | LabelView, *, seed: int) -> Finding:  # type: ignore[override]

@@ -221,6 +221,12 @@ def counts_from_head(target: AttackTarget, public: torch.Tensor, public_labels: 
 LABEL_RULES = ("auto", "counts", "sign")
 
 
+def check_label_rule(labels: str, public: int) -> None:
+    """Refuse an unknown ``attack.labels`` rule or no public images (an inversion's constructor, before compute)."""
+    if labels not in LABEL_RULES or public < 1:
+        raise ValueError(f"attack.labels must be one of {', '.join(LABEL_RULES)} and attack.public >= 1")
+
+
 def with_counted_labels(view: AttackTarget | LabelView, rule: str, *, seed: int, points: int = 1) -> AttackTarget:
     """The view's gradient target with its candidates' labels taken from the recovered per-class counts where ``rule``
     asks for them (``LABEL_RULES``): ``head`` counts (shadow batches) from one step's gradient, ``bias`` counts along

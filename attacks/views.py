@@ -20,6 +20,7 @@ from privbench.attacks.target import AttackTarget
 from privbench.errors import AttackNotApplicableError
 from privbench.payloads import LocalTraining, Payload
 from privbench.payloads.training import AggregatePart
+from privbench.pixels import normalise
 
 #: The views an attack may ask for (``Attack.view``).
 ViewKind = Literal["gradient", "model", "basis", "membership", "labels", "active", "canaries", "source",
@@ -207,6 +208,16 @@ class LabelView:
     target: AttackTarget
     public: torch.Tensor
     public_labels: torch.Tensor
+
+    @classmethod
+    def from_test_split(cls, target: AttackTarget, images: torch.Tensor, labels: torch.Tensor, *, count: int,
+                        seed: int, mean: tuple[float, ...], std: tuple[float, ...]) -> "LabelView":
+        """``target`` with ``count`` of the test split's uint8 ``images`` (no client holds them) drawn by ``seed``,
+        normalised by the run's ``mean`` and ``std``, and their ``labels``."""
+        order = torch.randperm(len(labels), generator=torch.Generator().manual_seed(seed * 7919 + 29))
+        rows = order[:count].to(images.device)
+        public = normalise(images[rows].cpu().float() / 255.0, mean, std)
+        return cls(target, public.to(target.device), labels[rows].cpu().to(target.device))
 
     @property
     def knowledge(self) -> dict[str, Any]:

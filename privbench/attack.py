@@ -229,7 +229,7 @@ def attack_file(args: argparse.Namespace) -> dict[str, Any]:
     from privbench.io import atomic_write_text
     from privbench.metrics.reconstruction import Recovered
     from privbench.attacks.views import LabelView
-    from privbench.pixels import denormalise, normalise
+    from privbench.pixels import denormalise
     from privbench.progress import run_log
     from privbench.provenance import versions
 
@@ -284,11 +284,10 @@ def attack_file(args: argparse.Namespace) -> dict[str, Any]:
                                                       if args.inputs == "normalised" else {})}
         view: Any = target
         if attack.view == "labels":  # a batch's labels from its counts, read with the task's labelled test split
-            rows = torch.randperm(len(data.test), generator=torch.Generator().manual_seed(int(cfg.seed) * 7919 + 29))
-            rows = rows[: int(getattr(attack, "public", 2000))].to(data.test.images.device)
-            public = normalise(data.test.images[rows].cpu().float() / 255.0, mean, std)
-            view = LabelView(target, public.to(target.device), data.test.labels[rows].cpu().to(target.device))
-            target.knowledge["public_data"] = f"{len(rows)} labelled test-split images"
+            view = LabelView.from_test_split(target, data.test.images, data.test.labels,
+                                             count=int(getattr(attack, "public", 2000)), seed=int(cfg.seed),
+                                             mean=mean, std=std)
+            target.knowledge["public_data"] = view.knowledge["public_data"]
         result = attack.attack(view, seed=int(cfg.seed))
         privacy: dict[str, Any] = {"failed": result.failed, "objective": result.objective,
                                    "label_source": result.label_source, "attempts": result.attempts}

@@ -59,10 +59,9 @@ def _labels_view(p: Plan, victim: Victim, payload: Payload, base: Payload | None
                  data: FederatedData) -> LabelView:
     """The gradient view and labelled public data: ``attack.public`` test-split images (no client holds them)."""
     target = _gradient_view(p, victim, payload, base, model, data)
-    order = torch.randperm(len(data.test), generator=torch.Generator().manual_seed(p.seed * 7919 + 29))
-    rows = order[: int(getattr(p.attack, "public", 2000))].to(data.test.images.device)
-    images = normalise(data.test.images[rows].cpu().float() / 255.0, data.train.mean, data.train.std)
-    return LabelView(target, images.to(target.device), data.test.labels[rows].cpu().to(target.device))
+    return LabelView.from_test_split(target, data.test.images, data.test.labels,
+                                     count=int(getattr(p.attack, "public", 2000)), seed=p.seed,
+                                     mean=data.train.mean, std=data.train.std)
 
 
 VIEWS: dict[ViewKind, ViewBuilder] = {"gradient": _gradient_view, "model": _model_view, "basis": _basis_view,
