@@ -19,6 +19,7 @@ a model update's head).
 from __future__ import annotations
 
 import itertools
+import math
 from typing import Any, ClassVar, Literal
 
 import torch
@@ -28,6 +29,7 @@ from privbench.attacks.findings import InferredProperty
 from privbench.attacks.views import BasisView, ViewKind
 from privbench.errors import AttackNotApplicableError
 from privbench.payloads.kinds import Carries
+from privbench.progress import phase
 from privbench.subspaces import angle, client_subspace, per_class_subspace
 
 Form = Literal["svd", "pacfl"]
@@ -141,13 +143,17 @@ class SubspaceClassSet(Attack):
         basis = view.basis.cpu()
         classes = sorted(int(c) for c in labels.unique())
         distances: dict[tuple[int, ...], float] = {}
-        for size in range(1, min(self.max_classes, len(classes)) + 1):
-            for chosen in itertools.combinations(classes, size):
-                rows = torch.isin(labels, torch.tensor(chosen))
-                candidate = (client_subspace(public[rows], min(self.dim, int(rows.sum()))) if self.form == "svd"
-                             else per_class_subspace(public[rows], labels[rows], self.dim, client_subspace))
-                if self.form == "svd" or candidate.shape[1] == basis.shape[1]:
-                    distances[chosen] = subspace_distance(basis, candidate)
+        sizes = range(1, min(self.max_classes, len(classes)) + 1)
+        with phase("class_set: candidate class sets", total=sum(math.comb(len(classes), k) for k in sizes),
+                   unit="set") as bar:
+            for size in sizes:
+                for chosen in itertools.combinations(classes, size):
+                    rows = torch.isin(labels, torch.tensor(chosen))
+                    candidate = (client_subspace(public[rows], min(self.dim, int(rows.sum()))) if self.form == "svd"
+                                 else per_class_subspace(public[rows], labels[rows], self.dim, client_subspace))
+                    if self.form == "svd" or candidate.shape[1] == basis.shape[1]:
+                        distances[chosen] = subspace_distance(basis, candidate)
+                    bar.update(1)
         if not distances:
             raise AttackNotApplicableError(
                 f"attack=class_set: no set of up to {self.max_classes} public classes gives a {self.form} basis of "

@@ -40,6 +40,7 @@ from privbench.attacks.target import AttackTarget
 from privbench.errors import AttackNotApplicableError
 from privbench.payloads import kind as payload_kind
 from privbench.payloads.kinds import Carries
+from privbench.progress import phase
 
 
 def largest_remainder(share: np.ndarray, total: int) -> np.ndarray:
@@ -188,7 +189,7 @@ def counts_from_head(target: AttackTarget, public: torch.Tensor, public_labels: 
     rows = {c: (labels == c).nonzero().flatten().numpy() for c in held}
     rng = np.random.default_rng(seed)
 
-    def estimate(around: np.ndarray | None) -> np.ndarray:
+    def estimate(around: np.ndarray | None, bar: Any) -> np.ndarray:
         features, means = [], []
         for _ in range(shadows):
             mix = rng.dirichlet(np.ones(len(held)))
@@ -199,6 +200,7 @@ def counts_from_head(target: AttackTarget, public: torch.Tensor, public_labels: 
             error = probabilities[index] - F.one_hot(labels[index], classes).double()
             features.append(_head_features(error.T @ inputs[index] / batch, error.mean(0), weight))
             means.append(probabilities[index].mean(0))
+            bar.update(1)
         x, y = torch.stack(features), torch.stack(means)
         centre, scale = x.mean(0), x.std(0).clamp_min(1e-12)
         design = torch.cat([(x - centre) / scale, torch.ones(len(x), 1, dtype=torch.float64)], 1)
@@ -209,9 +211,11 @@ def counts_from_head(target: AttackTarget, public: torch.Tensor, public_labels: 
         counts[[c for c in range(classes) if c not in held]] = 0  # no public image, no client of that class
         return largest_remainder(counts.astype(float), batch)
 
-    counts = estimate(None)
-    for _ in range(refits):
-        counts = estimate(np.array([counts[c] + 0.5 for c in held]) / (batch + 0.5 * len(held)))
+    with phase(f"label counts: {1 + refits} regressions on shadow batches", total=shadows * (1 + refits),
+               unit="batch") as bar:
+        counts = estimate(None, bar)
+        for _ in range(refits):
+            counts = estimate(np.array([counts[c] + 0.5 for c in held]) / (batch + 0.5 * len(held)), bar)
     return counts
 
 

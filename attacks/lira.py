@@ -20,6 +20,7 @@ augmented copies of each record; this version queries the record alone.
 """
 from __future__ import annotations
 
+import math
 from typing import Any, ClassVar, Literal
 
 import torch
@@ -32,6 +33,7 @@ from privbench.attacks.views import MembershipView, ViewKind, at_weights
 from privbench.errors import AttackNotApplicableError
 from privbench.payloads import kind as payload_kind
 from privbench.payloads.kinds import Carries
+from privbench.progress import phase
 
 Variant = Literal["online", "offline"]
 VARIANTS: tuple[Variant, ...] = ("online", "offline")
@@ -160,13 +162,16 @@ class LiRA(Attack):
         stack = StackedModel.from_stacked(view.model, released)
         stack.module.eval()
         phi, shadow_phi = [], []
-        with torch.no_grad():
+        batches = math.ceil(len(view.candidates) / self.batch_size)
+        with torch.no_grad(), phase(f"lira: candidates under {self.shadows} shadows", total=batches,
+                                    unit="batch") as bar:
             for first in range(0, len(view.candidates), self.batch_size):
                 x = view.candidates[first:first + self.batch_size]
                 y = view.labels[first:first + self.batch_size].long()
                 phi.append(logit_confidence(target(x), y).double())
                 out = stack(x.unsqueeze(0).expand(self.shadows, *x.shape))
                 shadow_phi.append(logit_confidence(out, y.unsqueeze(0).expand(self.shadows, -1)).double())
+                bar.update(1)
         target_phi, all_phi = torch.cat(phi), torch.cat(shadow_phi, dim=1)
         inside = inside.to(device)
         if self.variant == "online":

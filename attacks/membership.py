@@ -28,6 +28,7 @@ from privbench.attacks.views import MembershipView, ViewKind, at_weights
 from privbench.errors import AttackNotApplicableError
 from privbench.payloads import kind as payload_kind
 from privbench.payloads.kinds import Carries
+from privbench.progress import phase
 
 Test = Literal["loss", "loss_change", "gradient_alignment"]
 TESTS: tuple[Test, ...] = ("loss", "loss_change", "gradient_alignment")
@@ -67,15 +68,19 @@ class MembershipInference(Attack):
                                            f"the server did not keep them for {view.knowledge.get('payload')}")
         released = at_weights(view.model, view.weights).eval() if self.test != "gradient_alignment" else None
         scores = []
-        for start in range(0, len(view.candidates), self.batch_size):
-            x = view.candidates[start:start + self.batch_size]
-            y = view.labels[start:start + self.batch_size].long()
-            if released is None:
-                scores.append(self._alignment(view, x, y))
-            elif self.test == "loss":
-                scores.append(-record_losses(released, x, y))
-            else:
-                scores.append(record_losses(view.model, x, y) - record_losses(released, x, y))
+        batches = -(-len(view.candidates) // self.batch_size)
+        with phase(f"membership: {self.test} of {len(view.candidates)} candidates", total=batches,
+                   unit="batch") as bar:
+            for start in range(0, len(view.candidates), self.batch_size):
+                x = view.candidates[start:start + self.batch_size]
+                y = view.labels[start:start + self.batch_size].long()
+                if released is None:
+                    scores.append(self._alignment(view, x, y))
+                elif self.test == "loss":
+                    scores.append(-record_losses(released, x, y))
+                else:
+                    scores.append(record_losses(view.model, x, y) - record_losses(released, x, y))
+                bar.update(1)
         out = torch.cat(scores).double()
         return MembershipScores(scores=out, candidates=list(range(len(out))),
                                 info={"test": self.test, "candidates": len(out)})

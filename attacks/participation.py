@@ -22,6 +22,7 @@ from privbench.attacks.membership import record_losses
 from privbench.attacks.views import ParticipationView, ViewKind, at_weights
 from privbench.payloads import kind as payload_kind
 from privbench.payloads.kinds import Carries
+from privbench.progress import phase
 
 
 class ParticipationInference(Attack):
@@ -58,11 +59,15 @@ class ParticipationInference(Attack):
         del seed
         assert isinstance(view, ParticipationView)
         scores = torch.empty(len(view.candidates), dtype=torch.float64)
-        for game in view.games:
-            before = self._losses(at_weights(view.model, game.base).eval(), view, game.clients)
-            after = self._losses(at_weights(view.model, {**game.base, **game.aggregate}).eval(), view, game.clients)
-            for slot, client in zip(game.slots, game.clients):
-                scores[slot] = float((before[client] - after[client]).mean())
+        with phase(f"participation: {len(view.games)} aggregates' rounds", total=len(view.games),
+                   unit="round") as bar:
+            for game in view.games:
+                before = self._losses(at_weights(view.model, game.base).eval(), view, game.clients)
+                after = self._losses(at_weights(view.model, {**game.base, **game.aggregate}).eval(), view,
+                                     game.clients)
+                for slot, client in zip(game.slots, game.clients):
+                    scores[slot] = float((before[client] - after[client]).mean())
+                bar.update(1)
         return MembershipScores(info={"test": "participation_loss_change", "level": "client",
                                       "games": len(view.games), "clients": len(view.records)},
                                 scores=scores.float(), candidates=list(range(len(scores))))

@@ -35,6 +35,7 @@ from torch.func import functional_call, grad, vmap
 from privbench.attacks.stacked import StackedModel
 from privbench.errors import AttackNotApplicableError
 from privbench.payloads import LocalTraining
+from privbench.progress import phase
 
 
 @dataclass(frozen=True)
@@ -104,23 +105,25 @@ def train_shadows(model: nn.Module, base: Mapping[str, torch.Tensor], plan: Shad
     penalised = bool(plan.lambda1 or plan.lambda2)
     velocity: dict[str, torch.Tensor] = {}
     stack.module.train()
-    for _ in range(plan.epochs):
-        order = torch.argsort(torch.rand(shadows, samples, generator=generator), dim=1).to(device)
-        for first in range(0, samples, plan.batch_size):
-            rows = datasets.gather(1, order[:, first:first + plan.batch_size])
-            stack.params = {n: params[n].requires_grad_(True) for n in names}
-            out = stack(images[rows])
-            # sum over shadows of each one's mean batch loss: shadow k's gradient is the k-th slice
-            loss = F.cross_entropy(out.flatten(0, 1), labels[rows].flatten(), reduction="sum") / rows.shape[1]
-            grads = torch.autograd.grad(loss, [stack.params[n] for n in names])
-            with torch.no_grad():
-                for n, g in zip(names, grads):
-                    p = params[n].detach()
-                    if penalised:
-                        g = g + coefficient[n] * (2.0 * (p - start[n]))
-                    if plan.momentum:
-                        g = velocity[n] = g if n not in velocity else plan.momentum * velocity[n] + g
-                    params[n] = p - plan.lr * g
+    with phase(f"shadow training ({shadows} shadows at once)", total=plan.steps(samples), unit="step") as bar:
+        for _ in range(plan.epochs):
+            order = torch.argsort(torch.rand(shadows, samples, generator=generator), dim=1).to(device)
+            for first in range(0, samples, plan.batch_size):
+                rows = datasets.gather(1, order[:, first:first + plan.batch_size])
+                stack.params = {n: params[n].requires_grad_(True) for n in names}
+                out = stack(images[rows])
+                # sum over shadows of each one's mean batch loss: shadow k's gradient is the k-th slice
+                loss = F.cross_entropy(out.flatten(0, 1), labels[rows].flatten(), reduction="sum") / rows.shape[1]
+                grads = torch.autograd.grad(loss, [stack.params[n] for n in names])
+                with torch.no_grad():
+                    for n, g in zip(names, grads):
+                        p = params[n].detach()
+                        if penalised:
+                            g = g + coefficient[n] * (2.0 * (p - start[n]))
+                        if plan.momentum:
+                            g = velocity[n] = g if n not in velocity else plan.momentum * velocity[n] + g
+                        params[n] = p - plan.lr * g
+                bar.update(1)
     return {n: p.detach() for n, p in params.items()}
 
 
@@ -141,10 +144,12 @@ def _elastic(model: nn.Module, start: dict[str, torch.Tensor], plan: ShadowTrain
 
     per_record = vmap(grad(loss), in_dims=(None, 0, 0))
     fisher = {n: torch.zeros(datasets.shape[0], *p.shape, device=images.device) for n, p in start.items()}
-    for first in range(0, len(rows), chunk):
-        these = rows[first:first + chunk]
-        squared = per_record(start, images[these], labels[these])
-        for n, g in squared.items():
-            fisher[n] += (share[:, first:first + chunk] @ (g * g).flatten(1)).view_as(fisher[n])
+    with phase("shadows' Fisher diagonals", total=math.ceil(len(rows) / chunk), unit="chunk") as bar:
+        for first in range(0, len(rows), chunk):
+            these = rows[first:first + chunk]
+            squared = per_record(start, images[these], labels[these])
+            for n, g in squared.items():
+                fisher[n] += (share[:, first:first + chunk] @ (g * g).flatten(1)).view_as(fisher[n])
+            bar.update(1)
     model.train(was)
     return {n: torch.where(f >= plan.eps, f, torch.zeros_like(f)) for n, f in fisher.items()}

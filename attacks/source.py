@@ -19,6 +19,7 @@ from privbench.attacks.findings import SourceGuesses
 from privbench.attacks.membership import record_losses
 from privbench.attacks.views import SourceView, ViewKind, at_weights
 from privbench.payloads.kinds import Carries
+from privbench.progress import phase
 
 #: What the attacker is given besides the uploads: nothing, or each client's class set.
 PRIORS = ("none", "classes")
@@ -55,11 +56,14 @@ class SourceInference(Attack):
         del seed
         assert isinstance(view, SourceView)
         columns = []
-        for weights in view.weights:
-            model = at_weights(view.model, weights).eval()
-            columns.append(torch.cat([record_losses(model, view.candidates[i:i + self.batch_size],
-                                                    view.labels[i:i + self.batch_size].long())
-                                      for i in range(0, len(view.candidates), self.batch_size)]).cpu())
+        with phase(f"source: {len(view.candidates)} records under each client's upload", total=len(view.weights),
+                   unit="client") as bar:
+            for weights in view.weights:
+                model = at_weights(view.model, weights).eval()
+                columns.append(torch.cat([record_losses(model, view.candidates[i:i + self.batch_size],
+                                                        view.labels[i:i + self.batch_size].long())
+                                          for i in range(0, len(view.candidates), self.batch_size)]).cpu())
+                bar.update(1)
         losses = torch.stack(columns, 1)
         if view.client_classes is not None:  # a client without the record's class cannot hold it
             holds = torch.tensor([[int(y) in held for held in view.client_classes] for y in view.labels.tolist()])

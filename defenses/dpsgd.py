@@ -12,7 +12,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from privbench.defenses.canaries import GradientCanaries
-from privbench.defenses.calibration import Event, epsilon, events, noise_multiplier
+from privbench.defenses.calibration import Event, epsilon, events, noise_multiplier, poisson_steps, shown, steps_by_rate
 from privbench.defenses.dp_reads import dp_fisher_diagonal, dp_subspace
 from privbench.data.dataset import ImageDataset
 from privbench.errors import ConfigError
@@ -124,6 +124,10 @@ class DPSGD(Trainer):
             self._calibrated[key] = noise_multiplier(schedule, target_epsilon=self.target_epsilon, delta=self.delta,
                                                      accountant=self.accountant)
         self.sigmas[client] = self._calibrated[key]
+
+    def planned_steps(self, n: int, sgd: LocalSGD) -> int:
+        """The steps ``train`` takes on ``n`` samples: ``epochs`` x Opacus' loader length, ``poisson_steps``."""
+        return sgd.epochs * poisson_steps(-(-n // sgd.batch_size))
 
     def sigma(self, client: str) -> float:
         """Noise multiplier of ``client`` (set by ``plan``; ``noise_multiplier`` without a target)."""
@@ -238,27 +242,33 @@ class DPSGD(Trainer):
             engine.accountant.history.clear()
         return report
 
-    def compose_report(self, client: str, report: str | None) -> dict[str, Any]:
+    def compose_report(self, client: str, report: str | None, *, planned: Sequence[PlannedRead]) -> dict[str, Any]:
         """Compose a remote client's accountant events into the server's accountant of ``client``: each must use
-        the noise multiplier the server planned for it, a sample rate in (0, 1] and a whole number of steps."""
-        parsed = super().compose_report(client, report)
-        events = parsed.get("events")
-        if not isinstance(events, list) or len(events) > 10_000:
+        the noise multiplier the server planned for it, and together they must be the events the server derives from
+        the reads it ``planned`` for the task (per sample rate, the same steps); so the accountant only ever composes
+        the planned schedule, and a client cannot report fewer steps or a smaller sample rate than it was asked for."""
+        parsed = super().compose_report(client, report, planned=planned)
+        reported = parsed.get("events")
+        if not isinstance(reported, list) or len(reported) > 10_000:
             raise ValueError("its record of reads carries no list of DP-SGD accountant events")
-        planned = self.sigma(client)
+        sigma_planned = self.sigma(client)
         checked = []
-        for event in events:
+        for event in reported:
             if not (isinstance(event, list) and len(event) == 3 and all(isinstance(v, (int, float)) for v in event)
                     and not isinstance(event[2], bool) and float(event[2]).is_integer()):
                 raise ValueError(f"an accountant event {str(event)[:60]} is not [sigma, sample rate, steps]")
             sigma, rate, steps = float(event[0]), float(event[1]), int(event[2])
-            if not math.isclose(sigma, planned, rel_tol=1e-12, abs_tol=0.0):
-                raise ValueError(f"it reports noise multiplier {sigma:.6g}; the server planned {planned:.6g} for "
+            if not math.isclose(sigma, sigma_planned, rel_tol=1e-12, abs_tol=0.0):
+                raise ValueError(f"it reports noise multiplier {sigma:.6g}; the server planned {sigma_planned:.6g} for "
                                  f"{client}")
             if not 0 < rate <= 1 or not 1 <= steps <= 10**7:
                 raise ValueError(f"an accountant event has sample rate {rate:g} and {steps} steps: the rate must be in "
                                  "(0, 1] and the steps 1 to 10^7")
             checked.append((sigma, rate, steps))
+        expected, got = dict(events(planned, covered=self.cover)), steps_by_rate((q, n) for _, q, n in checked)
+        if got != expected:
+            raise ValueError(f"it reports accountant events of {shown(got)}; the server planned {shown(expected)} "
+                             f"for {client}'s task")
         history = self.engine(client).accountant.history
         for sigma, rate, steps in checked:  # merged as Opacus merges its own steps, so in-process runs compare exactly
             if history and history[-1][:2] == (sigma, rate):
@@ -286,3 +296,4 @@ class DPSGD(Trainer):
                 "noise_multiplier": self.noise_multiplier if self.target_epsilon is None else None,
                 "noise_multipliers": dict(sorted(self.sigmas.items())),
                 "epsilon_per_client": eps, EPSILON_MAX.key: max(eps.values()) if eps else math.nan}
+

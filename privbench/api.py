@@ -78,11 +78,21 @@ def run(overrides: Sequence[str] = (), *, config: DictConfig | None = None, run_
         out = Path(run_dir) if run_dir is not None else Path(str(cfg.results_dir)) / str(cfg.name) / _now()
         metrics = run_audit(cfg, out)
         results = Path(str(cfg.results_dir))
-    folder = out if (out / "metrics.json").exists() else _finished_folder(results, metrics)
+    folder = out if _holds(out, metrics) else _finished_folder(results, metrics)  # another folder: claimed, resumed
     files = {name: folder / name for name in RUN_FILES if (folder / name).exists()}
     metrics = json.loads((folder / "metrics.json").read_text())  # as written: missing values are None
     payloads = folder / "payloads" if (folder / "payloads").is_dir() else None
     return AuditResult(metrics=metrics, run_dir=folder, files=files, payloads=payloads)
+
+
+def _holds(folder: Path, metrics: dict[str, Any]) -> bool:
+    """Whether ``folder`` holds the run ``metrics`` came from (not an earlier run that finished in the folder Hydra
+    named for this one: a run never writes over it and takes ``<folder>-2``)."""
+    try:
+        written = json.loads((folder / "metrics.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return bool(written.get("run", {}).get("config_key") == metrics["run"]["config_key"])
 
 
 def _finished_folder(results: Path, metrics: dict[str, Any]) -> Path:

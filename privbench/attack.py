@@ -6,10 +6,12 @@ from privbench's config groups (``model=``, ``attack=`` and their keys, as for a
 the rest of what the attacker knows is given as options. With ``--truth`` the
 reconstruction is scored, against the chance level of non-member images when there are
 some (``--non-members``, or the test split of ``data=``). The outputs are an audit's:
-``metrics.json``, ``threat_model.json``, ``config.yaml``, ``grid.png``, ``gallery.npz``, ``run.log``.
+``metrics.json``, ``threat_model.json``, ``config.yaml``, ``grid.png``, ``gallery.npz``, ``run.log``, in a new
+timestamped folder under ``--out``. What FILE holds is checked against ``--kind`` and the truth's size against
+``--batch-size`` before anything is computed.
 
 Example:
-    python -m privbench.attack grads.pt --batch-size 1 --truth truth.pt model=lenet attack=idlg
+    python -m privbench.attack grads.pt --base weights.pt --batch-size 1 --truth truth.pt model=lenet attack=idlg
     python -m privbench.attack update.pt --kind update --base start.pt --batch-size 8 --local-batch-size 4 \
         --epochs 2 --lr 0.1 --truth truth.pt model=lenet attack=ig attack.unroll=true
 """
@@ -19,7 +21,6 @@ import argparse
 import math
 import sys
 import time
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,123 +29,8 @@ import torch
 from omegaconf import OmegaConf
 
 from privbench.errors import ConfigError, PrivbenchError
-from privbench.payloads import Payload, PayloadStore
-from privbench.payloads.encoding import decode
-from privbench.payloads.kinds import KINDS
-from privbench.payloads.training import LocalTraining
-
-
-@dataclass(frozen=True)
-class Recorded:
-    """A message to attack and the model it is relative to (for kinds that carry a model)."""
-
-    payload: Payload
-    base: Payload | None
-
-
-#: Most bytes a tensor file may inflate to (a torch.save file is a zip; its entries are checked before reading).
-MAX_FILE_BYTES = 4 * 2**30
-
-
-def _inflated_size(path: Path) -> int:
-    """What a ``torch.save`` zip holds once inflated (its entries' declared sizes); the file's size otherwise."""
-    if zipfile.is_zipfile(path):
-        with zipfile.ZipFile(path) as archive:
-            return sum(entry.file_size for entry in archive.infolist())
-    return path.stat().st_size
-
-
-def _tensors(path: Path, *, integer: tuple[str, ...] = ()) -> dict[str, torch.Tensor]:
-    """Named tensors from a ``.safetensors`` file or a ``torch.save``d dict, checked before use: at most
-    ``MAX_FILE_BYTES`` once inflated, loaded with ``weights_only`` (tensors only, no code), every tensor dense,
-    at least one-dimensional, floating (``integer`` names may be integer) and finite."""
-    if not path.is_file():
-        raise ConfigError(f"{path}: no such file")
-    size = _inflated_size(path)
-    if size > MAX_FILE_BYTES:
-        raise ConfigError(f"{path}: inflates to {size:,} bytes, more than the {MAX_FILE_BYTES:,} a message may hold")
-    try:
-        if path.suffix == ".safetensors":
-            from safetensors.torch import load_file
-
-            loaded: object = dict(load_file(str(path)))
-        else:
-            loaded = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # unreadable, or not tensors only
-        text = str(exc).splitlines()[0][:200] if str(exc).strip() else "unreadable"
-        reason = ("it holds objects other than tensors, which privbench does not load" if "weights_only" in str(exc)
-                  else text)
-        raise ConfigError(f"{path}: not a file of named tensors ({reason})") from None
-    if isinstance(loaded, torch.Tensor):
-        raise ConfigError(f"{path} holds one tensor; save a dict of named tensors ({{name: tensor}}), "
-                          "e.g. {n: p.grad for n, p in model.named_parameters()}")
-    if not isinstance(loaded, dict) or not loaded or not all(isinstance(v, torch.Tensor) for v in loaded.values()):
-        raise ConfigError(f"{path} must hold a dict of named tensors")
-    out = {str(k): v for k, v in loaded.items()}
-    for name, t in out.items():
-        if t.layout != torch.strided or t.dim() == 0:
-            raise ConfigError(f"{path}: {name} must be a dense tensor of at least one dimension")
-        if name in integer and not t.is_floating_point():
-            continue
-        if not t.is_floating_point():
-            raise ConfigError(f"{path}: {name} is {str(t.dtype).removeprefix('torch.')}, not a floating tensor")
-        if not bool(torch.isfinite(t).all()):
-            raise ConfigError(f"{path}: {name} holds NaN or infinite values")
-    return out
-
-
-def check_names(tensors: dict[str, torch.Tensor], expected: dict[str, list[int]], *, what: str) -> None:
-    """``tensors`` must carry some of the ``expected`` names (the model's), each with its shape, and nothing else."""
-    unknown = [n for n in tensors if n not in expected]
-    if unknown or not tensors:
-        raise ConfigError(f"{what}: its names {sorted(tensors)[:6]} are not the model's ({sorted(expected)[:6]}"
-                          f"{', ...' if len(expected) > 6 else ''}); check model= and how the names were saved")
-    wrong = [n for n, t in tensors.items() if list(t.shape) != expected[n]]
-    if wrong:
-        n = wrong[0]
-        raise ConfigError(f"{what}: {n} is {list(tensors[n].shape)}, the model's is {expected[n]}")
-
-
-def recorded(source: Path, *, payload_id: str | None, kind: str, base: Path | None,
-             training: LocalTraining | None, batch_size: int, trusted: bool = False) -> Recorded:
-    """The message in ``source`` (a store folder plus ``payload_id``, or a tensor file) and its base."""
-    if source.is_dir():
-        if payload_id is None:
-            raise ConfigError(f"{source} is a payload store: give --id (one of the ids in its index.json)")
-        store = PayloadStore.open(source, trusted=trusted)
-        payload = store.load(payload_id)
-        base_payload = store.load(payload.base) if payload.base and base is None else None
-    else:
-        if kind not in KINDS:
-            raise ConfigError(f"--kind {kind}: allowed: {', '.join(KINDS)}")
-        tensors = _tensors(source)
-        payload = Payload.from_tensors(kind=kind, round=0, sender="client", receiver="server", tensors=tensors,
-                                       training=training or LocalTraining(lr=1.0, steps=1, batch_size=batch_size,
-                                                                          num_samples=batch_size))
-        base_payload = None
-    if base is not None:
-        base_payload = Payload.from_tensors(kind="global_model", round=payload.round, sender="server",
-                                            receiver=payload.sender, tensors=_tensors(base))
-    if training is not None and payload.training is None:
-        payload.training = training
-    if payload.spec.carries == "model" and base_payload is None:
-        raise ConfigError(f"a {payload.kind} payload carries a model: give --base, the weights the client started from")
-    try:
-        payload = decode(payload, base_payload.tensors if base_payload is not None else None)
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
-    return Recorded(payload, base_payload)
-
-
-def _truth(path: Path) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """``images`` (``[N, C, H, W]`` in [0, 1]) and optional ``labels`` from a tensor file."""
-    tensors = _tensors(path, integer=("labels",))
-    if "images" not in tensors:
-        raise ConfigError(f"{path}: needs a tensor named 'images' ([N, C, H, W] in [0, 1]) and optionally 'labels'")
-    images = tensors["images"].float()
-    if images.ndim != 4 or images.min() < 0 or images.max() > 1:
-        raise ConfigError(f"{path}: 'images' must be [N, C, H, W] in [0, 1]; got {tuple(images.shape)}")
-    return images, tensors.get("labels")
+from privbench.file_message import Recorded, declared_training, read_truth, recorded
+from privbench.tensor_files import check_names, model_bound
 
 
 def _stats(values: tuple[float, ...]) -> str:
@@ -154,8 +40,11 @@ def _stats(values: tuple[float, ...]) -> str:
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m privbench.attack", description=__doc__.splitlines()[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
-                                epilog="overrides: model=..., attack=..., data=... and their keys, e.g. "
-                                       "attack.iterations=300 (see python -m privbench --help)")
+                                epilog="overrides: model=..., attack=... (dlg, idlg, ig, ig_paper, fedavg_inversion: the inversions "
+                                       "that read one message), data=... and their keys, e.g. attack.iterations=300 (see "
+                                       "python -m privbench --help).\n\nexample: python -m privbench.attack gradient.pt "
+                                       "--kind gradient --base start.pt --batch-size 1 --truth truth.pt model=lenet "
+                                       "attack=idlg\n(a complete client that writes these files: docs/attack-a-file.md)")
     p.add_argument("file", type=Path, help="a .safetensors payload, a payload store folder, or a torch.save'd dict")
     p.add_argument("overrides", nargs="*", help="config overrides for model, attack, data, seed, metrics")
     p.add_argument("--id", dest="payload_id", help="the payload id, when FILE is a payload store")
@@ -177,7 +66,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--truth", type=Path, help="the true images ('images' [N,C,H,W] in [0,1], optional 'labels')")
     p.add_argument("--non-members", type=Path, help="images the client never had, for the chance level "
                    "(with 'labels', also the class-informed one; default: the test split of data=)")
-    p.add_argument("--out", type=Path, default=Path("results/attack"), help="output folder (default results/attack)")
+    p.add_argument("--out", type=Path, default=Path("results/attack"), help="where results go: each attack writes a "
+                   "new timestamped folder under it, never over a finished one (default results/attack)")
+    p.add_argument("--kind-check", choices=("on", "off"), default="on", help="check that FILE holds what --kind "
+                   "declares (weights vs a gradient: by the distance to --base, or the last-layer bias of a "
+                   "cross-entropy gradient summing to 0); off only for a gradient of another loss")
     p.add_argument("--inputs", choices=("normalised", "raw"), default="normalised",
                    help="how the model's inputs were scaled when the message was computed: normalised (default: "
                    "with data='s per-channel mean and std) or raw (pixels in [0, 1])")
@@ -186,54 +79,30 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def _training(args: argparse.Namespace) -> LocalTraining | None:
-    """What the client declared about its training, checked: learning rate, steps (or epochs and local batch size,
-    from which the steps follow), momentum and DP-SGD's clip norm; None when nothing is declared."""
-    schedule = (args.lr, args.steps, args.epochs, args.local_batch_size, args.momentum)
-    if all(v is None for v in (*schedule, args.clip)):
-        return None
-    if args.clip is not None and (not math.isfinite(args.clip) or args.clip <= 0):
-        raise ConfigError(f"--clip {args.clip}: the clip norm must be a positive number")
-    n = args.batch_size
-    if all(v is None for v in schedule):  # a clipped gradient: one step on the batch
-        return LocalTraining(lr=1.0, steps=1, batch_size=n, num_samples=n, clip=args.clip)
-    if args.lr is None or not math.isfinite(args.lr) or args.lr <= 0:
-        raise ConfigError("--lr and --steps go together: a positive learning rate and at least one step "
-                          "(--steps, or --epochs and --local-batch-size)")
-    for flag, value in (("--steps", args.steps), ("--epochs", args.epochs), ("--local-batch-size", args.local_batch_size)):
-        if value is not None and value < 1:
-            raise ConfigError(f"{flag} {value}: must be at least 1")
-    momentum = 0.0 if args.momentum is None else args.momentum
-    if not (math.isfinite(momentum) and 0 <= momentum < 1):
-        raise ConfigError(f"--momentum {args.momentum}: must be in [0, 1)")
-    batch, epochs = min(args.local_batch_size or n, n), args.epochs or 1
-    steps = epochs * math.ceil(n / batch)
-    if args.steps is not None:
-        if (args.epochs is not None or args.local_batch_size is not None) and args.steps != steps:
-            raise ConfigError(f"--steps {args.steps} disagrees with --epochs {epochs} x ceil({n} / {batch}) = {steps}")
-        steps = args.steps
-    elif args.epochs is None and args.local_batch_size is None:
-        raise ConfigError("--lr and --steps go together: a positive learning rate and at least one step "
-                          "(--steps, or --epochs and --local-batch-size)")
-    return LocalTraining(lr=args.lr, steps=steps, batch_size=batch, num_samples=n, epochs=epochs, momentum=momentum,
-                         clip=args.clip)
+@dataclass
+class Prepared:
+    """Everything a file attack needs, checked before any compute: the config, attack, message, truth, pools,
+    data and model, and the chance pool's provenance."""
+
+    cfg: Any
+    attack: Any
+    message: Recorded
+    truth: tuple[torch.Tensor, torch.Tensor | None] | None
+    pool: torch.Tensor
+    pool_labels: torch.Tensor | None
+    chance_from: str
+    data: Any
+    model: torch.nn.Module
 
 
-def attack_file(args: argparse.Namespace) -> dict[str, Any]:
-    """Check everything, then attack, score and write; returns the metrics written."""
-    from privbench.overrides import compose
-    from privbench.attacks import AttackTarget, GradientInversion
+def prepare(args: argparse.Namespace) -> Prepared:
+    """Compose the config and check every file against it and against what it is declared to be."""
+    from privbench.attacks import GradientInversion
+    from privbench.audit.memory import check_memory, check_unrolled_steps, inversion_bytes
     from privbench.build import build
-    from privbench.audit.output import summary, write_metrics
-    from privbench.audit.score import score_reconstruction
-    from privbench.io import atomic_write_text
-    from privbench.metrics.reconstruction import Recovered
-    from privbench.attacks.views import LabelView
-    from privbench.pixels import denormalise
-    from privbench.progress import run_log
-    from privbench.provenance import versions
+    from privbench.declared import check_kind, check_truth_count
+    from privbench.overrides import compose
 
-    start = time.perf_counter()
     if args.batch_size < 1:
         raise ConfigError("--batch-size must be at least 1")
     cfg = compose(list(args.overrides))
@@ -241,28 +110,123 @@ def attack_file(args: argparse.Namespace) -> dict[str, Any]:
     if not isinstance(attack, GradientInversion):
         raise ConfigError(f"attack={type(attack).__name__.lower()} cannot read a recorded message; "
                           "use dlg, idlg or ig")
-    message = recorded(args.file, payload_id=args.payload_id, kind=args.kind, base=args.base,
-                       training=_training(args), batch_size=args.batch_size, trusted=args.trusted_store)
-    reason = attack.cannot_read(message.payload.kind)
-    if reason:
-        raise ConfigError(f"attack={attack.name} cannot attack a {message.payload.kind}: {reason}")
-    truth = _truth(args.truth) if args.truth else None
-    non_members, non_member_labels = _truth(args.non_members) if args.non_members else (None, None)
+    if args.batch_size > attack.max_images:  # before any file is read or anything allocated for the images
+        raise ConfigError(f"--batch-size {args.batch_size}: the attack would rebuild {args.batch_size} images, more "
+                          f"than attack.max_images={attack.max_images}")
+    training = declared_training(args)
+    if attack.unroll and training is not None:
+        check_unrolled_steps(training.steps, f"--steps {training.steps}")
     data = build("data", cfg.data, seed=int(cfg.seed))
     c, h, _ = data.train.shape
     torch.manual_seed(int(cfg.seed))
     model = build("model", cfg.model, in_channels=c, image_size=h, num_classes=data.train.num_classes)
+    params = sum(t.numel() for t in model.parameters())
+    steps = training.steps if attack.unroll and training is not None else 1
+    check_memory(inversion_bytes(problems=attack.restarts, images=args.batch_size, image_shape=tuple(data.train.shape),
+                                 params=params, steps=steps, batch=training.batch_size if training else None),
+                 f"--batch-size {args.batch_size} x attack.restarts={attack.restarts}"
+                 + (f" x {steps} unrolled steps" if steps > 1 else ""))
+    message = recorded(args.file, payload_id=args.payload_id, kind=args.kind, base=args.base, training=training,
+                       batch_size=args.batch_size, trusted=args.trusted_store, limit=model_bound(model))
+    reason = attack.cannot_read(message.payload.kind)
+    if reason:
+        raise ConfigError(f"attack={attack.name} cannot attack a {message.payload.kind}: {reason}")
+    # the true images: --batch-size images in float64, and 1 MiB
+    truth = read_truth(args.truth, 8 * args.batch_size * math.prod(data.train.shape) + 2**20) if args.truth else None
+    if truth is not None:
+        check_truth_count(len(truth[0]), args.batch_size, what=str(args.truth))
+    non_members, non_member_labels = read_truth(args.non_members) if args.non_members else (None, None)
     assert message.payload.tensors is not None
     check_names(message.payload.tensors, {n: list(p.shape) for n, p in model.named_parameters()},
                 what=str(args.file))
-    if message.base is not None and message.base.tensors is not None:
-        check_names(message.base.tensors, {n: list(t.shape) for n, t in model.state_dict().items()},
-                    what=str(args.base or "its base"))
-    if truth is not None and tuple(truth[0].shape[1:]) != tuple(data.train.shape):
-        raise ConfigError(f"{args.truth}: 'images' are {list(truth[0].shape[1:])}, data= images are "
-                          f"{list(data.train.shape)}")
-    if message.base is None:  # a gradient computed at weights the attacker does not have
+    base = message.base.tensors if message.base is not None else None
+    if base is not None:
+        check_names(base, {n: list(t.shape) for n, t in model.state_dict().items()}, what=str(args.base or "its base"))
+    if args.kind_check == "on" and not args.file.is_dir():
+        check_kind(message.payload.kind, message.payload.spec.carries, message.payload.tensors, base=base,
+                   model=model, what=str(args.file), noisy=args.clip is not None)
+    for name, images in (("--truth", truth), ("--non-members", (non_members, None))):
+        if images is not None and images[0] is not None and tuple(images[0].shape[1:]) != tuple(data.train.shape):
+            raise ConfigError(f"{name}: 'images' are {list(images[0].shape[1:])}, data= images are "
+                              f"{list(data.train.shape)}")
+    if non_members is not None:
+        pool, pool_labels = non_members, non_member_labels
+        chance_from = f"--non-members {args.non_members} ({len(non_members)} images)"
+    else:
+        pool, pool_labels = data.test.images.float() / 255.0, data.test.labels
+        chance_from = f"data={cfg.data.get('source', '')}'s test split ({len(pool)} images)"
+    return Prepared(cfg, attack, message, truth, pool, pool_labels, chance_from, data, model)
+
+
+def _chance_pool_check(p: Prepared, seed: int) -> dict[str, Any]:
+    """Whether the truth looks like the chance pool; a one-line warning when it does not."""
+    from privbench.declared import MIN_POOL, resemblance
+
+    if p.truth is None:
+        return {"chance_from": p.chance_from}
+    if len(p.pool) < MIN_POOL:
+        print(f"privbench.attack: warning: {p.chance_from}: too few images to tell whether the truth looks like "
+              f"them (at least {MIN_POOL}); chance is scored against them as they are", file=sys.stderr)
+        return {"chance_from": p.chance_from, "chance_pool_alike": None}
+    near = resemblance(p.truth[0], p.pool, seed=seed)
+    if not near.alike:
+        print(f"privbench.attack: warning: the --truth images do not look like the chance pool, {p.chance_from} "
+              f"(median nearest-neighbour PSNR {near.truth_db:.1f} dB, below its own images' 1 % quantile "
+              f"{near.pool_quantile_db:.1f} dB): chance and the gain are scored against it; give --non-members "
+              "images of the truth's own kind", file=sys.stderr)
+    return {"chance_from": p.chance_from, "chance_pool_alike": near.alike,
+            "chance_pool_nn_psnr": {"truth": near.truth_db, "pool_1pct": near.pool_quantile_db}}
+
+
+def attack_file(args: argparse.Namespace) -> dict[str, Any]:
+    """Check everything, then attack, score and write into a new folder under ``--out``; returns the metrics."""
+    from privbench.io import new_run_folder
+
+    start = time.perf_counter()
+    prepared = prepare(args)
+    if prepared.message.base is None:  # a gradient computed at weights the attacker does not have
         print("privbench.attack: no --base: the gradient is matched at the model's initial weights", file=sys.stderr)
+    chance = _chance_pool_check(prepared, int(prepared.cfg.seed))
+    out = new_run_folder(args.out)
+    try:
+        metrics = _play(args, prepared, out, chance)
+    except BaseException as exc:
+        _leave_no_refusal_behind(out, exc)
+        raise
+    metrics["timing"] = {"attack_s": time.perf_counter() - start}
+    from privbench.audit.output import summary, write_metrics
+
+    write_metrics(out, metrics)
+    print(summary(metrics))
+    print(f"results: {out}")
+    return metrics
+
+
+def _leave_no_refusal_behind(out: Path, exc: BaseException) -> None:
+    """A run that ends in an error keeps no folder of its own holding nothing but its log; else the error is
+    written beside what it wrote (``error.txt``)."""
+    import shutil
+
+    from privbench.io import atomic_write_text
+
+    if {p.name for p in out.iterdir()} <= {"run.log"}:
+        shutil.rmtree(out, ignore_errors=True)
+    else:
+        atomic_write_text(out / "error.txt", f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}\n")
+
+
+def _play(args: argparse.Namespace, p: Prepared, out: Path, chance: dict[str, Any]) -> dict[str, Any]:
+    """Attack the message and score it against the truth, logging progress to the terminal and ``run.log``."""
+    from privbench.attacks import AttackTarget
+    from privbench.attacks.views import LabelView
+    from privbench.audit.score import score_reconstruction
+    from privbench.io import atomic_write_text
+    from privbench.metrics.reconstruction import Recovered
+    from privbench.pixels import denormalise
+    from privbench.progress import console_log, run_log
+    from privbench.provenance import versions
+
+    cfg, attack, message, data, model = p.cfg, p.attack, p.message, p.data, p.model
     mean, std = data.train.mean, data.train.std
     inputs = (f"normalised with data={cfg.data.get('source', '')}'s mean {_stats(mean)} and std {_stats(std)}"
               if args.inputs == "normalised" else "raw pixels in [0, 1] (--inputs raw)")
@@ -273,8 +237,7 @@ def attack_file(args: argparse.Namespace) -> dict[str, Any]:
         scale = torch.tensor(std).view(1, -1, 1, 1)
         model.register_forward_pre_hook(
             lambda _module, given: (given[0] * scale.to(given[0].device) + shift.to(given[0].device), *given[1:]))
-    args.out.mkdir(parents=True, exist_ok=True)
-    with run_log(args.out):
+    with run_log(out), console_log():
         target = AttackTarget.from_payload(message.payload, base=message.base, model=model,
                                            num_images=args.batch_size, image_shape=data.train.shape,
                                            num_classes=data.train.num_classes, mean=mean, std=std,
@@ -291,26 +254,20 @@ def attack_file(args: argparse.Namespace) -> dict[str, Any]:
         result = attack.attack(view, seed=int(cfg.seed))
         privacy: dict[str, Any] = {"failed": result.failed, "objective": result.objective,
                                    "label_source": result.label_source, "attempts": result.attempts}
-        if truth is not None and result.images is not None and result.labels is not None:
-            recon = denormalise(result.images, mean, std)
-            images, labels = truth
+        if p.truth is not None and result.images is not None and result.labels is not None:
+            images, labels = p.truth
             labels = labels if labels is not None else torch.full((len(images),), -1)
-            pool, pool_labels = ((non_members, non_member_labels) if non_members is not None
-                                 else (data.test.images.float() / 255.0, data.test.labels))
-            privacy.update(score_reconstruction(recon, result.labels, images, labels.long(), non_members=pool,
-                                                seed=int(cfg.seed), match_on=str(cfg.metrics.match_on),
-                                                use_lpips=bool(cfg.metrics.lpips), out=args.out,
-                                                non_member_labels=pool_labels, recovered=Recovered.of(cfg.metrics)))
-        atomic_write_text(args.out / "config.yaml", OmegaConf.to_yaml(cfg))
-        run = {"name": "attack-file", "source": str(args.file), "payload": message.payload.kind,
-               "attack": attack.name, "model": str(cfg.model._target_), "data": str(cfg.data.get("source", "")),
-               "seed": int(cfg.seed), "num_images": args.batch_size, "inputs": inputs, "versions": versions()}
-        metrics = {"run": run, "privacy": privacy, "threat_model": dict(target.knowledge),
-                   "timing": {"attack_s": time.perf_counter() - start}}
-        write_metrics(args.out, metrics)
-    print(summary(metrics))
-    print(f"results: {args.out}")
-    return metrics
+            privacy.update(score_reconstruction(denormalise(result.images, mean, std), result.labels, images,
+                                                labels.long(), non_members=p.pool, seed=int(cfg.seed),
+                                                match_on=str(cfg.metrics.match_on), use_lpips=bool(cfg.metrics.lpips),
+                                                out=out, non_member_labels=p.pool_labels,
+                                                recovered=Recovered.of(cfg.metrics)))
+            privacy.update(chance)
+        atomic_write_text(out / "config.yaml", OmegaConf.to_yaml(cfg))
+    run = {"name": "attack-file", "source": str(args.file), "payload": message.payload.kind,
+           "attack": attack.name, "model": str(cfg.model._target_), "data": str(cfg.data.get("source", "")),
+           "seed": int(cfg.seed), "num_images": args.batch_size, "inputs": inputs, "versions": versions()}
+    return {"run": run, "privacy": privacy, "threat_model": dict(target.knowledge)}
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,9 +1,12 @@
 """Atomic file writes: a result file is either complete or absent."""
 from __future__ import annotations
 
+import datetime
 import os
 import tempfile
 from pathlib import Path
+
+from privbench.regular import regular
 
 
 def umask() -> int:
@@ -54,8 +57,12 @@ def alive(pid: int) -> bool:
     return True
 
 
+#: Files that mark a folder as holding a finished run (or a sweep's pointer to one).
+FINISHED = ("metrics.json", "resumed.json")
+
+
 def claim(folder: Path) -> Path:
-    """A run folder no running process holds: ``folder``, else ``folder-2``, ``folder-3``, ...
+    """A run folder no running process holds and no finished run is in: ``folder``, else ``folder-2``, ...
 
     The claim is a lock file made with ``O_EXCL`` holding this process's pid; one left by a process that is
     gone is taken over. Two runs that get the same folder (same name, same second) never share it.
@@ -63,6 +70,8 @@ def claim(folder: Path) -> Path:
     folder = Path(folder)
     for i in range(1, 10_000):
         candidate = folder if i == 1 else folder.with_name(f"{folder.name}-{i}")
+        if any((candidate / name).exists() for name in FINISHED):
+            continue  # a finished run's folder is never written into
         candidate.mkdir(parents=True, exist_ok=True)
         lock = candidate / LOCK
         try:
@@ -96,10 +105,26 @@ def release(folder: Path) -> None:
 
 
 def files_named(root: Path, name: str) -> list[Path]:
-    """Every file called ``name`` below ``root``, sorted; folders that vanish during the walk (a parallel sweep job
-    removing its skipped folder) are passed over instead of failing the walk, as ``Path.rglob`` would."""
+    """Every regular file called ``name`` below ``root``, sorted; folders that vanish during the walk (a parallel
+    sweep job removing its skipped folder) are passed over instead of failing the walk, as ``Path.rglob`` would.
+    A pipe, a device or a link leaving ``root`` under that name is passed over too (``privbench.regular``)."""
     found = []
-    for folder, _, files in os.walk(root):  # os.walk ignores folders it can no longer list
-        if name in files:
+    for folder, _, files in os.walk(root):  # os.walk ignores folders it can no longer list, and follows no link
+        if name in files and regular(Path(folder) / name, root):
             found.append(Path(folder) / name)
     return sorted(found)
+
+
+def new_run_folder(parent: Path, *, now: datetime.datetime | None = None) -> Path:
+    """A new folder ``parent/<YYYY-mm-dd_HH-MM-SS>`` (``_2``, ``_3``, ... when taken), created here, so that no
+    finished run is written over; two processes never get the same one (``mkdir`` fails for the second)."""
+    stamp = (now or datetime.datetime.now()).strftime("%Y-%m-%d_%H-%M-%S")
+    parent.mkdir(parents=True, exist_ok=True)
+    for n in range(1, 10_000):
+        folder = parent / (stamp if n == 1 else f"{stamp}_{n}")
+        try:
+            folder.mkdir()
+        except FileExistsError:
+            continue
+        return folder
+    raise OSError(f"{parent}: no free run folder for {stamp}")

@@ -2,15 +2,16 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Collection, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Collection, Sequence
 from functools import lru_cache
 from typing import Any
 from importlib import resources
 
 from omegaconf import DictConfig, OmegaConf
 
+from privbench.config_dir import config_dir, hydra_session
 from privbench.errors import ConfigError, did_you_mean, shown
+from privbench.hydra_keys import check_folder, check_hydra_override, check_hydra_paths, hydra_context
 
 GROUPS = ("data", "model", "fl", "payload", "attack", "defense", "aggregation", "engine", "experiment")
 
@@ -23,24 +24,19 @@ def options(group: str) -> list[str]:
 
 def compose_with_hydra(overrides: list[str]) -> DictConfig:
     """The config Hydra composes for ``overrides``, its ``hydra`` node included (a fresh copy each call)."""
-    return copy.deepcopy(_composed(tuple(overrides)))
+    return copy.deepcopy(_composed(tuple(overrides), config_dir()))
 
 
 @lru_cache(maxsize=4)
-def _composed(overrides: tuple[str, ...]) -> DictConfig:
-    from hydra import compose, initialize_config_module
-    from hydra.core.global_hydra import GlobalHydra
+def _composed(overrides: tuple[str, ...], folder: str | None) -> DictConfig:
+    """Composed on privbench's configs and the ``--config-dir`` ``folder`` (part of the cache key)."""
+    from hydra import compose
 
     from privbench.naming import register
 
     register()
-    GlobalHydra.instance().clear()
-    try:
-        with initialize_config_module(config_module="privbench.conf", version_base="1.3"):
-            return compose(config_name="config", overrides=list(overrides), return_hydra_config=True)
-    finally:
-        GlobalHydra.instance().clear()
-
+    with hydra_session():
+        return compose(config_name="config", overrides=list(overrides), return_hydra_config=True)
 
 
 def _unknown_key(key: str, overrides: list[str]) -> ConfigError:
@@ -133,6 +129,7 @@ def _check_composes(overrides: list[str]) -> DictConfig:
     except Exception as exc:  # omegaconf validation errors
         raise ConfigError(str(exc).splitlines()[0]) from None
     check_destination(cfg)
+    check_hydra_paths(cfg)
     check_targets(overrides, cfg)
     return cfg
 
@@ -154,68 +151,22 @@ def check_destination(cfg: DictConfig) -> None:
 
     from omegaconf.errors import OmegaConfBaseException
 
-    raw_name = cfg._get_node("name")
-    try:  # the default name reads Hydra's runtime choices: set by Hydra, always a short folder name
-        name = "" if raw_name is None or "${hydra:" in str(raw_name._value()) else cfg.get("name")
-    except OmegaConfBaseException:
-        name = ""
+    try:  # resolved as Hydra will (the default name reads Hydra's runtime choices)
+        with hydra_context(cfg):
+            name = cfg.get("name")
+    except OmegaConfBaseException as exc:
+        raise ConfigError(f"name: cannot be resolved ({str(exc).strip().splitlines()[0][:200]})") from None
     if name is not None and (len(str(name)) > NAME_LIMIT or "/" in str(name) or str(name) in (".", "..")):
         raise ConfigError(f"name={shown(name)}: must be a folder name of at most {NAME_LIMIT} characters, no '/'")
-    raw = OmegaConf.select(cfg, "results_dir", default=None)
-    _check_folder("results_dir", raw)
-
-
-def _check_folder(key: str, raw: Any) -> None:
-    """``raw`` must name a folder privbench can create and write (``key`` names it in the error)."""
-    import os
-    from pathlib import Path
-
-    if raw is None or not str(raw).strip():
-        raise ConfigError(f"{key}: must name a folder (empty would write under the filesystem root)")
-    if len(str(raw)) > 1000:
-        raise ConfigError(f"{key}={shown(raw)}: too long")
-    folder = Path(str(raw)).expanduser()
-    existing = next((p for p in [folder, *folder.absolute().parents] if p.exists()), None)
-    if folder.exists() and not folder.is_dir():
-        raise ConfigError(f"{key}={shown(str(raw))}: is a file, not a folder")
-    if existing is None or not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK) \
-            or str(existing.absolute()).startswith(("/proc", "/sys", "/dev")):
-        raise ConfigError(f"{key}={shown(str(raw))}: cannot be created or written (nearest existing folder: "
-                          f"{existing})")
+    try:
+        raw = OmegaConf.select(cfg, "results_dir", default=None)
+    except OmegaConfBaseException as exc:
+        raise ConfigError(f"results_dir: cannot be resolved ({str(exc).strip().splitlines()[0][:200]})") from None
+    check_folder("results_dir", raw)
 
 
 #: Extra ``_target_`` prefixes a user may name on the command line (config key ``allow_targets``).
 ALLOW_KEY = "allow_targets"
-
-
-#: ``hydra.*`` keys an override may not set: they instantiate callbacks or write logs where they say.
-HYDRA_REFUSED = ("hydra.callbacks", "hydra.job_logging", "hydra.hydra_logging")
-#: ``hydra.*`` keys that name folders Hydra writes into: checked like ``results_dir``.
-HYDRA_FOLDERS = ("hydra.run.dir", "hydra.sweep.dir")
-#: ``hydra.*`` keys that name a subfolder of those: relative, no ``..``.
-HYDRA_SUBFOLDERS = ("hydra.sweep.subdir", "hydra.output_subdir")
-
-
-def check_hydra_override(key: str, values: list[str]) -> None:
-    """Refuse ``hydra.*`` overrides that instantiate code or write files outside privbench's checks.
-
-    Example:
-        >>> check_hydra_override("hydra.callbacks.x._target_", ["pathlib.Path.write_text"])
-        Traceback (most recent call last):
-        ...
-        privbench.errors.ConfigError: hydra.callbacks.x._target_: hydra.callbacks, hydra.job_logging and hydra.hydra_logging cannot be set from the command line (they instantiate code or write files); choose a config option instead
-    """
-    if any(key == k or key.startswith(k + ".") for k in HYDRA_REFUSED):
-        raise ConfigError(f"{key}: {', '.join(HYDRA_REFUSED[:-1])} and {HYDRA_REFUSED[-1]} cannot be set from the "
-                          "command line (they instantiate code or write files); choose a config option instead")
-    if key.split(".")[-1] == "_target_":
-        raise ConfigError(f"{key}: a hydra _target_ cannot be set from the command line; choose a launcher option "
-                          "(hydra/launcher=...)")
-    for value in values:
-        if key in HYDRA_FOLDERS and not value.startswith("${"):
-            _check_folder(key, value)
-        if key in HYDRA_SUBFOLDERS and (value.startswith("/") or ".." in value.split("/")):
-            raise ConfigError(f"{key}={shown(value)}: must be a relative folder name without '..'")
 
 
 def config_targets(node: Any, prefix: str = "") -> list[tuple[str, str]]:
@@ -291,18 +242,6 @@ def tree_targets() -> frozenset[str]:
             elif entry.name.endswith(".yaml"):
                 out |= set(re.findall(r"_target_:\s*([\w.]+)", entry.read_text()))
     return frozenset(out)
-
-
-@contextmanager
-def hydra_context(cfg: DictConfig) -> Iterator[None]:
-    """Make ``${hydra:...}`` interpolations and ``HydraConfig.get()`` see ``cfg``'s hydra node, then forget it."""
-    from hydra.core.hydra_config import HydraConfig
-
-    HydraConfig.instance().set_config(cfg)
-    try:
-        yield
-    finally:
-        HydraConfig.instance().cfg = None
 
 
 def compose_full(overrides: Sequence[str]) -> DictConfig:

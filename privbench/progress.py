@@ -1,10 +1,15 @@
 """Progress of an audit: one bar per phase on a terminal, periodic log lines otherwise.
 
 Each phase (data, a protocol's rounds, the FedAvg reference, agnostic fine-tuning, an
-attack's restart, scoring) is announced through the ``privbench`` logger, so it reaches the
-run's log file. On a terminal a bar per phase shows its own ETA beside an ``audit`` bar
-over the planned phases (the overall ETA); without a terminal a plain line is logged every
-``PERIOD`` seconds.
+attack's restart or its long loops: shadow training, candidate sets, clients; scoring) is
+announced through the ``privbench`` logger, so it reaches the run's log file. On a terminal a
+bar per phase shows its own ETA beside an ``audit`` bar over the planned phases (the overall
+ETA); without a terminal a plain line is logged every ``PERIOD`` seconds. A phase opened
+inside another gets the bar below it and does not count towards the audit bar.
+
+On the console (``ConsoleHandler`` with the ``OwnLines`` filter, as Hydra's logging configs
+set it up) only privbench's own lines and other libraries' warnings and errors are shown;
+everything, third-party INFO lines and deprecation warnings included, still goes to run.log.
 
 Example:
     >>> with phase("scoring", total=3) as p:  # doctest: +SKIP
@@ -24,6 +29,12 @@ from typing import Any
 log = logging.getLogger("privbench")
 #: Seconds between plain progress lines when stderr is not a terminal.
 PERIOD = 10.0
+#: Phases open now (a phase opened inside another is drawn below it and not counted by the audit bar).
+_OPEN: list["Phase"] = []
+#: Warning categories that are a library's notice to its own developers, kept off the console.
+DEPRECATIONS = ("DeprecationWarning", "PendingDeprecationWarning", "FutureWarning")
+#: Markers of Flower's own deprecation notices (logged as warnings on its ``flwr`` logger).
+FLOWER_NOTICES = ("DEPRECATED FEATURE", "FEATURE UPDATE")
 
 
 def on_terminal() -> bool:
@@ -74,15 +85,15 @@ OVERALL = _Overall()
 class Phase:
     """One phase's progress: ``update`` after each step, with figures to show (objective, ...)."""
 
-    def __init__(self, name: str, total: int | None, unit: str) -> None:
-        self.name, self.total, self.unit = name, total, unit
+    def __init__(self, name: str, total: int | None, unit: str, *, depth: int = 0) -> None:
+        self.name, self.total, self.unit, self.depth = name, total, unit, depth
         self.done, self.start, self.last_line = 0, time.perf_counter(), time.perf_counter()
         self.figures: dict[str, Any] = {}
         self.bar: Any = None
         if on_terminal():
             from tqdm.auto import tqdm
 
-            self.bar = tqdm(total=total, desc=name, unit=unit, position=1, leave=False)
+            self.bar = tqdm(total=total, desc=name, unit=unit, position=1 + depth, leave=False)
 
     def update(self, n: int = 1, **figures: Any) -> None:
         """Count ``n`` more steps; ``figures`` (e.g. ``objective=1e-3``) are shown beside the count."""
@@ -117,17 +128,82 @@ def _short(value: Any) -> str:
 
 @contextmanager
 def phase(name: str, *, total: int | None = None, unit: str = "step") -> Iterator[Phase]:
-    """A phase of the audit: logged when it starts and ends, with a bar or periodic lines between."""
+    """A phase of the audit: logged when it starts and ends, with a bar or periodic lines between.
+
+    A phase opened inside another (an attack's shadow training inside a larger step) is drawn on the line below
+    its parent's bar and leaves the audit bar's count alone.
+    """
     log.info("%s: started", name)
-    OVERALL.started(name)
-    p = Phase(name, total, unit)
+    nested = bool(_OPEN)
+    if not nested:
+        OVERALL.started(name)
+    p = Phase(name, total, unit, depth=len(_OPEN))
+    _OPEN.append(p)
     try:
         yield p
     finally:
         p.close()
-        OVERALL.finished()
+        if p in _OPEN:
+            _OPEN.remove(p)
+        if not nested:
+            OVERALL.finished()
     log.info("%s: done in %.1f s%s", name, time.perf_counter() - p.start,
              "".join(f", {k} {_short(v)}" for k, v in p.figures.items()))
+
+
+def own_line(record: logging.LogRecord) -> bool:
+    """Whether a log record is shown on the console: privbench's own (the ``privbench`` logger and its children), or
+    another library's warning or error that is not a deprecation notice (Python's ``DeprecationWarning``,
+    ``PendingDeprecationWarning`` and ``FutureWarning`` routed by ``logging.captureWarnings``, Flower's
+    ``DEPRECATED FEATURE`` lines). Everything else (Flower's INFO lines, Hydra's, ...) goes only to run.log."""
+    if record.name == log.name or record.name.startswith(log.name + "."):
+        return True
+    if record.levelno < logging.WARNING:
+        return False
+    text = record.getMessage()
+    if record.name == "py.warnings":
+        return not any(f" {category}: " in text or text.startswith(f"{category}: ") for category in DEPRECATIONS)
+    if record.name == "flwr" or record.name.startswith("flwr."):
+        return not any(marker in text for marker in FLOWER_NOTICES)
+    return True
+
+
+class OwnLines(logging.Filter):
+    """The console's filter: privbench's own lines and other libraries' warnings and errors (``own_line``)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return own_line(record)
+
+
+#: Third-party loggers that write to the console through handlers of their own (Flower's, its telemetry's, and Ray's,
+#: which Flower's simulation starts).
+OWN_CONSOLES = ("flwr", "flwr-telemetry", "ray")
+
+
+@contextmanager
+def quiet_consoles(names: tuple[str, ...] = OWN_CONSOLES) -> Iterator[None]:
+    """Detach the console handlers that ``names``' loggers bring (Flower adds its own to ``flwr`` when imported) and
+    let their lines propagate instead, to the handlers privbench's logging set up: the console shows them only as
+    ``OwnLines`` allows, run.log keeps them all. Put back on leaving."""
+    detached: list[tuple[logging.Logger, logging.Handler]] = []
+    propagated: list[tuple[logging.Logger, bool]] = []
+    for name in names:
+        if name not in logging.root.manager.loggerDict:  # not imported: nothing to quiet (and no logger made)
+            continue
+        logger = logging.getLogger(name)
+        for handler in list(logger.handlers):
+            if isinstance(handler, logging.StreamHandler) and not isinstance(handler, logging.FileHandler):
+                logger.removeHandler(handler)
+                detached.append((logger, handler))
+        propagated.append((logger, logger.propagate))
+        logger.propagate = True
+    try:
+        yield
+    finally:
+        for logger, handler in reversed(detached):
+            logger.addHandler(handler)
+        for logger, value in reversed(propagated):
+            logger.propagate = value
 
 
 class ConsoleHandler(logging.StreamHandler):
@@ -146,15 +222,8 @@ class ConsoleHandler(logging.StreamHandler):
 
 
 @contextmanager
-def run_log(out: Path) -> Iterator[None]:
-    """Write the ``privbench`` logger's lines to ``out/run.log`` unless a handler already does (Hydra's)."""
-    target = str((out / "run.log").resolve())
-    handlers = logging.getLogger().handlers + log.handlers
-    if any(getattr(h, "baseFilename", None) == target for h in handlers):
-        yield
-        return
-    handler = logging.FileHandler(target)
-    handler.setFormatter(logging.Formatter("[%(asctime)s][%(name)s][%(levelname)s] %(message)s"))
+def _attached(handler: logging.Handler) -> Iterator[None]:
+    """``handler`` on the ``privbench`` logger at INFO while the block runs, then detached and closed."""
     handler.setLevel(logging.INFO)
     level = log.level
     log.addHandler(handler)
@@ -166,3 +235,30 @@ def run_log(out: Path) -> Iterator[None]:
         log.removeHandler(handler)
         log.setLevel(level)
         handler.close()
+
+
+@contextmanager
+def run_log(out: Path) -> Iterator[None]:
+    """Write the ``privbench`` logger's lines to ``out/run.log`` unless a handler already does (Hydra's)."""
+    target = str((out / "run.log").resolve())
+    handlers = logging.getLogger().handlers + log.handlers
+    if any(getattr(h, "baseFilename", None) == target for h in handlers):
+        yield
+        return
+    handler = logging.FileHandler(target)
+    handler.setFormatter(logging.Formatter("[%(asctime)s][%(name)s][%(levelname)s] %(message)s"))
+    with _attached(handler):
+        yield
+
+
+@contextmanager
+def console_log() -> Iterator[None]:
+    """Show the ``privbench`` logger's lines (phases, progress) on stderr for a command that Hydra does not set up
+    (``python -m privbench.attack``), unless a console handler already does."""
+    if any(isinstance(h, ConsoleHandler) for h in log.handlers + logging.getLogger().handlers):
+        yield
+        return
+    handler = ConsoleHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("[%(asctime)s] %(message)s", datefmt="%H:%M:%S"))
+    with _attached(handler):
+        yield

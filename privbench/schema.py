@@ -120,7 +120,7 @@ RULES: dict[str, Any] = {
     "attack.iterations": Number(integer=True, low=1, high=10**7), "attack.restarts": Number(integer=True, low=1, high=10**4), "attack.converged": NON_NEGATIVE,
     "attack.stall_at": FRACTION, "attack.stall_tol": NON_NEGATIVE, "attack.max_images": POSITIVE_INT, "attack.patience": COUNT,
     "attack.lr": RATE, "attack.tv": WEIGHT, "attack.components": POSITIVE_INT,
-    "attack.bins": Number(integer=True, low=1, high=10**6), "attack.public": Number(integer=True, low=2, high=10**7),
+    "attack.bins": Number(integer=True, low=1, high=10**5), "attack.public": Number(integer=True, low=2, high=10**7),
     "attack.scale": Number(low=0, open_low=True, high=1e3), "attack.gain": Number(low=0, open_low=True, high=1e3),
     "attack.tolerance": Number(low=0, open_low=True, high=1),
     "attack.canaries": Number(integer=True, low=2, high=10**7), "attack.guesses": Number(integer=True, low=1, high=10**7),
@@ -136,6 +136,20 @@ RULES: dict[str, Any] = {
     "aggregation.max_weight": Number(low=0, open_low=True, high=1e12),
     "metrics.recovered_psnr": Number(low=0, high=200), "metrics.recovered_ssim": Number(low=-1, high=1),
 }
+
+#: Keys that must be true or false (YAML ``true``/``false``), never a string such as ``maybe``, a number or null:
+#: every boolean of the shipped configs (``tests/test_invalid_corpus.py`` checks none is missing).
+BOOLEANS = ("resume", "metrics.lpips", "data.download", "attack.unroll", "attack.batched", "attack.fixed_variance",
+            "fl.vectorise", "fl.gene.adaptive", "fl.agnostic.fedavg_reference")
+RULES.update({key: Flag() for key in BOOLEANS})
+#: Attack sizes that set a working set or a loop's length: bounded here, and in memory by ``privbench.audit.memory``.
+RULES.update({
+    "attack.shadows": Number(integer=True, low=2, high=10**5), "attack.refits": Number(integer=True, low=0, high=100),
+    "attack.max_candidates": Number(integer=True, low=2, high=10**6),
+    "attack.batch_size": Number(integer=True, low=1, high=10**5), "attack.records": Number(integer=True, low=1, high=10**6),
+    "attack.max_classes": Number(integer=True, low=1, high=10), "attack.dim": Number(integer=True, low=1, high=10**4),
+    "attack.points": Number(integer=True, low=1, high=10**4), "attack.rematch": Number(integer=True, low=1, high=10**7),
+})
 
 
 def _select(cfg: dict[str, Any], key: str) -> tuple[bool, Any]:

@@ -1,4 +1,5 @@
-"""Checks every config value can hold before planning: finite numbers, true booleans, an integer seed."""
+"""Checks every config value can hold before planning: finite numbers, true booleans (``schema.BOOLEANS``), an
+integer seed."""
 from __future__ import annotations
 
 import math
@@ -8,10 +9,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from privbench.errors import SHOWN, ConfigError, shown
-from privbench.schema import check_schema
-
-#: Keys that must be true or false (YAML ``true``/``false``), not a string such as ``maybe``.
-BOOLEANS = ("resume", "metrics.lpips", "data.download", "attack.unroll", "attack.batched", "fl.agnostic.fedavg_reference")
+from privbench.schema import BOOLEANS, check_schema
 #: Seeds are integers in [0, 2**32): numpy, torch and Python's random all take them.
 SEED_LIMIT = 2**32
 
@@ -61,7 +59,3 @@ def check_values(cfg: DictConfig) -> None:
     seed = OmegaConf.select(cfg, "seed")
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < SEED_LIMIT:
         raise ConfigError(f"seed={shown(seed)}: must be an integer in [0, 2^32)")
-    for key in BOOLEANS:
-        value = OmegaConf.select(cfg, key, default=None)
-        if value is not None and not isinstance(value, bool):
-            raise ConfigError(f"{key}={shown(value)}: must be true or false")

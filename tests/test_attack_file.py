@@ -21,6 +21,12 @@ def attack(*args: str, cwd: Path) -> subprocess.CompletedProcess:
                           timeout=600)
 
 
+def written(done: subprocess.CompletedProcess, cwd: Path) -> Path:
+    """The run folder an attack wrote (its last line: ``results: PATH``, a new folder under ``--out``)."""
+    line = [x for x in done.stdout.splitlines() if x.startswith("results: ")][-1]
+    return cwd / line.removeprefix("results: ")
+
+
 def _plain_pytorch_gradient(folder: Path, *, raw: bool = False, folded: bool = False) -> None:
     """What a user's own FL client would save: one image's gradient, the weights, and (for scoring) the image.
     With ``raw`` the client fed pixels in [0, 1] to its model, without normalising them; with ``folded`` too its
@@ -51,13 +57,15 @@ def test_idlg_rebuilds_an_image_from_a_gradient_saved_by_plain_pytorch(tmp_path)
     out = attack("grads.pt", "--base", "weights.pt", "--truth", "truth.pt", "--out", "out", "model=lenet",
                  "attack=idlg", "attack.iterations=200", "attack.restarts=2", "metrics.lpips=false", cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
-    metrics = json.loads((tmp_path / "out" / "metrics.json").read_text())
+    folder = written(out, tmp_path)
+    assert folder.parent == tmp_path / "out"
+    metrics = json.loads((folder / "metrics.json").read_text())
     privacy = metrics["privacy"]
     assert privacy["label_source"] == "recovered" and privacy["label_accuracy"] == 1.0
     assert privacy["psnr_mean"] > privacy["psnr_chance"] + 15  # the image is rebuilt, far above chance
     assert metrics["threat_model"]["visible_fraction"] == 1.0
     for name in ("grid.png", "gallery.npz", "threat_model.json", "config.yaml", "run.log", "metrics.csv"):
-        assert (tmp_path / "out" / name).exists(), name
+        assert (folder / name).exists(), name
 
 
 @pytest.mark.slow
@@ -78,7 +86,7 @@ def test_a_raw_pixel_gradient_declared_raw_is_rebuilt_not_misscored(tmp_path):
                      "model=lenet", "attack=idlg", "attack.iterations=600", "attack.restarts=2",
                      "attack.converged=1e-10", "metrics.lpips=false", cwd=folder)
         assert out.returncode == 0, out.stderr[-2000:]
-        metrics = json.loads((folder / "out" / "metrics.json").read_text())
+        metrics = json.loads((written(out, folder) / "metrics.json").read_text())
         runs[name] = (metrics["privacy"]["psnr_gain"], out.stdout, metrics["privacy"]["psnr_mean"])
         assert metrics["threat_model"]["input_normalisation"]["inputs"] == inputs
     gains = {k: v[0] for k, v in runs.items()}
@@ -103,7 +111,7 @@ def test_a_message_from_an_audits_payload_store(tmp_path):
     out = attack(str(run.payloads), "--id", gradient, "--out", "out", "model=lenet", "attack=idlg",
                  "attack.iterations=5", "attack.restarts=1", "metrics.lpips=false", cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
-    metrics = json.loads((tmp_path / "out" / "metrics.json").read_text())
+    metrics = json.loads((written(out, tmp_path) / "metrics.json").read_text())
     assert metrics["run"]["payload"] == "gradient" and metrics["threat_model"]["payload"] == gradient
     assert "psnr_mean" not in metrics["privacy"]  # no --truth: nothing to score against
 
@@ -144,7 +152,7 @@ def test_an_update_from_a_plain_pytorch_client_is_attacked_with_the_training_it_
                      "--lr", "0.1", *declared, "--truth", "truth.pt", "--out", "out", "model=lenet", "attack=idlg",
                      "attack.unroll=true", "metrics.lpips=false", cwd=folder)
         assert out.returncode == 0, out.stderr[-2000:]
-        metrics = json.loads((folder / "out" / "metrics.json").read_text())
+        metrics = json.loads((written(out, folder) / "metrics.json").read_text())
         gains[name] = metrics["privacy"]["psnr_gain"]
         training = metrics["threat_model"]["training"]
         assert (training["steps"], training["epochs"], training["lr"]) == (3, 3, 0.1)
@@ -178,9 +186,11 @@ def test_an_update_from_a_plain_pytorch_client_is_attacked_with_the_training_it_
     (["named.pt", "model=lenet", "attack=idlg"], "are not the model's"),
     (["shaped.pt", "model=lenet", "attack=idlg"], "fc.bias is [3], the model's is [10]"),
     (["shaped.pt", "--truth", "truth.pt", "model=lenet", "attack=idlg"], "fc.bias is [3]"),
+    (["grads.pt", "--batch-size", "100000000"], "--batch-size 100000000: the attack would rebuild"),
+    (["grads.pt", "--lr", "0.1", "--epochs", "1000000", "attack.unroll=true"], "would replay 1,000,000 local steps"),
 ])
 def test_bad_input_is_one_line(tmp_path, monkeypatch, capsys, args, message):
-    from privbench import attack as attack_module
+    from privbench import tensor_files
     from privbench.attack import main
 
     torch.save({"w": torch.zeros(2)}, tmp_path / "grads.pt")
@@ -194,7 +204,7 @@ def test_bad_input_is_one_line(tmp_path, monkeypatch, capsys, args, message):
     torch.save({"conv1.weight": torch.zeros(2)}, tmp_path / "named.pt")
     torch.save({"fc.bias": torch.zeros(3)}, tmp_path / "shaped.pt")
     torch.save({"images": torch.zeros(1, 1, 28, 28)}, tmp_path / "truth.pt")
-    monkeypatch.setattr(attack_module, "MAX_FILE_BYTES", 10_000 if args[0] != "big.pt" else 100)
+    monkeypatch.setattr(tensor_files, "MAX_FILE_BYTES", 10_000 if args[0] != "big.pt" else 100)
     (tmp_path / "store").mkdir()
     (tmp_path / "store" / "index.json").write_text("[]")
     monkeypatch.chdir(tmp_path)

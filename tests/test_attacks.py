@@ -125,8 +125,11 @@ def test_lbfgs_stops_when_steps_stop_changing_anything_and_records_evaluations(f
     assert attempt["evaluations"] == target.evaluations and attempt["evaluations"] < 20 * attempt["iterations"]
 
 
-@pytest.mark.parametrize(("model_cls", "stacked"), [(LeNet, True), (LeNet, False), (ConvNet, True)],
-                         ids=["lenet-stacked", "lenet-vmap", "convnet-stacked"])
+@pytest.mark.parametrize(("model_cls", "stacked"), [
+    pytest.param(LeNet, True, id="lenet-stacked"),
+    pytest.param(LeNet, False, id="lenet-vmap", marks=pytest.mark.slow),  # 4 s each
+    pytest.param(ConvNet, True, id="convnet-stacked", marks=pytest.mark.slow),  # 6-14 s each
+])
 @pytest.mark.parametrize("hide_head", [False, True])
 def test_batched_ig_restarts_equal_running_them_one_by_one(fmnist, hide_head, model_cls, stacked, monkeypatch):
     from privbench.attacks import ig
@@ -155,7 +158,7 @@ def test_batched_ig_restarts_equal_running_them_one_by_one(fmnist, hide_head, mo
 
 
 @pytest.mark.parametrize("stacked", [True, False], ids=["stacked", "vmap"])
-@pytest.mark.parametrize("hide_head", [False, True])
+@pytest.mark.parametrize("hide_head", [pytest.param(False, marks=pytest.mark.slow), True])  # 4-5 s each with the head
 def test_ig_on_several_victims_at_once_equals_each_alone(fmnist, hide_head, stacked, monkeypatch):
     from privbench.attacks import ig
     from privbench.attacks.ig import InvertingGradients

@@ -95,6 +95,7 @@ def test_bad_input_is_one_line_without_traceback(tmp_path, args, message):
     assert len(lines) == 1 and lines[0].startswith("privbench: error: ") and message in lines[0], out.stderr
     assert "Traceback" not in out.stderr + out.stdout
     assert not list(tmp_path.rglob("metrics.json"))
+    assert not list(tmp_path.rglob(".hydra")), "a refused run left its folder behind"
 
 
 @pytest.mark.slow

@@ -174,6 +174,7 @@ def _sweep_values(spec: str, key: str = "") -> list[str]:
     return [*out, current]
 
 
+@pytest.mark.slow  # 20 s for the 16 studies; each experiment's own options are composed in the quick suite
 @pytest.mark.parametrize("option", options("experiment"))
 def test_every_sweep_value_of_an_experiment_plans(compose_cfg, option):
     """Each value an experiment sweeps over composes and passes every check (a typo fails here, not mid-sweep)."""

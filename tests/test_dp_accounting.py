@@ -183,8 +183,9 @@ def test_a_remote_client_s_report_composes_into_the_server_s_accountant_as_if_tr
     client.gradient(model, x, y, client="client0", lr=0.1, generator=torch.Generator().manual_seed(2))
     second = client.take_report("client0")
     server = DPSGD(noise_multiplier=1.3)
-    server.compose_report("client0", first)
-    server.compose_report("client0", second)
+    trained = PlannedRead("local_sgd", 20, 5, 1)
+    server.compose_report("client0", first, planned=[trained])
+    server.compose_report("client0", second, planned=[trained, PlannedRead("audit_gradient", 1)])
     assert server.engines["client0"].accountant.history == [(1.3, 0.25, 8), (1.3, 1.0, 1)]
     by_hand = RDPAccountant()
     for _ in range(8):
@@ -199,13 +200,27 @@ def test_a_remote_client_s_report_composes_into_the_server_s_accountant_as_if_tr
     (None, "it sent no record of the reads it made"),
     ("not json", "is not JSON"),
     ('{"reads": [], "events": [[1.3, 0.25, 4]], "extra": 1}', "is not {'reads'"),
-    ('{"reads": [], "events": [[0.5, 0.25, 4]]}', "it reports noise multiplier 0.5; the server planned 1.3"),
-    ('{"reads": [], "events": [[1.3, 0.25, 4.5]]}', "is not \\[sigma, sample rate, steps\\]"),
-    ('{"reads": [], "events": [[1.3, 0.0, 4]]}', "sample rate 0 and 4 steps"),
-    ('{"reads": [], "events": [[1.3, 0.25, 0]]}', "sample rate 0.25 and 0 steps"),
+    ('{"reads": ["local_sgd"], "events": [[0.5, 0.25, 4]]}', "it reports noise multiplier 0.5; the server planned 1.3"),
+    ('{"reads": ["local_sgd"], "events": [[1.3, 0.25, 4.5]]}', "is not \\[sigma, sample rate, steps\\]"),
+    ('{"reads": ["local_sgd"], "events": [[1.3, 0.0, 4]]}', "sample rate 0 and 4 steps"),
+    ('{"reads": ["local_sgd"], "events": [[1.3, 0.25, 0]]}', "sample rate 0.25 and 0 steps"),
     ('{"reads": ["secrets"], "events": []}', "it reports a read 'secrets'"),
     ('{"reads": [], "events": "' + "x" * 100_001 + '"}', "at most 100,000 characters"),
+    # the client's word against the server's plan: 4 steps at rate 0.25 (20 samples, batches of 5, one epoch)
+    ('{"reads": ["local_sgd"], "events": []}', "events of no steps; the server planned 4 steps at rate 0.25"),
+    ('{"reads": ["local_sgd"], "events": [[1.3, 0.25, 3]]}', "events of 3 steps at rate 0.25; the server planned 4"),
+    ('{"reads": ["local_sgd"], "events": [[1.3, 1e-06, 4]]}', "events of 4 steps at rate 1e-06; the server planned"),
+    ('{"reads": [], "events": [[1.3, 0.25, 4]]}', r"it reports the reads \[\]; the server planned \['local_sgd'\]"),
 ])
 def test_a_malformed_or_understated_report_is_refused_with_its_reason(report, message):
     with pytest.raises(ValueError, match=message):
-        DPSGD(noise_multiplier=1.3).compose_report("client0", report)
+        DPSGD(noise_multiplier=1.3).compose_report("client0", report, planned=[PlannedRead("local_sgd", 20, 5, 1)])
+
+
+def test_the_server_composes_only_the_planned_schedule_and_the_honest_report_passes():
+    """The planned report composes; the epsilon is the planned schedule's, computed independently."""
+    server = DPSGD(noise_multiplier=1.3)
+    planned = [PlannedRead("audit_gradient", 1), PlannedRead("local_sgd", 20, 5, 2)]
+    server.compose_report("client0", '{"reads": ["audit_gradient", "local_sgd"], "events": [[1.3, 1.0, 1], '
+                                     '[1.3, 0.25, 8]]}', planned=planned)
+    assert server.epsilons()["client0"] == pytest.approx(epsilon(1.3, [(1.0, 1), (0.25, 8)], delta=1e-5), rel=1e-12)

@@ -471,6 +471,14 @@ def _first_nan(tensors: dict) -> dict:  # type: ignore[type-arg]
                  "it reports a read 'labels_of_everyone'", marks=pytest.mark.slow),
     pytest.param(lambda f, s: (f, _gene(s, lambda t: {**t, "body.0.weight": t[next(iter(t))].long()})),
                  "not a floating tensor", marks=pytest.mark.slow),
+    # the client's word against the server's plan (issue 45): its training record, layer list, every tensor
+    (lambda f, s: (f, _trained(s, lr=1e-6)), "declares lr=1e-06; the server planned 0.1"),
+    pytest.param(lambda f, s: (f, _trained(s, steps=1)), "declares steps=1; the server planned",
+                 marks=pytest.mark.slow),
+    pytest.param(lambda f, s: ({**f, "layers": json.dumps(["no.such.layer"])}, s),
+                 r"it names layers \['no.such.layer'\]", marks=pytest.mark.slow),
+    pytest.param(lambda f, s: (f, _gene(s, lambda t: dict(list(t.items())[1:]))),
+                 "lacks .*, which the server expects of a learngene", marks=pytest.mark.slow),
 ])
 def test_a_hostile_reply_ends_the_run_naming_the_client_and_nothing_of_it_is_recorded(tmp_path, task_identity,
                                                                                         tamper, message):
@@ -487,6 +495,11 @@ def test_a_hostile_reply_ends_the_run_naming_the_client_and_nothing_of_it_is_rec
     assert not list(payloads.glob(f"r{refused_round:04d}-*-client*-server.safetensors"))
 
 
+def _trained(sent: list[Payload], **changes) -> list[Payload]:  # type: ignore[no-untyped-def]
+    return [dataclasses.replace(p, training=dataclasses.replace(p.training, **changes)) if p.kind == "learngene" else p
+            for p in sent]
+
+
 def _changed_events(fields: dict, sent: list, change) -> tuple:  # type: ignore[no-untyped-def, type-arg]
     report = json.loads(fields[REPORT])
     report["events"] = [change(*event) for event in report["events"]]
@@ -500,10 +513,17 @@ def _under_reported(fields: dict, sent: list) -> tuple:  # type: ignore[type-arg
 @pytest.mark.slow  # 12 s a case; tests/test_dp_accounting.py checks each refusal in process
 @pytest.mark.parametrize("tamper, message", [
     (_under_reported, "it reports noise multiplier .*; the server planned .* for client1"),
-    (lambda f, s: ({**f, REPORT: json.dumps({"reads": ["local_sgd"]})}, s),
+    (lambda f, s: ({**f, REPORT: json.dumps({"reads": json.loads(f[REPORT])["reads"]})}, s),
      "its record of reads carries no list of DP-SGD accountant events"),
     (lambda f, s: _changed_events(f, s, lambda sigma, rate, steps: [sigma, 2.0, steps]),
      "an accountant event has sample rate 2 and"),
+    # fewer steps, a tiny sample rate, no events: each a smaller epsilon than the server planned (issue 45)
+    (lambda f, s: _changed_events(f, s, lambda sigma, rate, steps: [sigma, rate, max(steps - 1, 1)] if rate < 1 else
+                                  [sigma, rate, steps]), "it reports accountant events of .*; the server planned"),
+    (lambda f, s: _changed_events(f, s, lambda sigma, rate, steps: [sigma, 1e-6, steps]),
+     "it reports accountant events of .* at rate 1e-06; the server planned"),
+    (lambda f, s: ({**f, REPORT: json.dumps({**json.loads(f[REPORT]), "events": []})}, s),
+     "it reports accountant events of no steps; the server planned"),
 ])
 def test_a_client_that_misreports_its_dp_accounting_ends_the_run(tmp_path, task_identity, tamper, message):
     """A client that claims more noise than the server planned for it (so a smaller epsilon) is refused."""
@@ -593,3 +613,41 @@ def test_flower_simulation_runs_secagg_with_clientapps_in_other_processes(tmp_pa
     sa, sb = (PayloadStore.open(tmp_path / r / "payloads") for r in ("inprocess", "flower"))
     a, b = (s.load("r0001-aggregate-cohort0-server") for s in (sa, sb))
     assert all(torch.allclose(a.tensors[n], b.tensors[n], atol=3e-5) for n in a.names)
+
+
+class ForgedSecAggGrid(LoopbackGrid):
+    """Client 1's masked upload under SecAgg+ declares the clear fields ``change`` gives it."""
+
+    def __init__(self, num_clients: int, change) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(num_clients)
+        self.change = change
+
+    def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> list[Message]:
+        from privbench.flower.secagg import FIELDS
+
+        replies = super().send_and_receive(messages, timeout=timeout)
+        for reply in replies:
+            if int(reply.metadata.src_node_id) == 101 and "fitres.metrics" in reply.content.config_records:
+                metrics = reply.content.config_records["fitres.metrics"]
+                metrics[FIELDS] = json.dumps(self.change(json.loads(str(metrics[FIELDS]))))
+        return replies
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda f: {**f, "num_samples": 10**6}, "it claims num_samples=1000000; the server planned"),
+    pytest.param(lambda f: {**f, "layers": json.dumps(["no.such.layer"])}, r"it names layers \['no.such.layer'\]",
+                 marks=pytest.mark.slow),
+    pytest.param(lambda f: {**f, "training": json.dumps({**json.loads(f["training"]), "lr": 1e-6})},
+                 r"its round-\d upload declares lr=1e-06; the server planned 0.1", marks=pytest.mark.slow),
+])
+def test_a_forged_clear_field_of_a_masked_upload_is_refused_before_it_is_recorded(tmp_path, task_identity, change,
+                                                                                 message):
+    """Under SecAgg+ on Flower the server cannot read an upload, but it checks what the reply says in the clear (its
+    sample count, layers and training record) against its plan before anything of it enters the cohort's record."""
+    cfg = api.compose(["fl=fedavg", *SMALL, "aggregation=secagg", "attack=none", "victim.client=0",
+                       f"results_dir={tmp_path}"])
+    with pytest.raises(FlowerClientError, match=rf"client1 \(node 101\) sent a reply the server refuses: {message}"):
+        run_audit(cfg, tmp_path / "run", launcher=FlowerGrid(ForgedSecAggGrid(5, change)))
+    index = tmp_path / "run" / "payloads" / "index.json"
+    recorded = json.loads(index.read_text()) if index.exists() else []
+    assert not [r for r in recorded if r["kind"] in ("masked_upload", "aggregate") and r["sender"] == "client1"]

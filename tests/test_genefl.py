@@ -269,6 +269,7 @@ def test_genefl_gene_downlink_sends_less(tmp_path):
     assert first_timers and all(r["nbytes"] == 53704 for r in first_timers)
 
 
+@pytest.mark.slow  # 6 s: two GENE-FL trainings
 def test_genefl_is_deterministic(tmp_path):
     _, a, wa, agnostic_a = _tiny(tmp_path / "a", seed=3, reference=True)
     _, b, wb, agnostic_b = _tiny(tmp_path / "b", seed=3, reference=True)

@@ -4,7 +4,9 @@ commit b9929a7 on the 2-core machine of 2026-12-01; keys added since, without a 
 chance baselines and the recovered fraction, taken from a run of the new code whose uninformed baselines equal the
 record's to the bit, so ``psnr_chance`` is now the class-informed 10.89 dB and the old 8.45 is
 ``psnr_chance_uninformed``; then the threat model's ``attack_budget``, iDLG's settings; then the median image's PSNR, which at one image is
-the mean, iDLG's ``labels`` rule and the public data its view now brings, unused at one image): the same keys, messages and bytes; the same numbers."""
+the mean, iDLG's ``labels`` rule and the public data its view now brings, unused at one image; then the recovered
+bar, ``privacy.recovered_bar``, and each chance baseline's matched pairs, ``chance.*.matched``, taken from a run of
+the new code whose figures equal the record's): the same keys, messages and bytes; the same numbers."""
 from __future__ import annotations
 
 import json

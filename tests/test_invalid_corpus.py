@@ -109,6 +109,33 @@ CORPUS: list[tuple[list[str], str]] = [
     # where results go, and long values
     (["results_dir=/proc/x"], "results_dir"), (["results_dir="], "results_dir"), (["results_dir=/dev/null"], "results_dir"),
     ([f"name={LONG}"], "name"), ([f"fl.lr={LONG}"], "fl.lr"), (["fl.lr=${nope}"], "fl.lr"),
+    # booleans accept only booleans; sizes that set an attack's loops and working set are bounded (issue 45)
+    (["fl=genefl", "fl.gene.adaptive=maybe"], "fl.gene.adaptive"), (["fl.vectorise=1"], "fl.vectorise"),
+    (["attack=lira", "attack.fixed_variance=yes"], "attack.fixed_variance"), (["attack.batched=maybe"], "attack.batched"),
+    (["attack=lira", "attack.shadows=1000000000"], "attack.shadows"),
+    (["attack=labels", "attack.refits=1000000"], "attack.refits"), (["attack=imprint", "attack.bins=1000000"], "attack.bins"),
+    (["attack=membership", "attack.max_candidates=1000000000"], "attack.max_candidates"),
+    (["attack=participation", "attack.records=1000000000"], "attack.records"),
+    (["attack=class_set", "attack.max_classes=40"], "attack.max_classes"),
+    (["fl=fedavg", "payload=update", "attack.unroll=true", "fl.local_epochs=1000000"], "unrolled attack would replay"),
+    # Hydra's other doors: keys that write, run or load, interpolations resolved before the check
+    ([f"hydra.run.dir=${{results_dir}}{'/..' * 40}/proc/x"], "hydra.run.dir"),
+    ([f"hydra.sweep.dir=${{oc.env:HOME}}{'/..' * 40}/dev/x"], "hydra.sweep.dir"),
+    (["hydra.sweep.subdir=${oc.env:HOME}"], "hydra.sweep.subdir"), (["hydra.output_subdir=${oc.env:HOME}"], "output_subdir"),
+    (["hydra/job_logging=default", "hydra.job.name=../.."], "hydra/job_logging"), (["hydra.job.name=../.."], "hydra.job.name"),
+    (["hydra.job.name=${oc.env:HOME}"], "hydra.job.name"), (["hydra/hydra_logging=hydra_debug"], "hydra/hydra_logging"),
+    (["hydra/launcher=slurm", "hydra.launcher.setup=[touch /tmp/pb-x]"], "hydra.launcher.setup"),
+    (["hydra/launcher=slurm", "hydra.launcher.submitit_folder=/proc/x"], "hydra.launcher.submitit_folder"),
+    (["hydra/launcher=slurm", "+hydra.launcher.additional_parameters={x:1}"], "hydra.launcher.additional_parameters"),
+    (["hydra/launcher=slurm", "hydra.launcher.srun_args=[x]"], "hydra.launcher.srun_args"),
+    (["+hydra.launcher.temp_folder=/tmp"], "hydra.launcher.temp_folder"),
+    (["+hydra.job.env_set.LD_PRELOAD=/tmp/x.so"], "hydra.job.env_set"), (["hydra.job.env_copy=[HOME]"], "hydra.job.env_copy"),
+    (["hydra/callbacks=x"], "hydra/callbacks"), (["hydra/output=default"], "hydra/output"),
+    (["hydra.runtime.output_dir=/tmp"], "hydra.runtime.output_dir"),
+    (["results_dir=${oc.env:PRIVBENCH_NO_SUCH_VARIABLE}"], "results_dir"), (["name=${oc.env:HOME}"], "name"),
+    # plans: the rounds an attack needs
+    (["attack=participation", "payload=global_model", "fl=fedavg", "fl.rounds=1", "capture.rounds=all",
+      "capture.clients=all"], "fl.rounds >= 2"),
 ]
 
 
@@ -127,7 +154,9 @@ def test_invalid_invocation_is_refused_before_training_in_one_line(overrides, na
 SAMPLE = [0, 20, 35, 45, 118, 121, 129, 132]
 #: Hydra's command-line options that load files outside privbench's checks (the rerun unpickles its file).
 CLI_OPTIONS = [(["--experimental-rerun", "config.pickle"], "--experimental-rerun"),
-               (["--config-path", "/tmp"], "--config-path"), (["-cn", "other"], "-cn")]
+               (["--config-path", "/tmp"], "--config-path"), (["-cn", "other"], "-cn"),
+               (["--exp", "config.pickle"], "--experimental-rerun (given as --exp)"),
+               (["--config-p", "/tmp", "--config-n", "evil"], "--config-p")]
 
 
 @pytest.mark.slow
@@ -148,3 +177,12 @@ def test_a_suggestion_only_when_an_option_is_close():
     with pytest.raises(PrivbenchError) as near:
         preflight(["model=lenett"])
     assert "(did you mean model=lenet?)" in str(near.value)
+
+
+def test_the_docs_state_the_corpus_s_count():
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "running.md").read_text()
+    stated = re.search(r"`tests/test_invalid_corpus.py`\s+holds (\d+) such invocations", text)
+    assert stated is not None and int(stated.group(1)) == len(CORPUS), (stated and stated.group(1), len(CORPUS))

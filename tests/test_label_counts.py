@@ -122,6 +122,7 @@ def test_the_head_estimator_on_a_multi_step_upload_is_refused_before_training(tm
     assert not list(tmp_path.rglob("payloads"))
 
 
+@pytest.mark.slow  # 9 s
 def test_idlg_and_ig_take_a_batch_s_labels_from_the_counts_where_the_sign_rule_repeats_wrong():
     """A LeNet batch of 6 images with a class three times: the head's counts give every label; iDLG's sign rule,
     repeating the negative rows in turn, cannot. With public data both inversions use the counts; without, the rule."""

@@ -137,6 +137,7 @@ RULES = [
 ]
 #: Modules a user or a tool starts (``python -m``, the Python API, Flower's app references).
 ENTRY_POINTS = {"privbench.__main__", "privbench.cli", "privbench.api", "privbench.attack", "privbench.report.__main__",
+                "privbench.rescore",
                 "privbench.flower.client_app", "privbench.flower.server_app"}
 
 

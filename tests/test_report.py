@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 
@@ -15,7 +16,7 @@ import yaml
 
 from privbench.report.__main__ import build_report
 from privbench.report.collect import collect
-from privbench.report.plots import pareto_front
+from privbench.report.pareto import pareto_front
 from privbench.report.table import summarise, to_markdown
 
 
@@ -92,11 +93,11 @@ def test_rows_group_by_every_differing_config_value(results):
 
 
 def test_utility_counts_each_training_once(results):
-    from privbench.report.plots import _one_per_training
+    from privbench.report.plots import one_per_training
 
     runs = collect(results)
     keys = summarise(runs).attrs["keys"]
-    once = _one_per_training(runs, keys)  # idlg and ig attacked the same trainings
+    once = one_per_training(runs, keys)  # idlg and ig attacked the same trainings
     trainings = once[["defense", "defense.target_epsilon", "model.width", "seed"]].astype(str)
     assert len(once) == 2 * 4 + 2 and not trainings.duplicated().any()
 
@@ -132,20 +133,38 @@ def test_report_files(results):
     assert len(pd.read_csv(out / "table.csv")) == 9
 
 
+def test_the_gallery_shows_the_recovered_pairs_first_and_every_pair_on_demand(tmp_path):
+    from privbench.report.gallery import setting_html
+
+    images = np.random.default_rng(0).integers(0, 256, (3, 6, 4, 4, 1), dtype=np.uint8)
+    psnr = np.array([12.0, 31.5, 26.0, 9.0, 30.0, 27.0])  # by hand: 31.5, 30, 27, 26 recovered (>= 25), then 12, 9
+    np.savez(tmp_path / "gallery.npz", truth=images[0], recon=images[1], chance=images[2], psnr=psnr,
+             chance_psnr=np.full(6, 8.0), true_label=np.arange(6), recon_label=np.arange(6))
+    text = setting_html(tmp_path, "s", "summary", bar=25.0)
+    shown, hidden = text.split("<details>", 1)
+    assert [float(v) for v in re.findall(r"rebuilt ([\d.]+) dB", shown)] == [31.5, 30.0, 27.0, 26.0]
+    assert shown.count("class='pair recovered'") == 4 and "4 of 6 pairs rebuilt to 25 dB" in shown
+    assert "the other 2 pairs" in hidden and [float(v) for v in re.findall(r"rebuilt ([\d.]+) dB", hidden)] == [
+        12.0, 9.0]
+    few = setting_html(tmp_path, "s", "summary", bar=40.0)  # none recovered: the best 4 first, the rest on demand
+    assert few.split("<details>", 1)[0].count("class='pair'") == 4 and few.count('alt="reconstruction"') == 6
+
+
 def test_gallery_file_pairs_each_truth_with_its_reconstruction_and_chance_image(tmp_path):
     from privbench.audit.output import write_gallery
     from privbench.metrics.image import psnr
 
     g = torch.Generator().manual_seed(0)
     truth, recon, chance = (torch.rand(3, 1, 8, 8, generator=g) for _ in range(3))
-    pairs = [{"recon": 0, "truth": 2, "psnr": 11.0}, {"recon": 1, "truth": 0, "psnr": 12.0}]
+    pairs = [{"recon": 0, "truth": 2, "psnr": 21.0, "ssim": 0.5}, {"recon": 1, "truth": 0, "psnr": 12.0, "ssim": 0.9}]
     chance_pairs = [{"recon": 2, "truth": 2}, {"recon": 0, "truth": 1}]
     write_gallery(tmp_path / "g.npz", truth=truth, recon=recon, truth_labels=torch.tensor([7, 8, 9]),
-                  recon_labels=torch.tensor([9, 1]), pairs=pairs, chance=chance, chance_pairs=chance_pairs)
-    with np.load(tmp_path / "g.npz") as saved:
+                  recon_labels=torch.tensor([9, 1]), pairs=pairs[::-1], chance=chance, chance_pairs=chance_pairs)
+    with np.load(tmp_path / "g.npz") as saved:  # best PSNR first, whatever the order given
         assert saved["truth"].shape == (2, 8, 8, 1) and saved["truth"].dtype == np.uint8
         assert np.array_equal(saved["truth"][0], (truth[2].permute(1, 2, 0).numpy() * 255).round().astype(np.uint8))
         assert saved["true_label"].tolist() == [9, 7] and saved["recon_label"].tolist() == [9, 1]
+        assert saved["ssim"].tolist() == [0.5, 0.9] and saved["recovered"].tolist() == [True, False]  # 20 dB bar
         # truth 2 has its own chance match (chance image 2); truth 0 has none and takes the image at its position
         assert saved["chance_psnr"][0] == pytest.approx(psnr(chance[2], truth[2]))
         assert saved["chance_psnr"][1] == pytest.approx(psnr(chance[1], truth[0]))
@@ -231,7 +250,7 @@ def test_summary_gives_95_percent_t_intervals_and_the_leak_verdict():
 
 
 def test_plots_show_run_controlled_text_as_text_never_mathtext():
-    from privbench.report.plots import curve
+    from privbench.report.curves import curve
 
     runs = pd.DataFrame({"payload": "p", "attack": ["$\\frac{1$", "$\\frac{1$", "b$c", "b$c"], "defense": "none",
                          "fl": "f", "model": "m", "data": "d", "seed": [0, 0, 0, 0], "victim.num_images": [1, 4, 1, 4],
@@ -269,7 +288,8 @@ def test_tables_lead_with_the_trade_off_clip_ssim_to_its_range_and_say_when_seed
 
 
 def test_curves_name_every_series_by_its_keys_and_tick_at_the_swept_values():
-    from privbench.report.plots import curve, pareto_figure, style
+    from privbench.report.curves import curve
+    from privbench.report.draw import style
 
     rows = []
     for payload in ("update", "learngene"):
@@ -285,17 +305,99 @@ def test_curves_name_every_series_by_its_keys_and_tick_at_the_swept_values():
                   [("psnr_mean", "PSNR (dB)")], title="t")
     assert drawn is not None
     assert drawn.ticks == ["1", "4", "16"]  # at the swept values, whole numbers, though the axis is logarithmic
-    assert "payload=update" in drawn.legend and "payload=learngene" in drawn.legend
+    assert "payload=update, fl=genefl" in drawn.legend and "payload=learngene, fl=genefl" in drawn.legend
     assert not any("nan" in t.lower() for t in drawn.legend)
-    assert any(t.startswith("without victim batch (images): ") and "fl=fedavg" in t for t in drawn.legend)
+    assert "payload=update, fl=fedavg" in drawn.legend  # the reference: a setting without the key
+    assert sorted(drawn.panels[0]) == ["payload=learngene, fl=genefl", "payload=update, fl=fedavg",
+                                       "payload=update, fl=genefl"] and len(drawn.panels) == 1
+    assert "Dashed horizontal lines: settings without victim.num_images." in drawn.remark
     assert len({tuple(sorted(style(i).items())) for i in range(25)}) == 25  # no two series look alike
-    table = summarise(runs.assign(accuracy=[0.5] * 6 + [0.4], total_bytes=1e6))
-    pareto = pareto_figure(table, list(table.attrs["keys"]))
-    assert pareto is not None and len(pareto.legend) == len(table)  # every point named
-    from privbench.report.plots import FAILED
 
-    shown = {int(n) for note in pareto.notes if note != FAILED for n in note.split(" = ")}
-    assert shown == set(range(1, len(table) + 1))  # each point carries its number, coincident ones all of theirs
+
+def _sweep(settings: dict[str, list[object]], seeds: int = 2, **figures: object) -> pd.DataFrame:
+    """A runs frame: every combination of ``settings`` (key: values) with ``seeds`` seeds; ``figures`` a value
+    per combination (a list) or one for all."""
+    import itertools
+
+    keys = list(settings)
+    rows = []
+    for i, values in enumerate(itertools.product(*settings.values())):
+        for seed in range(seeds):
+            row = {"fl": "genefl", "model": "m", "data": "d", "seed": seed, **dict(zip(keys, values)),
+                   "psnr_mean": 10.0 + i + seed, "psnr_chance": 8.0, "psnr_gain": 2.0 + i + seed,
+                   "run_dir": f"r{i}-{seed}", "training_key": f"k{i}-{seed}"}
+            row.update({k: (v[i] if isinstance(v, list) else v) for k, v in figures.items()})
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def test_a_two_setting_categorical_sweep_gets_a_strip_plot_and_no_pareto(tmp_path):
+    from privbench.report.plots import choose, write_plots
+
+    runs = _sweep({"attack": ["idlg", "ig"]}, seeds=3, personal_accuracy=[0.8, 0.9], total_bytes=1e6)
+    table = summarise(runs)
+    chosen = choose(runs, table)
+    assert chosen.curves == [] and not chosen.pareto and chosen.strip
+    written = write_plots(runs, table, tmp_path)
+    assert set(written) == {"Leakage per setting"} and not (tmp_path / "pareto.png").exists()
+    strip = written["Leakage per setting"][1]
+    assert strip.panels == [["attack=idlg", "attack=ig"]]
+    # three settings buying accuracy with leakage get the Pareto plot; with curves as well, no strip; where one
+    # setting leaks least and is the most accurate, nothing trades off: no Pareto
+    dominated = _sweep({"defense.sigma": [0.0, 0.1, 1.0]}, personal_accuracy=[0.9, 0.8, 0.7], total_bytes=1e6)
+    assert not choose(dominated, summarise(dominated)).pareto
+    traded = _sweep({"defense.sigma": [0.0, 0.1, 1.0]}, personal_accuracy=[0.7, 0.8, 0.9], total_bytes=1e6)
+    chosen = choose(traded, summarise(traded))
+    assert chosen.curves == ["defense.sigma"] and chosen.pareto and not chosen.strip
+    # a numeric key with 3 values, each in another setting, is no curve
+    from privbench.report.curves import swept_keys
+
+    scattered = _sweep({"payload": ["a", "b", "c", "d"], "fl.gene.gamma": [1.0, 2.0, 3.0]})
+    scattered = scattered[scattered["payload"].map(ord) - 96 == scattered["fl.gene.gamma"]]  # a:1, b:2, c:3
+    assert swept_keys(scattered, ["payload", "fl.gene.gamma"]) == []
+    assert swept_keys(_sweep({"payload": ["a"], "fl.gene.gamma": [1.0, 2.0, 3.0]}), ["fl.gene.gamma"]) == [
+        "fl.gene.gamma"]
+
+
+def test_no_panel_holds_more_than_six_settings_and_names_fit_30_characters():
+    from privbench.report.curves import curve
+    from privbench.report.naming import LIMIT, MAX_SERIES
+    from privbench.report.strips import strip_figure
+
+    runs = _sweep({"payload": ["gradient", "update", "learngene"], "defense": ["none", "quantize", "topk"],
+                   "victim.num_images": [1.0, 4.0, 16.0]})
+    table = summarise(runs)
+    keys = list(table.attrs["keys"])
+    drawn = curve(runs, keys, "victim.num_images", [("psnr_gain", "gain")], title="t")
+    assert drawn is not None and sum(map(len, drawn.panels)) == 9  # 9 settings of the other keys
+    assert max(map(len, drawn.panels)) <= MAX_SERIES and len(drawn.panels) >= 2
+    strip = strip_figure(runs, table, keys)
+    assert strip is not None and sum(map(len, strip.panels)) == 27
+    assert max(map(len, strip.panels)) <= MAX_SERIES
+    # long values: faceting shortens names where it can; a name it cannot shorten becomes a code the key spells out
+    long = _sweep({"payload": ["gradient_of_the_whole_batch", "update_after_local_training_steps"],
+                   "defense": ["none", "quantize"], "attack": ["inverting_gradients_unrolled", "idlg"]})
+    strip = strip_figure(long, summarise(long), list(summarise(long).attrs["keys"]))
+    assert strip is not None and max(map(len, strip.panels)) <= MAX_SERIES
+    assert all(len(n) <= LIMIT for n in [*(n for panel in strip.panels for n in panel), *strip.legend])
+    one = _sweep({"payload": ["gradient_of_the_whole_batch_of_images", "update"]})
+    strip = strip_figure(one, summarise(one), ["payload"])
+    assert strip is not None and strip.panels == [["S1", "payload=update"]]
+    assert strip.key == ["S1 = payload=gradient_of_the_whole_batch_of_images"]
+
+
+def test_the_pareto_plot_labels_exactly_the_front():
+    from privbench.report.pareto import pareto_figure
+
+    # by hand: a (gain 10, acc 0.8), b (20, 0.9) and c (5, 0.5) trade off; d (25, 0.7) is worse than a on all
+    table = pd.DataFrame({"defense": ["a", "b", "c", "d"], "psnr_gain": [10.0, 20.0, 5.0, 25.0],
+                          "personal_accuracy": [0.8, 0.9, 0.5, 0.7], "total_bytes": 1e6})
+    drawn = pareto_figure(table, ["defense"])
+    assert drawn is not None
+    from privbench.report.draw import FAILED
+
+    assert sorted(n for n in drawn.notes if n != FAILED) == ["defense=a", "defense=b", "defense=c"]
+    assert sorted(drawn.key) == ["defense=a = defense=a", "defense=b = defense=b", "defense=c = defense=c"]
 
 
 def test_pareto_front_counts_a_failed_attack_as_no_leak_not_as_depth():
@@ -308,7 +410,7 @@ def test_pareto_front_counts_a_failed_attack_as_no_leak_not_as_depth():
 
 
 def test_trade_off_figures_plot_one_kind_of_accuracy():
-    from privbench.report.plots import utility_figure
+    from privbench.report.pareto import utility_figure
 
     rows = {"accuracy": [0.9, 0.8], "personal_accuracy": [0.95, math.nan], "downloaded_accuracy": [0.9, 0.8]}
     assert utility_figure(pd.DataFrame(rows)).key == "downloaded_accuracy"  # one row lacks its own model's figure

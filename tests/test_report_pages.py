@@ -11,6 +11,9 @@ from pathlib import Path
 import pytest
 
 from privbench.figures import COMPANIONS
+from privbench.report.curves import companion_name
+from privbench.report.draw import AUXILIARY
+from privbench.report.naming import LIMIT, MAX_SERIES
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "studies"
 PAGES = sorted(p for pattern in ("*/audit.html", "*/gallery.html") for p in DOCS.glob(pattern))
@@ -32,6 +35,8 @@ window.addEventListener('load', () => {
     title: (f.parentElement.querySelector('h3') || {}).textContent || '',
     series: Array.from(f.querySelectorAll('.series')).map(s => s.textContent).join(''),
     axes: Array.from(f.querySelectorAll('.axes')).map(s => s.textContent).join(''),
+    key: Array.from(f.querySelectorAll('.key')).map(s => s.textContent).join(''),
+    panels: f.dataset.panels || '', kept: f.dataset.kept || '',
     xticks: f.dataset.xticks || ''}));
   const pre = document.createElement('pre');
   pre.id = 'privbench-check';
@@ -84,32 +89,45 @@ def test_committed_page_renders(page, tmp_path):
 
 
 #: Legend entries that name no setting, so need no key=value.
-PLAIN = {"chance", "uplink", "downlink", "all runs", *(what for _, what in COMPANIONS.values())}
+PLAIN = {*AUXILIARY, "all runs", *(companion_name(what) for _, what in COMPANIONS.values())}
+#: A code standing for a setting whose name is too long for a legend; the caption's key spells it out.
+CODE = re.compile(r"^S\d+$")
 #: Swept keys whose values are whole counts (their axes must not show fractions).
 #: (fl.gene.gamma is a count of layers or a fraction, of the layers or of the model: not a count axis.)
 COUNTS = ("victim.num_images", "victim.round", "fl.rounds", "data.num_clients")
 
 
 def figure_faults(figures: list[dict[str, str]]) -> list[str]:
-    """What makes a figure hard to decode, from the text the page shows for it."""
+    """What makes a figure hard to decode, from the text the page shows for it: a 'nan', two series of one name,
+    a series named without its keys or by an undefined code, fractional ticks on a count axis, more than
+    ``MAX_SERIES`` settings in a panel, and a legend entry or setting name over ``LIMIT`` characters. Figures kept
+    from an earlier page (drawn from run folders a rebuild lacks) are not checked."""
     faults = []
     for f in figures:
+        if f.get("kept"):
+            continue
         title, series = f["title"], f["series"].removeprefix("Series: ").removesuffix(".")
         entries = [e for e in series.split("; ") if e]
+        panels = json.loads(f["panels"]) if f.get("panels") else []
+        defined = {k.split(" = ", 1)[0] for k in f.get("key", "").removeprefix("Key: ").split("; ")}
         text = " ".join([series, f["axes"], f["xticks"]])
         if re.search(r"\bnan\b", text, re.IGNORECASE):
             faults.append(f"{title}: 'nan' in {text!r}")
         if len(entries) != len(set(entries)):
             faults.append(f"{title}: two series share a name")
-        for entry in entries:
-            setting = re.sub(r"^\d+: ", "", entry).split(" [front]")[0].split(" (same point")[0].split(" (sends nothing")[0]
-            setting = setting.removeprefix("without ").split(": ", 1)[-1]
-            if setting not in PLAIN and not all("=" in part for part in setting.split(", ")):
+        for entry in [*entries, *(name for panel in panels for name in panel)]:
+            if len(entry) > LIMIT:
+                faults.append(f"{title}: a name over {LIMIT} characters: {entry!r}")
+            setting = entry.split(", no ")[0].removesuffix(" (sends nothing)")
+            if CODE.match(setting):
+                if setting not in defined:
+                    faults.append(f"{title}: a code the caption does not spell out: {entry!r}")
+            elif setting not in PLAIN and not all("=" in part for part in setting.split(", ")):
                 faults.append(f"{title}: a series named without its keys: {entry!r}")
+        if any(len(panel) > MAX_SERIES for panel in panels):
+            faults.append(f"{title}: a panel of more than {MAX_SERIES} settings: {[len(p) for p in panels]}")
         if any(title.endswith(key) for key in COUNTS) and any("." in t for t in f["xticks"].split(" | ")):
             faults.append(f"{title}: fractional ticks on a count axis: {f['xticks']!r}")
-        if title == "Pareto" and not entries:
-            faults.append("Pareto: the points are not named")
     return faults
 
 
@@ -122,6 +140,7 @@ def test_committed_figures_can_be_decoded(page, tmp_path):
     figures = seen["figures"]
     assert figures, f"{page}: no figure text"
     assert not figure_faults(figures)  # type: ignore[arg-type]
+    assert all(f["panels"] or f["kept"] for f in figures), "a rebuilt figure without its panels' series"
 
 
 def test_the_figure_check_catches_the_faults_a_review_found():
@@ -129,6 +148,11 @@ def test_the_figure_check_catches_the_faults_a_review_found():
                             "fl=cluster_fedavg; 0, all; 0, all.", "axes": "", "xticks": "1 | 1.5 | 4"}])
     for fault in ("'nan' in", "two series share a name", "named without its keys: '0, all'", "fractional ticks"):
         assert any(fault in f for f in found), (fault, found)
+    crowded = figure_faults([{"title": "Pareto", "series": "Series: 1: payload=update, defense=none, fl=fedavg, "
+                              "model=lenet [front].", "axes": "", "xticks": "", "key": "Key: S1 = a=b.",
+                              "panels": json.dumps([[f"k={i}" for i in range(9)], ["S2"]])}])
+    for fault in ("over 30 characters", "more than 6 settings", "a code the caption does not spell out: 'S2'"):
+        assert any(fault in f for f in crowded), (fault, crowded)
     assert not figure_faults([{"title": "Leakage vs victim.num_images", "series": "Series: payload=update, "
                                "num_images=-; chance.", "axes": "Axes: victim batch (images).", "xticks": "1 | 4 | 16"}])
 

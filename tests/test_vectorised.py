@@ -41,6 +41,7 @@ def _jobs(data: FederatedData, *, sizes: tuple[int, ...], regularised: bool) -> 
     return jobs
 
 
+@pytest.mark.slow  # 5-8 s a case
 @pytest.mark.parametrize("momentum,regularised", [(0.0, True), (0.9, False)])
 def test_stacked_training_equals_one_by_one(momentum, regularised):
     data = _data()

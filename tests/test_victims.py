@@ -126,19 +126,22 @@ def test_knowing_only_the_classes_is_not_leakage():
 
 
 def test_recovered_fraction_counts_true_images_by_hand():
-    """Of 4 true images, one is rebuilt exactly, one within 0.01 (40 dB), one at 0.1 (20 dB, below 25 dB), one not
-    at all (3 reconstructions): 2 of 4 recovered under the default rule, 1 of 4 at 45 dB."""
+    """Of 4 true images, one is rebuilt exactly, one within 0.01 (40 dB), one at 0.2 (14 dB), one not at all (3
+    reconstructions): 2 of 4 recovered under the default rule (20 dB), 1 of 4 at 45 dB, 3 of 4 at 10 dB."""
     from privbench.metrics.reconstruction import Recovered, score
 
     gen = torch.Generator().manual_seed(3)
-    truth = torch.rand(4, 1, 16, 16, generator=gen) * 0.8 + 0.1
-    recon = torch.stack([truth[0], truth[1] + 0.01, truth[2] + 0.1])
+    truth = torch.rand(4, 1, 16, 16, generator=gen) * 0.6 + 0.1
+    recon = torch.stack([truth[0], truth[1] + 0.01, truth[2] + 0.2])
     out = score(recon, truth, recon_labels=torch.zeros(3), truth_labels=torch.zeros(4), use_lpips=False)
     assert out["recovered_fraction"] == 0.5
-    strict = score(recon, truth, recon_labels=torch.zeros(3), truth_labels=torch.zeros(4), use_lpips=False,
-                   recovered=Recovered(psnr=45.0, ssim=0.0))
-    assert strict["recovered_fraction"] == 0.25
-    assert Recovered.of({"recovered_psnr": 30}) == Recovered(psnr=30.0, ssim=0.8)
+    for psnr, fraction in ((45.0, 0.25), (10.0, 0.75)):
+        other = score(recon, truth, recon_labels=torch.zeros(3), truth_labels=torch.zeros(4), use_lpips=False,
+                      recovered=Recovered(psnr=psnr, ssim=0.0))
+        assert other["recovered_fraction"] == fraction
+    assert Recovered() == Recovered(psnr=20.0, ssim=0.0)  # Dimitrov et al.'s rule, configs/config.yaml's default
+    assert Recovered.of({"recovered_psnr": 30}) == Recovered(psnr=30.0, ssim=0.0)
+    assert Recovered(25.0, 0.8).text() == "PSNR >= 25 dB and SSIM >= 0.8"
 
 
 @pytest.mark.slow

@@ -35,8 +35,8 @@ import numpy as np
 import torch
 
 from privbench.defenses.secure_aggregation.crypto import decrypt, encrypt, key_pair, mask, shared_key
+from privbench.defenses.secure_aggregation.settings import check_cohorts, checked_settings, cohort_sizes
 from privbench.defenses.secure_aggregation.shamir import combine_shares, create_shares
-from privbench.errors import ConfigError
 from privbench.fl.protocols.cohort import Aggregation
 from privbench.fl.protocols.round import Upload
 from privbench.fl.sgd import State
@@ -93,29 +93,9 @@ class SecAggPlus(Aggregation):
     def __init__(self, *, num_shares: int | float = 1.0, reconstruction_threshold: int | float = 0.5,
                  clipping_range: float = 8.0, quantization_range: int = 2**22, modulus_range: int = 2**32,
                  max_weight: float = 1000.0, seed: int = 0) -> None:
-        for key, value in (("num_shares", num_shares), ("reconstruction_threshold", reconstruction_threshold)):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-                raise ConfigError(f"aggregation.{key}={value!r}: a count (int) or a share of the cohort (float) > 0")
-        if isinstance(num_shares, int) and num_shares < 3:
-            raise ConfigError(f"aggregation.num_shares={num_shares}: an integer count must be >= 3 (or 1.0: every client)")
-        if isinstance(num_shares, float) and num_shares > 1:
-            raise ConfigError(f"aggregation.num_shares={num_shares}: a share of the cohort is at most 1.0")
-        if isinstance(reconstruction_threshold, float) and reconstruction_threshold > 1:
-            raise ConfigError(f"aggregation.reconstruction_threshold={reconstruction_threshold}: a share is at most 1.0")
-        if isinstance(num_shares, int) and isinstance(reconstruction_threshold, int) and \
-                not 2 <= reconstruction_threshold < num_shares:
-            raise ConfigError(f"aggregation.reconstruction_threshold={reconstruction_threshold}: must be in 2.."
-                              f"{num_shares - 1} (below num_shares)")
-        if not clipping_range > 0:
-            raise ConfigError(f"aggregation.clipping_range={clipping_range}: must be > 0")
-        if isinstance(quantization_range, bool) or not isinstance(quantization_range, int) or quantization_range < 2:
-            raise ConfigError(f"aggregation.quantization_range={quantization_range!r}: an integer >= 2")
-        if (isinstance(modulus_range, bool) or not isinstance(modulus_range, int) or modulus_range > 2**32
-                or modulus_range <= quantization_range or modulus_range & (modulus_range - 1)):
-            raise ConfigError(f"aggregation.modulus_range={modulus_range!r}: a power of 2 above quantization_range, "
-                              "at most 2^32")
-        if not max_weight > 0:
-            raise ConfigError(f"aggregation.max_weight={max_weight}: must be > 0")
+        num_shares, reconstruction_threshold = checked_settings(
+            num_shares=num_shares, reconstruction_threshold=reconstruction_threshold, clipping_range=clipping_range,
+            quantization_range=quantization_range, modulus_range=modulus_range, max_weight=max_weight)
         self.num_shares, self.threshold = num_shares, reconstruction_threshold
         self.clip, self.levels, self.modulus, self.max_weight = float(clipping_range), quantization_range, \
             modulus_range, float(max_weight)
@@ -129,20 +109,14 @@ class SecAggPlus(Aggregation):
                 "server_sees": "each cohort's weighted mean (payload=aggregate), never an upload"}
 
     def sizes(self, n: int) -> tuple[int, int]:
-        """Shares per secret and the threshold for a cohort of ``n`` (Flower's rules)."""
-        if isinstance(self.num_shares, float):
-            shares = round(self.num_shares * n)
-            if shares < n and shares % 2 == 0:
-                shares += 1
-            if shares <= 2:
-                shares = n
-        else:
-            shares = min(int(self.num_shares), n)
-        if isinstance(self.threshold, float):
-            threshold = max(round(self.threshold * shares), 2)
-        else:
-            threshold = int(self.threshold)
-        return shares, min(threshold, shares)
+        """Shares per secret and the threshold for a cohort of ``n`` (``settings.cohort_sizes``)."""
+        return cohort_sizes(self.num_shares, self.threshold, n)
+
+    def check_cohorts(self, sizes: Sequence[int], *, weights: Sequence[int]) -> None:
+        """Refuse, before training, settings that break SecAgg+ for a cohort of any of ``sizes`` clients
+        (``settings.check_cohorts``)."""
+        check_cohorts(self.num_shares, self.threshold, levels=self.levels, modulus=self.modulus,
+                      max_weight=self.max_weight, sizes=sizes, weights=weights)
 
     def ring(self, names: Sequence[str], shares: int, *, round_: int, group: int | None) -> dict[str, list[str]]:
         """Each client's neighbours (itself included): ``shares`` consecutive places of a seeded shuffle."""

@@ -181,9 +181,14 @@ def attack_victims(p: Plan, store: PayloadStore, model: nn.Module, data: Federat
         answers = [answer for _, answer in sources]
     elif p.attack.view == "canaries":  # a one-run DP audit: the victim's round rerun with gradient canaries
         from privbench.audit.one_run import canary_round
+        from privbench.progress import phase
 
-        audits = [canary_round(p, payload, base, model, data, p.choice.truth(store, payload))
-                  for payload, base in selected]
+        audits = []
+        with phase(f"one-run audit: the victim's round rerun with {int(getattr(p.attack, 'canaries'))} canaries",
+                   total=len(selected), unit="round") as bar:
+            for payload, base in selected:
+                audits.append(canary_round(p, payload, base, model, data, p.choice.truth(store, payload)))
+                bar.update(1)
         views = [view for view, _ in audits]
         answers = [{"membership": answer} for _, answer in audits]
     elif p.attack.view == "active":  # the server crafts each victim's download; the victim's round runs on it

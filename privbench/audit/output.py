@@ -23,8 +23,10 @@ from privbench.figures import (
     RECOVERED_FRACTION, RECOVERED_FRACTION_CHANCE, PSNR_MEAN, PSNR_MEDIAN, PSNR_MEDIAN_GAIN, SSIM_CHANCE, SSIM_MEAN,
     TOTAL_RATIO, UPLINK_BYTES, formatted,
 )
+from privbench.csv_cells import safe_row
 from privbench.io import atomic_write_bytes, atomic_write_text
 from privbench.metrics.image import psnr
+from privbench.metrics.reconstruction import Recovered
 
 
 def flat_row(metrics: dict[str, Any]) -> dict[str, Any]:
@@ -58,7 +60,7 @@ def write_metrics(out: Path, metrics: dict[str, Any]) -> None:
     """
     atomic_write_text(out / "threat_model.json", _json({**metrics.get("threat_model", {}),
                                                         "defense": metrics.get("defense", {})}))
-    row = flat_row(metrics)
+    row = safe_row(flat_row(metrics))
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=list(row))
     writer.writeheader()
@@ -111,19 +113,20 @@ def write_roc(path: Path, fpr: Any, tpr: Any, *, title: str) -> None:
     atomic_write_bytes(path, buffer.getvalue())
 
 
-#: Most pairs kept for the report's gallery.
-GALLERY_PAIRS = 8
+#: Most pairs kept for the report's gallery (the best-rebuilt first).
+GALLERY_PAIRS = 256
 
 
 def write_gallery(path: Path, *, truth: torch.Tensor, recon: torch.Tensor, truth_labels: torch.Tensor,
                   recon_labels: torch.Tensor, pairs: list[dict[str, Any]], chance: torch.Tensor,
-                  chance_pairs: list[dict[str, Any]]) -> None:
-    """``gallery.npz``: per matched pair (at most ``GALLERY_PAIRS``) the true image, the reconstruction and the
-    strongest chance baseline's image matched to the same truth, as uint8 ``[P, H, W, C]``, with their PSNRs and
-    the true and recovered labels (-1: none). The report's gallery page reads only this file.
+                  chance_pairs: list[dict[str, Any]], recovered: Recovered = Recovered()) -> None:
+    """``gallery.npz``: per matched pair, best PSNR first (at most ``GALLERY_PAIRS``), the true image, the
+    reconstruction and the strongest chance baseline's image matched to the same truth, as uint8 ``[P, H, W, C]``,
+    with their PSNRs, the pair's SSIM, whether it counts as recovered under ``recovered``, and the true and
+    recovered labels (-1: none). The report's gallery page reads only this file.
     """
     by_truth = {m["truth"]: m["recon"] for m in chance_pairs}
-    kept = pairs[:GALLERY_PAIRS]
+    kept = sorted(pairs, key=lambda m: -m["psnr"])[:GALLERY_PAIRS]
     picks = [by_truth.get(m["truth"], min(m["recon"], len(chance) - 1)) for m in kept]
 
     def u8(images: torch.Tensor) -> Any:
@@ -134,6 +137,8 @@ def write_gallery(path: Path, *, truth: torch.Tensor, recon: torch.Tensor, truth
     buffer = io.BytesIO()
     np.savez_compressed(buffer, truth=u8(t), recon=u8(recon[[m["recon"] for m in kept]]), chance=u8(c),
                         psnr=np.array([m["psnr"] for m in kept], dtype=float),
+                        ssim=np.array([m["ssim"] for m in kept], dtype=float),
+                        recovered=np.array([recovered.count([m]) == 1 for m in kept], dtype=bool),
                         chance_psnr=np.array([psnr(a, b) for a, b in zip(c, t)], dtype=float),
                         true_label=np.array([int(truth_labels[m["truth"]]) for m in kept]),
                         recon_label=np.array([int(recon_labels[m["recon"]]) for m in kept]))
@@ -195,8 +200,14 @@ def summary(metrics: dict[str, Any]) -> str:
             lines.append(("", f"chance uninformed {formatted(privacy.get(PSNR_CHANCE_UNINFORMED.key), '{:.2f}')} dB, "
                               f"knowing the classes {formatted(privacy.get(PSNR_CHANCE_INFORMED.key), '{:.2f}')} dB"))
         if RECOVERED_FRACTION.key in privacy:
-            lines.append(("", f"recovered {formatted(privacy[RECOVERED_FRACTION.key], '{:.2f}')} of the true images "
-                              f"(chance {formatted(privacy.get(RECOVERED_FRACTION_CHANCE.key), '{:.2f}')})"))
+            bar = privacy.get("recovered_bar")
+            rule = (f" to {Recovered(psnr=float(bar['psnr']), ssim=float(bar['ssim'])).text()}"
+                    if isinstance(bar, dict) and {"psnr", "ssim"} <= set(bar) else "")
+            lines.append(("", f"recovered {formatted(privacy[RECOVERED_FRACTION.key], '{:.2f}')} of the true images"
+                              f"{rule} (chance {formatted(privacy.get(RECOVERED_FRACTION_CHANCE.key), '{:.2f}')})"))
+        if privacy.get("chance_from"):
+            alike = "" if privacy.get("chance_pool_alike", True) else " (the true images do not look like it)"
+            lines.append(("", f"chance from {privacy['chance_from']}{alike}"))
         lines.append(("", f"SSIM {formatted(privacy.get(SSIM_MEAN.key), '{:.3f}')} (chance "
                           f"{formatted(privacy.get(SSIM_CHANCE.key), '{:.3f}')}), LPIPS "
                           f"{formatted(privacy.get(LPIPS_MEAN.key), '{:.3g}')} (chance "

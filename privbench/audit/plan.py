@@ -1,7 +1,6 @@
 """An audit's plan: every key and value checked and every part built from the config, before any compute."""
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 
 import torch
@@ -9,6 +8,7 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from privbench.attacks import Attack, NoAttack
+from privbench.audit.memory import check_memory, check_unrolled_steps, check_working_set, inversion_bytes
 from privbench.build import build
 from privbench.data import FederatedData
 from privbench.device import check_threads, make_deterministic
@@ -17,6 +17,7 @@ from privbench.errors import AttackNotApplicableError, ConfigError, did_you_mean
 from privbench.fl.engine import InProcess, Launcher
 from privbench.fl.protocols import FederatedProtocol
 from privbench.fl.protocols.cohort import Aggregation
+from privbench.fl.sgd import local_steps
 from privbench.fl.trainer import SGDTrainer, Trainer
 from privbench.metrics.lpips_weights import alexnet_backbone
 from privbench.metrics.reconstruction import MATCH_ON
@@ -174,6 +175,8 @@ def prepare(p: Plan) -> tuple[FederatedData, nn.Module, CapturePolicy]:
     policy.check(sends=p.protocol.wire_kinds, rounds=p.protocol.rounds, clients=data.num_clients)
     p.protocol.plan_reads(data, p.victim)  # a DP trainer calibrates here: its accounting errors come before training
     _check_attack_size(p, data, model)
+    if p.attacking:
+        check_working_set(p.attack, model, tuple(data.train.shape))
     _check_canaries(p, data, model)
     if p.attacking and p.attack.view == "source" and (policy.clients == "victim" or (
             policy.clients != "all" and len(policy.clients) < 2)):
@@ -182,22 +185,15 @@ def prepare(p: Plan) -> tuple[FederatedData, nn.Module, CapturePolicy]:
     if p.attacking and p.attack.view == "participation" and (policy.rounds != "all" or policy.clients != "all"):
         raise ConfigError("attack=participation reads every round's aggregate and the download it started from: set "
                           "capture.rounds=all capture.clients=all")
+    if p.attacking and p.attack.view == "participation" and p.choice.kind != "aggregate" and p.protocol.rounds < 2:
+        raise ConfigError(f"attack=participation with payload={p.choice.kind}: round r's aggregate is the model sent in "
+                          f"round r + 1, so it needs fl.rounds >= 2 (fl.rounds={p.protocol.rounds})")
     return data, model, policy
 
 
-#: Share of the machine's memory an attack's estimated working set may take.
-MEMORY_SHARE = 0.5
-
-
-def _available_memory() -> int:
-    try:
-        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES"))
-    except (ValueError, OSError, AttributeError):
-        return 0
-
-
 def _check_attack_size(p: Plan, data: FederatedData, model: nn.Module) -> None:
-    """The images the attack rebuilds must fit ``attack.max_images``, and its restarts the machine's memory."""
+    """The images the attack rebuilds must fit ``attack.max_images``, an unrolled replay ``MAX_UNROLLED_STEPS``, and
+    its restarts (and replayed steps) the machine's memory (``privbench.audit.memory``)."""
     max_images = getattr(p.attack, "max_images", None)
     if not p.attacking or max_images is None or p.choice.spec.aggregate:
         return
@@ -209,16 +205,16 @@ def _check_attack_size(p: Plan, data: FederatedData, model: nn.Module) -> None:
                           f"than attack.max_images={max_images}")
     restarts = int(getattr(p.attack, "restarts", 1))
     victims = len(p.victim.listed) if p.victim.clients != "all" else p.protocol.participants
-    params = sum(t.numel() for t in model.parameters())
-    c, h, w = data.train.shape
-    # per problem (restart x victim): its images, a copy of the weights and their gradients, and Adam's two
-    # moments, in float32, times 4 for activations and autograd's buffers: an estimate, not a measurement
-    estimate = 4 * 4 * restarts * victims * (images * c * h * w * 3 + params * 2)
-    available = _available_memory()
-    if available and estimate > MEMORY_SHARE * available:
-        raise ConfigError(f"attack.restarts={restarts}: {restarts} restarts x {victims} victims x {images} images "
-                          f"would need about {estimate / 2**30:.1f} GiB (estimated), more than half of the "
-                          f"{available / 2**30:.1f} GiB this machine has free")
+    sgd = getattr(p.protocol, "sgd", None)
+    steps, batch = 1, images
+    if p.attack.unroll and sgd is not None:
+        batch = min(int(sgd.batch_size), images)
+        steps = local_steps(images, epochs=int(sgd.epochs), batch_size=batch)
+        check_unrolled_steps(steps, f"fl.local_epochs={sgd.epochs} fl.batch_size={sgd.batch_size}")
+    estimate = inversion_bytes(problems=restarts * victims, images=images, image_shape=tuple(data.train.shape),
+                               params=sum(t.numel() for t in model.parameters()), steps=steps, batch=batch)
+    check_memory(estimate, f"attack.restarts={restarts}: {restarts} restarts x {victims} victims x {images} images"
+                 + (f" x {steps} unrolled steps" if steps > 1 else ""))
 
 
 def _check_canaries(p: Plan, data: FederatedData, model: nn.Module) -> None:

@@ -17,7 +17,7 @@ from privbench.audit.attack_phase import attack_victims
 from privbench.audit.output import summary, write_metrics
 from privbench.audit.plan import Plan, plan, prepare
 from privbench.audit.reference import fedavg_reference
-from privbench.audit.resume import config_key, finished, finished_runs, trained, training_key
+from privbench.audit.resume import config_key, config_lock, finished, finished_runs, trained, training_key
 from privbench.data import FederatedData
 from privbench.device import choose_threads, forward_macs
 from privbench.errors import PrivbenchError
@@ -31,6 +31,7 @@ from privbench.metrics.clustering import rand_index
 from privbench.payloads import PayloadStore
 from privbench.payloads.capture import AnyOf
 from privbench.payloads.comm import comm_summary, ratios
+from privbench.payloads.signing import results_key
 from privbench.progress import OVERALL, log, phase, run_log
 from privbench.provenance import versions
 from privbench.figures import (
@@ -195,6 +196,8 @@ def _run(cfg: DictConfig, out: Path, stack: ExitStack, launcher: Launcher | None
     start = time.perf_counter()
     p = plan(cfg)
     key, tkey = config_key(cfg), training_key(cfg)
+    if cfg.get("resume", True):  # an identical run already going: wait for it, then reuse its result
+        stack.enter_context(config_lock(Path(cfg.results_dir), key))
     runs = finished_runs(Path(cfg.results_dir)) if cfg.get("resume", True) else []
     done = finished(runs, key)
     if done is not None:
@@ -204,6 +207,7 @@ def _run(cfg: DictConfig, out: Path, stack: ExitStack, launcher: Launcher | None
     data, model, policy = prepare(p)
     out = claim(out)  # a folder no other running audit holds
     stack.callback(release, out)
+    stack.push(_refusal_recorder(out))
     stack.enter_context(run_log(out))
     stack.callback(torch.set_num_threads, torch.get_num_threads())  # the caller's count back after the run
     _set_threads(p, model, data, jobs)
@@ -225,6 +229,7 @@ def _run(cfg: DictConfig, out: Path, stack: ExitStack, launcher: Launcher | None
         return _finish(out, metrics)
 
     extra = p.choice.capture(p.victim) if p.attacking else None
+    results_key(Path(str(cfg.results_dir)))  # the results folder's store key: the nearest above every run's store
     wire = Wire.for_protocol(p.protocol, PayloadStore(out / "payloads"), AnyOf((policy, extra)) if extra else policy,
                              transform=p.transform,
                              truth_of=lambda payload: p.protocol.truth_of(payload, data, p.victim, seed=p.seed))
@@ -256,6 +261,18 @@ def _run(cfg: DictConfig, out: Path, stack: ExitStack, launcher: Launcher | None
         "defense": _defense_summary(p),
     }
     return _finish(out, metrics)
+
+
+def _refusal_recorder(out: Path) -> Any:
+    """An exit callback that writes a refusal (a ``PrivbenchError`` once the run's folder holds its files) to
+    ``out/error.txt`` as one line, so the folder says why it has no results."""
+
+    def record(kind: type[BaseException] | None, exc: BaseException | None, tb: Any) -> bool:
+        if isinstance(exc, PrivbenchError) and out.is_dir():
+            atomic_write_text(out / "error.txt", f"privbench: error: {exc}\n")
+        return False
+
+    return record
 
 
 def _phases(p: Plan) -> int:

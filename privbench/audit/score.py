@@ -122,9 +122,10 @@ def score_reconstruction(recon: torch.Tensor, labels: torch.Tensor, truth: torch
     write_grid(out / "grid.png", truth[[m["truth"] for m in pairs]], recon[[m["recon"] for m in pairs]])
     chance_images, chance_pairs = chance.pop("chance_images")
     write_gallery(out / "gallery.npz", truth=truth, recon=recon, truth_labels=truth_labels, recon_labels=labels,
-                  pairs=pairs, chance=chance_images, chance_pairs=chance_pairs)
+                  pairs=pairs, chance=chance_images, chance_pairs=chance_pairs, recovered=recovered)
     scores.update(chance)
-    return {NUM_RECONSTRUCTED.key: len(recon), NUM_TRUE.key: len(truth), **scores, **gains(scores)}
+    return {NUM_RECONSTRUCTED.key: len(recon), NUM_TRUE.key: len(truth), **scores, **gains(scores),
+            "recovered_bar": recovered.bar()}
 
 
 @register_scorer(Reconstruction)

@@ -15,7 +15,7 @@ from privbench.data.dataset import ImageDataset
 from privbench.fl.fisher import fisher_diagonal
 from privbench.fl.clustering.subspace import client_subspace, per_class_subspace
 from privbench.fl.reads import AUDIT_GRADIENT, FISHER, LOCAL_SGD, READS, SUBSPACE, PlannedRead, Read
-from privbench.fl.sgd import accuracy, batch_gradient, local_train
+from privbench.fl.sgd import accuracy, batch_gradient, local_steps, local_train
 from privbench.fl.vectorised import LocalJob, stacked_local_train, why_not_stacked
 from privbench.payloads.training import LocalTraining
 
@@ -96,6 +96,10 @@ class Trainer(ABC):
 
     def plan(self, client: str, reads: Sequence[PlannedRead]) -> None:
         """The reads ``client`` makes if it joins every round (plain training needs no plan)."""
+
+    def planned_steps(self, n: int, sgd: LocalSGD) -> int:
+        """The optimiser steps ``train`` takes on ``n`` samples under ``sgd`` (plain SGD: ``epochs * ceil(n / B)``)."""
+        return local_steps(n, epochs=sgd.epochs, batch_size=sgd.batch_size)
 
     def train(self, model: nn.Module, data: ImageDataset, *, client: str, sgd: LocalSGD, generator: torch.Generator,
               regulariser: Regulariser | None = None) -> LocalTraining:
@@ -188,12 +192,14 @@ class Trainer(ABC):
         self._unreported = []
         return report
 
-    def compose_report(self, client: str, report: str | None) -> dict[str, Any]:
-        """On the server: check a remote client's report and record its reads as this trainer's own (protected as
-        this trainer's settings protect them, whatever the client claims); the parsed report.
+    def compose_report(self, client: str, report: str | None, *, planned: Sequence[PlannedRead]) -> dict[str, Any]:
+        """On the server: check a remote client's report against the reads the server ``planned`` for the task it
+        answers, and record those reads as this trainer's own (protected as this trainer's settings protect them,
+        whatever the client claims); the parsed report.
 
         Raises:
-            ValueError: the reason, for a missing, oversized or malformed report or a read no trainer makes.
+            ValueError: the reason, for a missing, oversized or malformed report, a read no trainer makes, or reads
+                other than the planned ones (a client that leaves out a read would hide it from the report).
         """
         if report is None:
             raise ValueError("it sent no record of the reads it made")
@@ -209,7 +215,11 @@ class Trainer(ABC):
         unknown = [r for r in parsed["reads"] if r not in READS]
         if unknown:
             raise ValueError(f"it reports a read {str(unknown[0])[:40]!r}; reads are {', '.join(READS)}")
-        for what in parsed["reads"]:
+        expected = sorted({r.what for r in planned})
+        if sorted(set(parsed["reads"])) != expected:
+            raise ValueError(f"it reports the reads {sorted(set(parsed['reads']))}; the server planned "
+                             f"{expected} for {client}'s task")
+        for what in dict.fromkeys(parsed["reads"]):  # in the order the client made them, as in process
             self.declare_read(what, **self._protection(what))
         return parsed
 

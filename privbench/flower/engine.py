@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from typing import Any
 
 from flwr.app import ConfigRecord, Message, MessageType, RecordDict
 
@@ -95,9 +96,18 @@ class FlowerEngine(Engine):
 
             state = side.model.state_dict()
             names = [n for n, t in state.items() if t.is_floating_point()]
+            messages = [self._message(q) for q in requests]
+
+            def sealed(i: int, fields: dict[str, Any]) -> None:
+                try:
+                    protocol.check_sealed(requests[i], fields, side)
+                except (ValueError, KeyError, TypeError) as exc:
+                    raise FlowerClientError(f"{requests[i].name} (node {messages[i].metadata.dst_node_id}) sent a "
+                                            f"reply the server refuses: {exc}") from None
+
             try:
-                return secure_round(self.grid, self.grid.wire, requests, [self._message(q) for q in requests],
-                                    aggregation=aggregation, names=names, base=state)
+                return secure_round(self.grid, self.grid.wire, requests, messages, aggregation=aggregation,
+                                    names=names, base=state, check=sealed)
             except (ValueError, KeyError, TypeError) as exc:
                 raise FlowerClientError(f"a secure round's reply was refused: {exc}") from None
         replies: list[TaskReply | None] = [None] * len(requests)
@@ -112,7 +122,7 @@ class FlowerEngine(Engine):
                     raise ValueError(f"its reply points at payload {index!r} of {len(sent)}")
                 answer = TaskReply(fields, None if index is None else sent[int(index)])
                 protocol.check_reply(q, answer, sent, side)
-                protocol.receive_report(q, None if report is None else str(report))
+                protocol.receive_report(q, None if report is None else str(report), side)
             except (ValueError, KeyError, TypeError) as exc:
                 raise FlowerClientError(f"{q.name} (node {reply.metadata.src_node_id}) sent a reply the server "
                                         f"refuses: {exc}") from None

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, cast
 
 import numpy as np
@@ -38,6 +38,8 @@ from privbench.flower.capture import CapturingGrid
 from privbench.payloads import AggregatePart, LocalTraining, Payload
 from privbench.progress import log
 
+#: Checks the clear fields of a node's masked-upload reply (its node id, the fields).
+SealedCheck = Callable[[int, dict[str, Any]], None]
 #: The fitres metric holding the reply's scalar fields and its upload's declared training (sent in the clear).
 FIELDS = "privbench.fields"
 
@@ -112,8 +114,9 @@ class _Recorder:
     exchange (downloads captured, replies checked)."""
 
     def __init__(self, grid: CapturingGrid, wire: Wire, names: dict[int, str], *, round_: int,
-                 cluster: int | None) -> None:
+                 cluster: int | None, check: SealedCheck | None = None) -> None:
         self.grid, self.wire, self.names, self.round, self.cluster = grid, wire, names, round_, cluster
+        self.check = check
 
     def _record(self, kind: str, sender: str, receiver: str, tensors: dict[str, torch.Tensor],
                 training: LocalTraining | None = None, base: str | None = None) -> None:
@@ -152,6 +155,8 @@ class _Recorder:
                              {f"to.{self.names[int(d)]}": _u8(t) for d, t in zip(dsts, texts)})
             elif Key.MASKED_PARAMETERS in cfg:
                 fields = json.loads(str(reply.content.config_records["fitres.metrics"][FIELDS]))
+                if self.check is not None:  # its clear fields, before anything of it is recorded
+                    self.check(int(reply.metadata.src_node_id), fields)
                 training = LocalTraining.from_dict(json.loads(fields["training"])) if fields["training"] != "null" \
                     else None
                 masked = cast(list[bytes], cfg[Key.MASKED_PARAMETERS])
@@ -166,9 +171,11 @@ class _Recorder:
 
 
 def secure_round(grid: CapturingGrid, wire: Wire, requests: Sequence[ClientTask], messages: Sequence[Message],
-                 *, aggregation: Any, names: Sequence[str], base: dict[str, torch.Tensor]) -> list[TaskReply]:
+                 *, aggregation: Any, names: Sequence[str], base: dict[str, torch.Tensor],
+                 check: Callable[[int, dict[str, Any]], None] | None = None) -> list[TaskReply]:
     """Run each cohort of ``requests`` (their ``messages`` as the engine would send them) through Flower's SecAgg+;
-    every member's reply carries its cohort's ``aggregate`` (recorded), with its fields as it sent them."""
+    every member's reply carries its cohort's ``aggregate`` (recorded), with its fields as it sent them.
+    ``check(i, fields)`` refuses request ``i``'s clear fields before anything of its masked upload is recorded."""
     cohorts: dict[Any, list[int]] = defaultdict(list)
     for i, q in enumerate(requests):
         cohorts[q.fields.get("cluster")].append(i)
@@ -195,7 +202,9 @@ def secure_round(grid: CapturingGrid, wire: Wire, requests: Sequence[ClientTask]
                              num_shares=aggregation.num_shares, reconstruction_threshold=aggregation.threshold,
                              max_weight=aggregation.max_weight, clipping_range=aggregation.clip,
                              quantization_range=aggregation.levels, modulus_range=aggregation.modulus)
-        workflow(cast(Any, _Recorder(grid, wire, node_names, round_=round_, cluster=group)), context)
+        index = {int(messages[i].metadata.dst_node_id): i for i in members}
+        sealed: SealedCheck | None = None if check is None else (lambda node, fields: check(index[node], fields))
+        workflow(cast(Any, _Recorder(grid, wire, node_names, round_=round_, cluster=group, check=sealed)), context)
         if strategy.parameters is None:
             raise RuntimeError(f"Flower's SecAgg+ halted in round {round_} (cohort {cluster}): see Flower's log")
         mean = parameters_to_ndarrays(strategy.parameters)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -17,6 +18,7 @@ from privbench.fl.engine.base import Engine, Launcher, T
 from privbench.fl.wire import Wire
 from privbench.flower.capture import REPLY_TIMEOUT_S
 from privbench.flower.launch import FlowerGrid, flower_problem
+from privbench.progress import quiet_consoles
 
 
 @contextlib.contextmanager
@@ -82,7 +84,11 @@ class FlowerSimulation(Launcher):
         backend: dict[str, dict[str, ConfigRecordValues]] = {
             "client_resources": {"num_cpus": 1, "num_gpus": 0.0},
             "init_args": {"num_cpus": client_slots(), "include_dashboard": False, "log_to_driver": False}}
-        with _environment(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PRIVBENCH_CLIENT_THREADS="1"):
+        # Flower's and Ray's own console handlers are detached while they run (Ray imported first, so its logger is
+        # set up): their lines reach run.log, the console only their warnings
+        with contextlib.suppress(ImportError):
+            importlib.import_module("ray")
+        with _environment(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PRIVBENCH_CLIENT_THREADS="1"), quiet_consoles():
             run_simulation(server_app=server_app, client_app=client_app, num_supernodes=num_clients + num_agnostic,
                            backend_config=backend)
         if "error" in outcome:

@@ -63,7 +63,8 @@ def chance_baseline(truth: torch.Tensor, truth_labels: torch.Tensor, *, count: i
                     inferred_labels: torch.Tensor | None = None, recovered: Recovered = Recovered()) -> dict[str, Any]:
     """Scores of each baseline against ``truth`` with the same matching as the attack's ``count`` images.
 
-    Returns per-baseline PSNR/SSIM/LPIPS means and recovered fractions; ``psnr_chance_uninformed`` and
+    Returns per-baseline PSNR/SSIM/LPIPS means, recovered fractions and matched pairs' PSNR and SSIM (so a run can
+    be recounted at another bar: ``privbench.rescore``); ``psnr_chance_uninformed`` and
     ``psnr_chance_informed`` (class mean images, with ``test_labels``: of the true classes, and of
     ``inferred_labels``, the attack's, where it has any) and the strongest of all: ``psnr_chance`` and
     ``ssim_chance`` (highest), ``lpips_chance`` (lowest), ``recovered_fraction_chance`` (highest). When
@@ -79,7 +80,7 @@ def chance_baseline(truth: torch.Tensor, truth_labels: torch.Tensor, *, count: i
             images = class_mean_images(count, known, test_images, test_labels) if known is not None and len(known) else None
             if images is not None:
                 kinds[name] = images
-    per: dict[str, dict[str, float]] = {}
+    per: dict[str, dict[str, Any]] = {}
     pairs: dict[str, tuple[torch.Tensor, list[dict[str, Any]]]] = {}
     for name, images in kinds.items():
         twin = next((k for k, (done, _) in pairs.items() if torch.equal(done, images)), None)
@@ -89,7 +90,8 @@ def chance_baseline(truth: torch.Tensor, truth_labels: torch.Tensor, *, count: i
         s = score(images, truth, recon_labels=unknown, truth_labels=truth_labels, match_on=match_on,
                   use_lpips=use_lpips, recovered=recovered)
         per[name] = {PSNR_MEAN.key: s[PSNR_MEAN.key], SSIM_MEAN.key: s[SSIM_MEAN.key], LPIPS_MEAN.key: s[LPIPS_MEAN.key],
-                     RECOVERED_FRACTION.key: s[RECOVERED_FRACTION.key]}
+                     RECOVERED_FRACTION.key: s[RECOVERED_FRACTION.key],
+                     "matched": [{"psnr": m["psnr"], "ssim": m["ssim"]} for m in s["matched"]]}
         pairs[name] = (images, s["matched"])
     lpips = [v[LPIPS_MEAN.key] for v in per.values() if not math.isnan(v[LPIPS_MEAN.key])]
     strongest = max(per, key=lambda k: per[k][PSNR_MEAN.key])

@@ -21,10 +21,11 @@ MATCH_ON = ("mse", "ssim", "lpips")
 @dataclass(frozen=True)
 class Recovered:
     """When a true image counts as recovered: its matched reconstruction reaches both thresholds
-    (``metrics.recovered_psnr`` and ``metrics.recovered_ssim``; privbench's defaults, 25 dB and 0.8)."""
+    (``metrics.recovered_psnr`` and ``metrics.recovered_ssim``; privbench's default is Dimitrov et al.'s rule,
+    PSNR at least 20 dB, with no SSIM bar)."""
 
-    psnr: float = 25.0
-    ssim: float = 0.8
+    psnr: float = 20.0
+    ssim: float = 0.0
 
     @classmethod
     def of(cls, metrics: Any) -> "Recovered":
@@ -32,9 +33,23 @@ class Recovered:
         return cls(psnr=float(metrics.get("recovered_psnr", cls.psnr)),
                    ssim=float(metrics.get("recovered_ssim", cls.ssim)))
 
+    def bar(self) -> dict[str, float]:
+        """The rule as ``metrics.json`` records it (``privacy.recovered_bar``)."""
+        return {"psnr": self.psnr, "ssim": self.ssim}
+
+    def text(self) -> str:
+        """The rule in words, as the summary prints it.
+
+        Example:
+            >>> Recovered().text(), Recovered(25.0, 0.8).text()
+            ('PSNR >= 20 dB', 'PSNR >= 25 dB and SSIM >= 0.8')
+        """
+        rule = f"PSNR >= {self.psnr:g} dB"
+        return rule + (f" and SSIM >= {self.ssim:g}" if self.ssim > 0 else "")  # 20 dB implies SSIM above 0
+
     def count(self, rows: list[dict[str, Any]]) -> int:
-        """How many matched pairs pass."""
-        return sum(1 for row in rows if row["psnr"] >= self.psnr and row["ssim"] >= self.ssim)
+        """How many matched pairs pass (an SSIM bar of 0 or below is no bar: a pair's SSIM is not read)."""
+        return sum(1 for row in rows if row["psnr"] >= self.psnr and (self.ssim <= 0 or row["ssim"] >= self.ssim))
 
 
 def match(recon: torch.Tensor, truth: torch.Tensor, *, on: str = "mse") -> list[tuple[int, int]]:

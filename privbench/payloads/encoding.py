@@ -20,6 +20,13 @@ from privbench.payloads.payload import Payload
 
 SEPARATOR = "#"
 PARTS = {"sparse": ("values", "indices", "shape"), "quantized": ("codes", "range", "shape")}
+#: Quantisation widths a message may declare (``quantized:<bits>``): 2^bits - 1 > 0 levels, packed in a byte or two.
+BITS = range(1, 17)
+#: Most entries one decoded tensor, and all of one payload's together, may declare when no base model gives their
+#: shapes (2^28 float32s: 1 GiB); against a base, a payload decodes to at most the base's entries.
+MAX_ENTRIES = 2**28
+#: Most dimensions a declared shape may have.
+MAX_DIMS = 8
 
 
 def plain_name(name: str) -> str:
@@ -86,13 +93,67 @@ def encode(payload: Payload, encoded: dict[str, dict[str, torch.Tensor]], *, sch
     return dataclasses.replace(sent, encoding=f"{scheme}/{'change' if relative else 'values'}")
 
 
+def declared_shape(payload_id: str, name: str, shape: torch.Tensor, base: dict[str, torch.Tensor] | None) -> list[int]:
+    """The shape a message declares for ``name``, checked before anything is allocated: the base model's shape of
+    ``name`` (a name the base lacks is refused), or without a base at most ``MAX_DIMS`` non-negative sizes of at
+    most ``MAX_ENTRIES`` entries.
+
+    Raises:
+        ValueError: a name outside the base, a shape that is not a list of sizes, or one that breaks its bound.
+    """
+    if shape.is_floating_point() or shape.is_complex() or shape.dim() != 1 or shape.numel() > MAX_DIMS:
+        raise ValueError(f"{payload_id}: {name}'s declared shape is not a list of at most {MAX_DIMS} integer sizes")
+    sizes = [int(s) for s in shape.tolist()]
+    if base is not None:
+        if name not in base:
+            raise ValueError(f"{payload_id}: {name} is not one of the {len(base)} tensors of the model it is decoded "
+                             f"against ({', '.join(sorted(base)[:3])}, ...); refused before decoding")
+        if sizes != list(base[name].shape):
+            raise ValueError(f"{payload_id}: {name} declares shape {sizes}, the model's is {list(base[name].shape)}")
+        return sizes
+    if any(s < 0 for s in sizes) or math.prod(sizes) > MAX_ENTRIES:
+        raise ValueError(f"{payload_id}: {name} declares shape {sizes[:MAX_DIMS]}: sizes must be >= 0 and hold at most "
+                         f"{MAX_ENTRIES:,} entries (2^28)")
+    return sizes
+
+
+def declared_range(payload_id: str, name: str, bounds: torch.Tensor) -> tuple[float, float]:
+    """A quantised tensor's lowest and highest level: two finite numbers, the first not above the second."""
+    values = bounds.double().flatten().tolist() if bounds.is_floating_point() and bounds.numel() == 2 else []
+    if len(values) != 2 or not all(math.isfinite(v) for v in values) or values[0] > values[1]:
+        raise ValueError(f"{payload_id}: {name}'s quantisation range {bounds.flatten().tolist()[:4]} is not two finite "
+                         "numbers, lowest first")
+    return values[0], values[1]
+
+
+def _declared_shapes(payload: Payload, names: list[str], parts: tuple[str, ...],
+                     base: dict[str, torch.Tensor] | None) -> dict[str, list[int]]:
+    """Every encoded name's declared shape, all checked before any is decoded: each name has its ``parts`` and a
+    shape within its bound (``declared_shape``), and together they hold at most the base's entries (without a base
+    ``MAX_ENTRIES``)."""
+    assert payload.tensors is not None
+    limit = sum(t.numel() for t in base.values()) if base is not None else MAX_ENTRIES
+    shapes: dict[str, list[int]] = {}
+    total = 0
+    for name in names:
+        if any(f"{name}{SEPARATOR}{p}" not in payload.tensors for p in parts):
+            raise ValueError(f"{payload.id}: {name} lacks one of its encoded parts ({', '.join(parts)})")
+        shapes[name] = declared_shape(payload.id, name, payload.tensors[f"{name}{SEPARATOR}shape"], base)
+        total += math.prod(shapes[name])
+        if total > limit:
+            raise ValueError(f"{payload.id}: with {name} it decodes to more than the {limit:,} entries one payload may "
+                             f"hold ({'its base model' if base is not None else '2^28'}); refused before decoding")
+    return shapes
+
+
 def decode(payload: Payload, base: dict[str, torch.Tensor] | None) -> Payload:
     """The message as its reader uses it: every encoded tensor back at its name and shape (a change plus
     ``base``), its ``nbytes`` still the encoded message's; a payload without an encoding, or without its tensors,
     is returned as it is.
 
     Raises:
-        ValueError: an encoded part is missing or inconsistent, or a change has no base to add to.
+        ValueError: an encoded part is missing or inconsistent, names a tensor outside ``base``, would decode to
+            more entries than ``base`` holds (``MAX_ENTRIES`` without one), or is a change with no base to add to.
     """
     if payload.encoding is None or payload.tensors is None:
         return payload
@@ -100,20 +161,23 @@ def decode(payload: Payload, base: dict[str, torch.Tensor] | None) -> Payload:
     kind, _, bits_text = scheme.partition(":")
     if kind not in PARTS or relative not in ("change", "values"):
         raise ValueError(f"{payload.id}: unknown encoding {payload.encoding!r}")
+    if kind == "quantized" and not (bits_text.isdigit() and int(bits_text) in BITS):
+        raise ValueError(f"{payload.id}: encoding {payload.encoding!r} declares {bits_text or 'no'} bits; a quantised "
+                         f"message has {BITS.start} to {BITS.stop - 1} bits (at least one level above zero)")
     out: dict[str, torch.Tensor] = {}
     names = list(dict.fromkeys(plain_name(n) for n in payload.tensors))
+    shapes = _declared_shapes(payload, [n for n in names if n not in payload.tensors], PARTS[kind], base)
     for name in names:
         if name in payload.tensors:
             out[name] = payload.tensors[name]
             continue
-        parts = {p: payload.tensors.get(f"{name}{SEPARATOR}{p}") for p in PARTS[kind]}
-        if any(v is None for v in parts.values()):
-            raise ValueError(f"{payload.id}: {name} lacks one of its {kind} parts ({', '.join(PARTS[kind])})")
-        shape = [int(s) for s in parts["shape"].tolist()]  # type: ignore[union-attr]
+        parts = {p: payload.tensors[f"{name}{SEPARATOR}{p}"] for p in PARTS[kind]}
+        shape = shapes[name]
         count = math.prod(shape)
         if kind == "sparse":
-            values, indices = parts["values"], parts["indices"].long()  # type: ignore[union-attr]
-            assert values is not None
+            values, indices = parts["values"], parts["indices"].long()
+            if not values.is_floating_point() or not bool(torch.isfinite(values).all()):
+                raise ValueError(f"{payload.id}: {name}'s sparse values are not finite floating-point numbers")
             if indices.numel() != values.numel() or (indices.numel() and not 0 <= int(indices.min()) <= int(
                     indices.max()) < count):
                 raise ValueError(f"{payload.id}: {name}'s sparse indices do not fit its shape {shape}")
@@ -121,16 +185,21 @@ def decode(payload: Payload, base: dict[str, torch.Tensor] | None) -> Payload:
             flat[indices] = values.float()
         else:
             bits = int(bits_text)
-            lo, hi = (float(v) for v in parts["range"].tolist())  # type: ignore[union-attr]
-            codes = _unpack(parts["codes"].numpy(), bits, count)  # type: ignore[union-attr]
-            if codes.size != count:
-                raise ValueError(f"{payload.id}: {name} carries {codes.size} codes for {count} entries")
+            lo, hi = declared_range(payload.id, name, parts["range"])
+            packed = parts["codes"]
+            need = 2 * count if bits > 8 else math.ceil(count / (8 // bits))
+            if packed.dtype != torch.uint8 or packed.dim() != 1 or packed.numel() != need:
+                raise ValueError(f"{payload.id}: {name} carries {packed.numel()} bytes of {bits}-bit codes; its shape "
+                                 f"{shape} needs {need} bytes (uint8, one-dimensional)")
+            codes = _unpack(packed.numpy(), bits, count)
             flat = torch.from_numpy(lo + codes * ((hi - lo) / (2**bits - 1))).float()
         value = flat.view(shape)
         if relative == "change":
             if base is None or name not in base:
                 raise ValueError(f"{payload.id}: {name} is a change, and its base is not known")
             value = (base[name].detach().cpu().double() + value.double()).to(base[name].dtype)
+        if not bool(torch.isfinite(value).all()):
+            raise ValueError(f"{payload.id}: {name} decodes to NaN or infinite values")
         out[name] = value
     # a reader's view, never sent or stored: it keeps the bytes the encoded message cost and says how it came
     return dataclasses.replace(payload.with_tensors(out), nbytes=payload.nbytes)

@@ -71,8 +71,11 @@ class PayloadChoice:
             raise PrivbenchError(f"no {self.kind} payload of {victim.name} in round {round_} was recorded")
         payload = store.load(found[0]["id"])
         base = store.load(payload.base) if payload.base else None
-        try:  # a compressed message as the server reads it
-            payload = decode(payload, base.tensors if base is not None else None)
+        # a compressed message as the server reads it; only a change needs its base, and a stored base may be
+        # partial (fl.downlink=gene: a gene-only download), so a values message is decoded within its own bounds
+        change = base is not None and (payload.encoding or "").endswith("/change")
+        try:
+            payload = decode(payload, base.tensors if change and base is not None else None)
         except ValueError as exc:
             raise PrivbenchError(str(exc)) from None
         return payload, base

@@ -8,8 +8,11 @@ from typing import Any
 
 import pandas as pd
 from omegaconf import OmegaConf
+
+from privbench.csv_cells import from_cell
 from privbench.figures import ACCURACY, DOWNLOADED_ACCURACY, PERSONAL_ACCURACY, REPORTED
 from privbench.io import files_named
+from privbench.regular import read_text, regular
 
 #: The config groups a run chose (from ``metrics.json``), in the order the report names them.
 CHOICES = ["payload", "attack", "defense", "fl", "model", "data"]
@@ -83,35 +86,45 @@ def row(metrics: dict[str, Any], run_dir: Path, config: dict[str, Any] | None = 
 def _read(path: Path) -> tuple[dict[str, Any], dict[str, Any]] | None:
     """A finished run's metrics and resolved config; None for a run being written or a foreign file."""
     try:
-        metrics = json.loads(path.read_text())
+        metrics = json.loads(read_text(path))  # a regular file of at most 64 MiB: never a pipe or a device
     except (OSError, ValueError):
         return None
     if not isinstance(metrics, dict) or not isinstance(metrics.get("run"), dict):
         return None
     config: Any = {}
     config_path = path.parent / "config.yaml"
-    if config_path.exists():
+    if regular(config_path):
         try:
-            config = OmegaConf.to_container(OmegaConf.load(config_path)) or {}
+            config = OmegaConf.to_container(OmegaConf.create(read_text(config_path))) or {}
         except Exception:  # noqa: BLE001 - an unreadable config only loses the grouping keys
             config = {}
     return metrics, config if isinstance(config, dict) else {}
+
+
+def _written(path: Path) -> float:
+    """When ``path`` was last written (0 when it cannot be read)."""
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
 
 
 def collect(root: Path) -> pd.DataFrame:
     """All finished runs under ``root`` (recursively), one row each: ``COLUMNS``, then one column per
     flattened config key (``fl.gene.gamma``, ``defense.target_epsilon``, ...). ``run_dir`` is relative to ``root``
     (absolute for a run a ``resumed.json`` points to outside it). Files that cannot be read as a finished run are
-    listed in ``attrs["skipped"]``.
+    listed in ``attrs["skipped"]``; a config and seed (``run.config_key``) finished more than once is counted once,
+    by its newest run (its ``metrics.json`` written last), the others listed in ``attrs["duplicates"]``.
     """
-    rows, skipped, seen = [], [], set()
+    rows, skipped, duplicates, seen, keys = [], [], [], set(), set()
     root = Path(root)
     paths = files_named(root, "metrics.json")
     for pointer in files_named(root, RESUMED):  # a resumed sweep's skipped jobs point at the runs they reused
         try:
-            paths.append(Path(json.loads(pointer.read_text())["finished_in"]) / "metrics.json")
+            paths.append(Path(json.loads(read_text(pointer, root=root))["finished_in"]) / "metrics.json")
         except (OSError, ValueError, KeyError, TypeError):
             skipped.append(str(pointer.relative_to(root)))
+    paths.sort(key=_written, reverse=True)  # newest first: a rerun (resume=false) replaces what it reran
     for path in paths:
         inside = path.is_relative_to(root)
         if (inside and "report" in path.relative_to(root).parts[:-1]) or path.resolve() in seen:
@@ -121,9 +134,15 @@ def collect(root: Path) -> pd.DataFrame:
         if found is None:
             skipped.append(str(path.relative_to(root) if inside else path))
             continue
-        rows.append(row(found[0], path.parent.relative_to(root) if inside else path.parent, found[1]))
-    frame = named_accuracies(_frame(rows))
+        key = found[0]["run"].get("config_key")
+        if key is not None and key in keys:  # a config and seed finished twice (resume=false): counted once
+            duplicates.append(str(path.relative_to(root) if inside else path))
+            continue
+        keys.add(key)
+        rows.append((str(path), row(found[0], path.parent.relative_to(root) if inside else path.parent, found[1])))
+    frame = named_accuracies(_frame([r for _, r in sorted(rows, key=lambda pair: pair[0])]))  # in path order
     frame.attrs["skipped"] = skipped
+    frame.attrs["duplicates"] = duplicates
     return frame
 
 
@@ -175,8 +194,9 @@ def runs_from_csv(path: Path) -> pd.DataFrame:
     """The runs of a report's ``runs.csv`` (as ``collect`` gave them), to rebuild its tables and figures without the
     run folders."""
     frame = pd.read_csv(path, dtype=str, keep_default_na=False)
+    frame = frame.rename(columns=from_cell)
     for column in frame.columns:
-        frame[column] = frame[column].map(_cell)
+        frame[column] = frame[column].map(lambda value: _cell(from_cell(value)))
     missing = [c for c in ("seed", "run_dir") if c not in frame.columns]
     if missing:
         raise ValueError(f"{path}: not a report's runs.csv (no {', '.join(missing)} column)")

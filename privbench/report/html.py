@@ -3,13 +3,15 @@ from __future__ import annotations
 
 import base64
 import html
+import json
+import re
 from pathlib import Path
 
 import pandas as pd
 
 from privbench.figures import MISSING, RUN_TABLE
 from privbench.report.gallery import style
-from privbench.report.plots import Drawn
+from privbench.report.draw import Drawn
 from privbench.report.table import LABELS, caption, sort_key, to_html
 
 #: Columns of the per-run table (after the grouping keys and the seed).
@@ -38,22 +40,43 @@ def _runs_table(runs: pd.DataFrame, keys: list[str]) -> str:
 
 
 def _figure(title: str, path: Path, drawn: Drawn) -> str:
-    """A figure with its drawn text below it: what each series is, and the axes."""
+    """A figure with its drawn text below it: what each series is, the codes of long setting names, what the
+    figure leaves out, and the axes; each panel's series and the x ticks as data for a test."""
     parts = []
     if drawn.legend:
         parts.append("<span class='series'>Series: " + "; ".join(html.escape(t) for t in drawn.legend) + ".</span>")
+    if drawn.key:
+        parts.append("<span class='key'>Key: " + "; ".join(html.escape(t) for t in drawn.key) + ".</span>")
+    if drawn.remark:
+        parts.append(f"<span class='remark'>{html.escape(drawn.remark)}</span>")
     axes = list(dict.fromkeys(drawn.axes))
     if axes:
         parts.append("<span class='axes'>Axes: " + "; ".join(html.escape(t) for t in axes) + ".</span>")
     ticks = html.escape(" | ".join(drawn.ticks), quote=True)
+    panels = html.escape(json.dumps(drawn.panels), quote=True)
     caption = " ".join(parts)
-    return (f"<figure><h3>{html.escape(title)}</h3>{_img(path, title)}"
-            f"<figcaption class='figure-text' data-xticks=\"{ticks}\">{caption}</figcaption></figure>")
+    return (f"<figure><h3>{html.escape(title)}</h3>{_img(path, title)}<figcaption class='figure-text' "
+            f"data-xticks=\"{ticks}\" data-panels=\"{panels}\">{caption}</figcaption></figure>")
+
+
+def kept_figures(old_page: str, titles: list[str]) -> list[str]:
+    """The ``<figure>`` blocks of ``titles`` in an earlier page, as they are (figures a rebuild from ``runs.csv``
+    cannot draw, such as the membership ROC from the run folders), marked ``data-kept``."""
+    out = []
+    for title in titles:
+        found = re.search(f"<figure><h3>{re.escape(html.escape(title))}</h3>.*?</figure>", old_page, re.DOTALL)
+        if found and "data-kept=" in found.group(0):
+            out.append(found.group(0))
+        elif found:
+            out.append(found.group(0).replace("<figcaption class='figure-text'",
+                                              "<figcaption class='figure-text' data-kept='run folders'", 1))
+    return out
 
 
 def page(table: pd.DataFrame, runs: pd.DataFrame, plots: dict[str, tuple[Path, Drawn]], *, title: str,
-         gallery: str | None = "gallery.html") -> str:
-    """The HTML text; figures are embedded as data URIs so the file stands alone (the gallery is a sibling file)."""
+         gallery: str | None = "gallery.html", kept: list[str] | None = None) -> str:
+    """The HTML text; figures are embedded as data URIs so the file stands alone (the gallery is a sibling file);
+    ``kept`` figure blocks (see ``kept_figures``) follow the drawn ones."""
     keys = list(table.attrs.get("keys", []))
     link = f"<p>Reconstructions next to the truth and the chance baseline: <a href='{gallery}'>gallery</a>.</p>"
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>",
@@ -69,7 +92,7 @@ def page(table: pd.DataFrame, runs: pd.DataFrame, plots: dict[str, tuple[Path, D
              link if gallery else "",
              "<h2>Summary</h2>", f"<p>{html.escape(caption(table)).replace('`', '')}</p>",
              f"<div class='scroll'>{to_html(table)}</div>",
-             "<h2>Figures</h2>", *[_figure(n, p, drawn) for n, (p, drawn) in plots.items()],
+             "<h2>Figures</h2>", *[_figure(n, p, drawn) for n, (p, drawn) in plots.items()], *(kept or []),
              f"<h2>Runs ({len(runs)})</h2>", f"<div class='scroll'>{_runs_table(runs, keys)}</div>",
              "</body></html>"]
     return "\n".join(parts)

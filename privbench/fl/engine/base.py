@@ -92,9 +92,13 @@ class ClientTasks(Protocol):
         """Raise ``ValueError`` (the reason) for a reply from another process that is not what was asked."""
         ...
 
-    def receive_report(self, request: ClientTask, report: str | None) -> None:
+    def check_sealed(self, request: ClientTask, fields: Mapping[str, Any], side: ClientSide) -> None:
+        """Raise ``ValueError`` (the reason) for a secure round's reply whose clear fields are not what was planned."""
+        ...
+
+    def receive_report(self, request: ClientTask, report: str | None, side: ClientSide) -> None:
         """Record what a client in another process reports of its reads (and its DP accounting) with a reply that
-        passed ``check_reply``; ``ValueError`` (the reason) for a report that is not what the run's settings give."""
+        passed ``check_reply``; ``ValueError`` (the reason) for a report that is not what the server planned."""
         ...
 
 

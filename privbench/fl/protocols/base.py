@@ -3,9 +3,8 @@ side's round and the evaluator's ground truth."""
 from __future__ import annotations
 
 import copy
-import json
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar, TypeVar
 
 import numpy as np
@@ -16,7 +15,6 @@ from privbench.data import FederatedData, ImageDataset
 from privbench.errors import ConfigError
 from privbench.fl.protocols.cohort import Aggregation, Cohort, Plain
 from privbench.fl.engine import ClientSide, ClientTask, Engine, InProcess, TaskReply
-from privbench.fl.layers import layers
 from privbench.fl.sgd import State, client_accuracy, model_with, parameters_of
 from privbench.fl.reads import AUDIT_GRADIENT, LOCAL_SGD, PlannedRead
 from privbench.fl.trainer import LocalSGD, Regulariser, SGDTrainer, Trainer
@@ -25,7 +23,6 @@ from privbench.fl.protocols.round import ClientRound, ClientStart, PendingUpload
 from privbench.fl.vectorised import LocalJob
 from privbench.fl.wire import Wire
 from privbench.payloads import KINDS, LocalTraining, Payload
-from privbench.payloads.encoding import decode
 from privbench.victim import Victim
 
 T = TypeVar("T")
@@ -121,15 +118,16 @@ class FederatedProtocol(ABC):
         In the victim round the victim sends its audit gradient, and with
         ``victim.update_data == "batch"`` trains on its victim batch only.
         """
-        reads = []
-        for r in range(self.rounds):
-            n = num_samples
-            if victim is not None and r == victim.round:
-                reads.append(PlannedRead(AUDIT_GRADIENT, victim.num_images))
-                if victim.update_data == "batch":
-                    n = victim.num_images
-            reads.append(PlannedRead(LOCAL_SGD, n, self.sgd.batch_size, self.sgd.epochs))
-        return reads
+        return [read for r in range(self.rounds) for read in self.round_reads(num_samples, r, victim=victim)]
+
+    def round_reads(self, num_samples: int, round_: int, *, victim: Victim | None) -> list[PlannedRead]:
+        """The reads of round ``round_`` of a client with ``num_samples`` (``victim`` if it is audited)."""
+        reads, n = [], num_samples
+        if victim is not None and round_ == victim.round:
+            reads.append(PlannedRead(AUDIT_GRADIENT, victim.num_images))
+            if victim.update_data == "batch":
+                n = victim.num_images
+        return [*reads, PlannedRead(LOCAL_SGD, n, self.sgd.batch_size, self.sgd.epochs)]
 
     def plan_reads(self, data: FederatedData, victim: Victim) -> None:
         """Give the trainer every known client's planned reads (a DP trainer calibrates its noise to them)."""
@@ -169,6 +167,11 @@ class FederatedProtocol(ABC):
         if not 0 <= victim.round < self.rounds:
             raise ConfigError(f"victim.round={victim.round} must be in 0..{self.rounds - 1} (fl.rounds={self.rounds})")
         victim.batch_positions(len(data.clients[victim.client]), seed=0)
+        self.aggregation.check_cohorts(self.cohort_sizes(), weights=[len(c) for c in data.clients])
+
+    def cohort_sizes(self) -> list[int]:
+        """The sizes a round's cohort (the clients aggregated together) can have: every participant."""
+        return [self.participants]
 
     def sample(self, round_: int, num_clients: int, *, seed: int, victim: Victim) -> list[int]:
         """Participants of ``round_``: a seeded draw; the listed victims are swapped in on their round.
@@ -314,54 +317,41 @@ class FederatedProtocol(ABC):
             raise ValueError(f"{self.name} has no client task {task!r}; it has {', '.join(self.client_tasks())}")
         return handler(requests, side)
 
-    def receive_report(self, request: ClientTask, report: str | None) -> None:
+    def receive_report(self, request: ClientTask, report: str | None, side: ClientSide) -> None:
         """The client's report of its reads (and a DP trainer's accountant events) becomes the server's record of
-        ``request``'s client (``Trainer.compose_report``, which checks it)."""
-        self.trainer.compose_report(request.name, report)
+        ``request``'s client (``Trainer.compose_report``, which checks it against ``task_reads``)."""
+        self.trainer.compose_report(request.name, report, planned=self.task_reads(request, side))
 
     def check_reply(self, request: ClientTask, reply: TaskReply, sent: Sequence[Payload], side: ClientSide) -> None:
-        """Refuse (``ValueError``, the reason) a reply from another process that is not what the server asked for:
-        only the asked client's uploads of kinds this protocol sends, for the asked round; floating, finite tensors
-        with the model's names, shapes and dtypes; for a ``round``, the upload it names and the sample count the
-        server planned for it."""
-        state = side.model.state_dict()
-        received = {n: t for down in request.downloads if down.tensors is not None for n, t in down.tensors.items()}
-        for p in [decode(p, received) for p in sent]:  # a compressed upload is checked as the server reads it
-            if p.kind not in self.sends:
-                raise ValueError(f"it sent a {p.kind}; fl={self.name} sends {', '.join(self.sends)}")
-            if p.direction != "up" or p.sender != request.name or p.receiver != "server":
-                raise ValueError(f"it sent {p.id}: only uploads from {request.name} to the server are accepted")
-            if p.round != request.round:
-                raise ValueError(f"{p.id} is for round {p.round}, not {request.round}")
-            if p.tensors is None:
-                raise ValueError(f"{p.id} carries no tensors")
-            for name, t in p.tensors.items():
-                if not t.is_floating_point():
-                    raise ValueError(f"{p.id}: {name} is {t.dtype}, not a floating tensor")
-                if not bool(torch.isfinite(t).all()):
-                    raise ValueError(f"{p.id}: {name} holds NaN or infinite values")
-                if p.spec.carries in ("model", "gradient"):
-                    if name not in state:
-                        raise ValueError(f"{p.id}: {name} is not a tensor of the model")
-                    if list(t.shape) != list(state[name].shape) or t.dtype != state[name].dtype:
-                        raise ValueError(f"{p.id}: {name} is {str(t.dtype).removeprefix('torch.')} {list(t.shape)}, "
-                                         f"the model's is {str(state[name].dtype).removeprefix('torch.')} "
-                                         f"{list(state[name].shape)}")
-        if request.task == "round":
-            self._check_upload(request, reply, sent, side)
+        """Refuse (``ValueError``, the reason) a reply that is not what the server asked for: only the asked client's
+        uploads of kinds this protocol sends, for the asked round; floating, finite tensors with the model's names,
+        shapes and dtypes, every tensor a kind must carry, the training record the server planned; for a ``round``,
+        the upload it names, the sample count and layers the server planned (``privbench.fl.protocols.replies``)."""
+        from privbench.fl.protocols.replies import check_reply
 
-    def _check_upload(self, request: ClientTask, reply: TaskReply, sent: Sequence[Payload], side: ClientSide) -> None:
-        upload = reply.payload
-        if upload is None or not any(upload is p for p in sent) or upload.spec.carries != "model":
-            raise ValueError("its reply names no model upload")
-        planned = len(self.truth_of(upload, side.data, side.victim, seed=side.seed))
-        claimed = reply.fields.get("num_samples")
-        if not isinstance(claimed, int) or isinstance(claimed, bool) or claimed != planned:
-            raise ValueError(f"it claims num_samples={claimed!r}; the server planned {planned} for it")
-        uploaded = json.loads(str(reply.fields.get("layers", "[]")))
-        model_layers = set(layers(side.model))
-        if not isinstance(uploaded, list) or not all(isinstance(x, str) and x in model_layers for x in uploaded):
-            raise ValueError(f"it names layers {str(uploaded)[:80]} that the model does not have")
+        check_reply(self, request, reply, sent, side)
+
+    def check_sealed(self, request: ClientTask, fields: Mapping[str, Any], side: ClientSide) -> None:
+        """Refuse (``ValueError``) a secure round's reply whose clear fields (sample count, layers, training record)
+        are not what the server planned (``privbench.fl.protocols.replies.check_sealed``)."""
+        from privbench.fl.protocols.replies import check_sealed
+
+        check_sealed(self, request, fields, side)
+
+    def task_reads(self, request: ClientTask, side: ClientSide) -> list[PlannedRead]:
+        """The reads the server planned for ``request`` (what its client's report must name): a ``round``'s."""
+        if request.task != "round" or request.agnostic:
+            return []
+        c, victim = request.client, side.victim
+        return self.round_reads(len(side.data.clients[c]), request.round, victim=victim if victim.audits(c) else None)
+
+    def planned_penalty(self) -> tuple[dict[str, float], float]:
+        """The settings and proximal weight of the penalty a client's training record declares (none by default)."""
+        return {}, 0.0
+
+    def upload_layers(self, upload: Payload | None, side: ClientSide) -> list[str]:
+        """The layer list a ``round`` reply sends with ``upload`` (none by default: the whole model)."""
+        return []
 
     def remote_state(self, side: ClientSide) -> Any:
         """The client-side state a node that runs this protocol's clients keeps (None: none)."""

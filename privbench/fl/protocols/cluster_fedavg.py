@@ -1,6 +1,8 @@
 """Cluster-FedAvg baseline: GENE-FL's clusters, but full-model local training and averaging."""
 from __future__ import annotations
 
+from privbench.fl.engine import ClientSide
+from privbench.fl.layers import layers
 from privbench.fl.protocols.round import PendingUpload, Upload
 from privbench.fl.protocols.clustered import ClusteredProtocol, ClusterRun
 from privbench.fl.sgd import parameters_of
@@ -15,6 +17,10 @@ class ClusterFedAvg(ClusteredProtocol):
 
     def after_aggregation(self, state: ClusterRun, k: int, uploaded_layers: list[list[str]]) -> None:
         state.genes[k] = list(state.layers)  # the whole model is the shared knowledge
+
+    def upload_layers(self, upload: Payload | None, side: ClientSide) -> list[str]:
+        """Every layer of the model: its update is the whole model."""
+        return list(layers(side.model))
 
     def end_round(self, pending: PendingUpload, training: LocalTraining, state: ClusterRun) -> Upload:
         at = pending.at

@@ -100,6 +100,10 @@ class ClusteredProtocol(FederatedProtocol):
         if not 1 <= self.subspace_dim <= smallest:
             raise ConfigError(f"fl.subspace_dim={self.subspace_dim} must be in 1..{smallest} (the smallest client's samples)")
 
+    def cohort_sizes(self) -> list[int]:
+        """A cluster's share of a round: any number of the participants."""
+        return list(range(1, self.participants + 1))
+
     def remote_problem(self) -> str | None:
         if self.evaluation != "cluster":
             return (f"fl.eval={self.evaluation} scores each client's own trained model, which stays on its ClientApp; "
@@ -108,6 +112,13 @@ class ClusteredProtocol(FederatedProtocol):
 
     def planned_reads(self, num_samples: int, *, victim: Victim | None) -> list[PlannedRead]:
         return [PlannedRead(SUBSPACE, num_samples), *super().planned_reads(num_samples, victim=victim)]
+
+    def task_reads(self, request: ClientTask, side: ClientSide) -> list[PlannedRead]:
+        """Also a ``subspace``: one read of all the client's data."""
+        if request.task == "subspace":
+            held = side.data.agnostic_clients if request.agnostic else side.data.clients
+            return [PlannedRead(SUBSPACE, len(held[request.client]))]
+        return super().task_reads(request, side)
 
     def plan_reads(self, data: FederatedData, victim: Victim) -> None:
         """The known clients' reads, and each agnostic client's one subspace (the same plan on every node)."""

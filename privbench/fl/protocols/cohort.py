@@ -54,6 +54,10 @@ class Aggregation(ABC):
         """The wire the clients send on (``wire`` itself unless the uploads are sealed)."""
         return Sealed(wire) if self.seals else wire
 
+    def check_cohorts(self, sizes: Sequence[int], *, weights: Sequence[int]) -> None:
+        """Fail (``ConfigError``) before training where cohorts of ``sizes`` clients (clients of ``weights`` samples)
+        cannot be aggregated with these settings (nothing to check by default)."""
+
     @abstractmethod
     def combine(self, base: State, uploads: Sequence[Upload], *, round_: int, group: int | None, wire: Wire,
                 seed: int, truth: Mapping[str, Sequence[int]] | None = None) -> State:

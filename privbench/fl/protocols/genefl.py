@@ -104,6 +104,24 @@ class GeneFL(ClusteredProtocol):
             reads += [PlannedRead(GAMMA_SIGNAL, n) for n in per_round]
         return reads
 
+    def task_reads(self, request: ClientTask, side: ClientSide) -> list[PlannedRead]:
+        """Also, in a ``round``, the Fisher pass and the adaptive gamma's signal on the round's training data."""
+        reads = super().task_reads(request, side)
+        if request.task == "round" and not request.agnostic:
+            n = next(r.num_samples for r in reads if r.what == LOCAL_SGD)
+            reads += [PlannedRead(FISHER, n)] if self.lambda2 else []
+            reads += [PlannedRead(GAMMA_SIGNAL, n)] if self.gene.adaptive else []
+        return reads
+
+    def planned_penalty(self) -> tuple[dict[str, float], float]:
+        """The Fisher-elastic penalty's weights (``GeneRegulariser.settings``) and ``lambda1``."""
+        return {"lambda1": float(self.lambda1), "lambda2": float(self.lambda2), "eps": float(self.eps)}, \
+            float(self.lambda1)
+
+    def upload_layers(self, upload: Payload | None, side: ClientSide) -> list[str]:
+        """The learnGene's layers, as its condensation names them."""
+        return list(upload.condensation.layers) if upload is not None and upload.condensation is not None else []
+
     def begin_round(self, model: nn.Module, start: ClientStart, data: FederatedData, state: Any) -> PendingUpload:
         """Also, with ``fl.gene.adaptive``: the client scores the model it received on its round's data and
         moves its gamma (``adapt_gamma``) before training."""

@@ -14,6 +14,7 @@ from privbench.fl.protocols.round import ClientRound
 from privbench.fl.reads import PlannedRead
 from privbench.fl.sgd import State, model_with, parameters_of
 from privbench.fl.wire import Wire
+from privbench.payloads import Payload
 from privbench.victim import Victim
 
 
@@ -41,6 +42,11 @@ class LocalOnly(FederatedProtocol):
     def planned_reads(self, num_samples: int, *, victim: Victim | None) -> list[PlannedRead]:
         """Every client, the victim too, trains on all its data each round; nothing else is read."""
         return super().planned_reads(num_samples, victim=None)
+
+    def check_reply(self, request: ClientTask, reply: TaskReply, sent: Sequence[Payload], side: ClientSide) -> None:
+        """Nothing is sent, so a reply carries nothing to check."""
+        if reply.payload is not None or reply.fields:
+            raise ValueError(f"fl={self.name} sends nothing, yet its reply carries {reply.payload or dict(reply.fields)}")
 
     def setup(self, engine: Any, side: ClientSide) -> OwnModels:
         return OwnModels({c: dict(side.theta0) for c in range(side.data.num_clients)})
