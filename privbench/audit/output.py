@@ -170,7 +170,10 @@ def summary(metrics: dict[str, Any]) -> str:
         lines = [("run", f"{run.get('fl')}, {what}, defense {run.get('defense')}, seed {run.get('seed')}, "
                          f"victim client{run.get('victim_client')} round {run.get('victim_round')}")]
     threat = metrics.get("threat_model", {})
-    if run.get("aggregation") not in (None, "plain"):
+    aggregation = defense.get("aggregation") if isinstance(defense.get("aggregation"), dict) else {}
+    if aggregation.get("server_sees"):
+        lines.append(("server", f"sees {aggregation['server_sees']} ({run.get('aggregation')})"))
+    elif run.get("aggregation") not in (None, "plain"):
         lines.append(("server", f"sees each cohort's aggregate only ({run['aggregation']}: secure aggregation)"))
     if threat.get("server") == "active":
         crafted = threat.get("crafted", {})
@@ -303,6 +306,7 @@ def summary(metrics: dict[str, Any]) -> str:
                           f"FPR 1 %, {formatted(defense.get(MIA_TPR_BOUND_01.key), '{:.3f}')} at 0.1 % (f-DP, "
                           + ("every read accounted)" if defense.get("epsilon_covers_all_reads") else
                              "accounted releases only: the uncovered reads are not bounded)")))
+    lines.extend(("privacy", str(text)) for text in aggregation.get("summary", ()))
     return _wrapped(lines)
 
 

@@ -139,6 +139,8 @@ class FederatedProtocol(ABC):
         """Why these settings cannot run with each client in a process of its own (None: they can)."""
         if self.vectorise:
             return "fl.vectorise=true stacks a round's clients in one process; on Flower each ClientApp trains its own"
+        if not self.aggregation.runs_on_flower:
+            return f"aggregation={self.aggregation.name} runs in process only so far; use engine=inprocess"
         if self.aggregation.seals and "learngene" in self.sends:
             return (f"aggregation={self.aggregation.name}: Flower's SecAgg+ sums one layout (the whole model), and "
                     f"{self.name}'s learnGenes differ by client; use engine=inprocess")
@@ -168,6 +170,8 @@ class FederatedProtocol(ABC):
             raise ConfigError(f"victim.round={victim.round} must be in 0..{self.rounds - 1} (fl.rounds={self.rounds})")
         victim.batch_positions(len(data.clients[victim.client]), seed=0)
         self.aggregation.check_cohorts(self.cohort_sizes(), weights=[len(c) for c in data.clients])
+        self.aggregation.plan(rounds=self.rounds, participants=self.participants, victim_round=victim.round,
+                              uploads=[k for k in self.sends if KINDS[k].client_own and KINDS[k].carries == "model"])
 
     def cohort_sizes(self) -> list[int]:
         """The sizes a round's cohort (the clients aggregated together) can have: every participant."""
@@ -278,7 +282,8 @@ class FederatedProtocol(ABC):
         cohort = Cohort(self.aggregation, wire, seed, clients)
         side.state = self.setup(engine, side)
         history: list[RoundRecord] = []
-        for r in self.progress(range(self.rounds)):
+        allowed = self.aggregation.rounds_allowed(self.rounds)
+        for r in self.progress(range(allowed)):
             requests = self.configure_round(side.state, r, side, engine.downlink_wire(wire))
             replies = engine.run(self, requests, side)
             self.aggregate(side.state, requests, replies, cohort)

@@ -49,6 +49,8 @@ class Aggregation(ABC):
     sends: ClassVar[tuple[str, ...]] = ()
     #: the server sees no individual upload, only each group's aggregate.
     seals: ClassVar[bool] = False
+    #: runs with each client in a process of its own (``engine=flower``).
+    runs_on_flower: ClassVar[bool] = True
 
     def client_wire(self, wire: Wire) -> Wire:
         """The wire the clients send on (``wire`` itself unless the uploads are sealed)."""
@@ -57,6 +59,14 @@ class Aggregation(ABC):
     def check_cohorts(self, sizes: Sequence[int], *, weights: Sequence[int]) -> None:
         """Fail (``ConfigError``) before training where cohorts of ``sizes`` clients (clients of ``weights`` samples)
         cannot be aggregated with these settings (nothing to check by default)."""
+
+    def plan(self, *, rounds: int, participants: int, victim_round: int, uploads: Sequence[str]) -> None:
+        """Fail (``ConfigError``) before training where ``rounds`` rounds of ``participants`` clients sending
+        ``uploads`` (the model-carrying kinds) cannot run with these settings; calibrate what depends on them."""
+
+    def rounds_allowed(self, rounds: int) -> int:
+        """How many of ``rounds`` may run (fewer where a privacy budget stops training)."""
+        return rounds
 
     @abstractmethod
     def combine(self, base: State, uploads: Sequence[Upload], *, round_: int, group: int | None, wire: Wire,

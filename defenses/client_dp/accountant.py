@@ -1,0 +1,142 @@
+"""Client-level accounting of DP-FedAvg with Google's ``dp_accounting`` (PLD and RDP).
+
+One round is one Gaussian release of the clipped updates' sum (central) or of each clipped update (local) with
+noise multiplier ``z`` (noise std over clip norm), under add/remove-one-client adjacency. Where each client joins a
+round by Poisson sampling at rate ``q`` the round is amplified by it; otherwise rounds compose in full, which holds
+whichever data-independent rule picked the cohort (a client is charged only the rounds it joined).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import dp_accounting
+from dp_accounting import pld, rdp
+
+from privbench.errors import ConfigError
+
+ACCOUNTANTS = ("pld", "rdp")
+
+
+@dataclass(frozen=True)
+class ClientSchedule:
+    """What a client's accountant composes: ``rounds`` Gaussian releases at multiplier ``noise_multiplier``, each
+    joined at Poisson rate ``sample_rate`` (1.0: no amplification claimed)."""
+
+    noise_multiplier: float
+    rounds: int
+    sample_rate: float = 1.0
+
+    def event(self) -> dp_accounting.DpEvent:
+        """The ``dp_accounting`` event of the whole schedule."""
+        one: dp_accounting.DpEvent = dp_accounting.GaussianDpEvent(self.noise_multiplier)
+        if self.sample_rate < 1.0:
+            one = dp_accounting.PoissonSampledDpEvent(self.sample_rate, one)
+        return dp_accounting.SelfComposedDpEvent(one, self.rounds)
+
+
+def fresh(accountant: str) -> dp_accounting.PrivacyAccountant:
+    """A new accountant by name (``pld`` or ``rdp``), add/remove-one adjacency."""
+    if accountant == "pld":
+        return pld.PLDAccountant(value_discretization_interval=1e-4)
+    if accountant == "rdp":
+        return rdp.RdpAccountant()
+    raise ConfigError(f"aggregation.accountant must be one of {', '.join(ACCOUNTANTS)}, got {accountant!r}")
+
+
+def epsilon(schedule: ClientSchedule, *, delta: float, accountant: str = "pld") -> float:
+    """Epsilon at ``delta`` after ``schedule`` (0 for no rounds, inf without noise).
+
+    Example:
+        >>> round(epsilon(ClientSchedule(1.0, 1), delta=1e-5, accountant="pld"), 2)
+        4.38
+    """
+    if schedule.rounds == 0:
+        return 0.0
+    if schedule.noise_multiplier <= 0:
+        return math.inf
+    acc = fresh(accountant)
+    acc.compose(schedule.event())
+    return float(acc.get_epsilon(delta))
+
+
+def noise_for(target_epsilon: float, *, rounds: int, delta: float, sample_rate: float = 1.0,
+              accountant: str = "pld") -> float:
+    """The smallest noise multiplier whose ``rounds`` spend at most ``target_epsilon`` at ``delta``."""
+    if target_epsilon <= 0:
+        raise ConfigError(f"aggregation.target_epsilon must be > 0, got {target_epsilon}")
+
+    def spent(z: float) -> float:
+        return epsilon(ClientSchedule(z, rounds, sample_rate), delta=delta, accountant=accountant)
+
+    low, high = 0.25, 1.0  # below ~0.25 a PLD's grid outgrows memory; no useful budget needs less noise
+    if sample_rate == 1.0:  # unamplified rounds compose to one Gaussian: start from its exact multiplier
+        exact = math.sqrt(rounds) / _gdp_mu(target_epsilon, delta=delta)
+        low, high = max(low, 0.999 * exact), max(low, 1.02 * exact)
+    if spent(low) <= target_epsilon:
+        return low
+    while spent(high) > target_epsilon:
+        low, high = high, 2 * high
+        if high > 1e4:
+            raise ConfigError(f"aggregation.target_epsilon={target_epsilon} needs a noise multiplier above 1e4")
+    while high - low > 2e-4 * high:  # bisection: high always spends at most the target
+        mid = (low + high) / 2
+        low, high = (mid, high) if spent(mid) > target_epsilon else (low, mid)
+    z = high
+    return z
+
+
+def rounds_within(budget: float, *, noise_multiplier: float, rounds: int, delta: float, sample_rate: float = 1.0,
+                  accountant: str = "pld") -> int:
+    """How many of ``rounds`` a client can join before its epsilon would pass ``budget`` (a budget stop)."""
+    if noise_multiplier <= 0:
+        return 0
+    low, high = 0, rounds  # epsilon grows with rounds: the largest count within the budget, by bisection
+    while low < high:
+        mid = (low + high + 1) // 2
+        if epsilon(ClientSchedule(noise_multiplier, mid, sample_rate), delta=delta, accountant=accountant) <= budget:
+            low = mid
+        else:
+            high = mid - 1
+    return low
+
+
+def gdp_epsilon(mu: float, *, delta: float) -> float:
+    """Epsilon at ``delta`` of mu-GDP (Dong, Roth and Su 2022): the root of
+    ``delta = Phi(-eps/mu + mu/2) - e^eps Phi(-eps/mu - mu/2)``; 0 for ``mu <= 0``.
+
+    Example:
+        >>> round(gdp_epsilon(1.0, delta=1e-5), 2)
+        4.38
+    """
+    from scipy.optimize import brentq
+    from scipy.stats import norm
+
+    if not mu > 0:
+        return 0.0
+    if math.isinf(mu):
+        return math.inf
+
+    def excess(eps: float) -> float:
+        first = norm.cdf(-eps / mu + mu / 2)
+        second = math.exp(min(eps + norm.logcdf(-eps / mu - mu / 2), 700.0))
+        return float(first - second) - delta
+
+    if excess(0.0) <= 0:
+        return 0.0
+    high = 1.0
+    while excess(high) > 0:
+        high *= 2
+        if high > 1e7:
+            return math.inf
+    return float(brentq(excess, 0.0, high, xtol=1e-10))
+
+
+def _gdp_mu(epsilon_: float, *, delta: float) -> float:
+    """The mu whose mu-GDP spends ``epsilon_`` at ``delta`` (inverse of ``gdp_epsilon``)."""
+    from scipy.optimize import brentq
+
+    high = 1.0
+    while gdp_epsilon(high, delta=delta) < epsilon_:
+        high *= 2
+    return float(brentq(lambda mu: gdp_epsilon(mu, delta=delta) - epsilon_, 1e-6, high, xtol=1e-12))

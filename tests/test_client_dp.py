@@ -1,0 +1,223 @@
+"""DP-FedAvg (client-level DP): its accountant against closed forms and Flower's noise rules, its mechanism against
+hand-made sums, canary clients that pass an honest mechanism and catch four broken ones, and bad settings refused."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from scipy.stats import norm
+
+from privbench.defenses.client_dp import DPFedAvg
+from privbench.defenses.client_dp import accountant as acct
+from privbench.defenses.client_dp.clipping import clip, split_noise
+from privbench.errors import ConfigError
+from privbench.fl.protocols.round import Upload
+from privbench.payloads import Payload
+
+SHAPES = {"w1": (40, 30), "b1": (40,), "w2": (10, 40)}
+
+
+def gaussian_delta(eps: float, mu: float) -> float:
+    """The exact delta(eps) of a Gaussian mechanism of sensitivity/std mu (Balle and Wang 2018, Theorem 8)."""
+    return float(norm.cdf(-eps / mu + mu / 2) - math.exp(eps) * norm.cdf(-eps / mu - mu / 2))
+
+
+def test_pld_epsilon_is_the_gaussian_composition_in_closed_form() -> None:
+    # T rounds of noise z compose to one Gaussian of mu = sqrt(T) / z; PLD's epsilon is its exact delta's inverse
+    for z, rounds in ((1.0, 1), (2.0, 9), (0.8, 4)):
+        eps = acct.epsilon(acct.ClientSchedule(z, rounds), delta=1e-5, accountant="pld")
+        assert gaussian_delta(eps, math.sqrt(rounds) / z) == pytest.approx(1e-5, rel=2e-2)
+        assert acct.gdp_epsilon(math.sqrt(rounds) / z, delta=1e-5) == pytest.approx(eps, rel=1e-3)
+        assert acct.epsilon(acct.ClientSchedule(z, rounds), delta=1e-5, accountant="rdp") >= eps  # RDP is looser
+
+
+def test_sampling_amplifies_and_calibration_meets_its_target() -> None:
+    full = acct.epsilon(acct.ClientSchedule(1.0, 50), delta=1e-5)
+    sampled = acct.epsilon(acct.ClientSchedule(1.0, 50, sample_rate=0.1), delta=1e-5)
+    assert sampled < full / 3
+    z = acct.noise_for(4.0, rounds=10, delta=1e-5)
+    spent = acct.epsilon(acct.ClientSchedule(z, 10), delta=1e-5)
+    assert 0.999 * 4.0 <= spent <= 4.0
+    assert acct.gdp_epsilon(math.sqrt(10) / z, delta=1e-5) == pytest.approx(4.0, rel=2e-3)
+
+
+def test_budget_stop_counts_the_rounds_a_budget_allows() -> None:
+    per = [acct.epsilon(acct.ClientSchedule(1.5, k), delta=1e-5) for k in range(1, 8)]
+    budget = (per[3] + per[4]) / 2  # between 4 and 5 rounds
+    assert acct.rounds_within(budget, noise_multiplier=1.5, rounds=10, delta=1e-5) == 4
+    mech = DPFedAvg(noise_multiplier=1.5, budget=budget)
+    mech.plan(rounds=10, participants=5, victim_round=0, uploads=["update"])
+    assert mech.rounds_allowed(10) == 4
+
+
+def test_noise_rules_equal_flowers_own() -> None:
+    from flwr.supercore.differential_privacy import compute_adaptive_noise_params, compute_stdv
+
+    # central: noise on the average of m clipped updates (Flower) = z C on the sum / m (here)
+    mech = DPFedAvg(noise_multiplier=1.3, clip=0.7)
+    mech.plan(rounds=3, participants=5, victim_round=0, uploads=["update"])
+    assert mech.update_z * 0.7 / 5 == pytest.approx(compute_stdv(1.3, 0.7, 5), abs=1e-12)
+    # adaptive: the update's noise after the clipped count takes its share, default count noise m / 20
+    ada = DPFedAvg(noise_multiplier=0.2, adaptive=True)
+    ada.plan(rounds=3, participants=20, victim_round=0, uploads=["update"])
+    stddev, update_z = compute_adaptive_noise_params(0.2, 20, None)
+    assert (ada.count_stddev, ada.update_z) == pytest.approx((stddev, update_z), abs=1e-12)
+
+
+def test_clipping_scales_to_the_bound_and_leaves_small_updates() -> None:
+    big = {"a": torch.tensor([6.0, 8.0])}
+    out, n = clip(big, 2.0)
+    assert n == 10.0 and out["a"].tolist() == pytest.approx([1.2, 1.6])
+    small, _ = clip({"a": torch.tensor([0.3, 0.4])}, 2.0)
+    assert small["a"].tolist() == pytest.approx([0.3, 0.4])
+    assert split_noise(1.0, 5.0) == pytest.approx((1 - 1 / 100) ** -0.5)
+
+
+def _uploads(base: dict[str, torch.Tensor], round_: int, gen: torch.Generator, scale: float = 3.0) -> list[Upload]:
+    out = []
+    for c in range(5):
+        tensors = {n: t + scale * torch.randn(t.shape, generator=gen) / 30 for n, t in base.items()}
+        out.append(Upload(10, Payload.from_tensors(kind="update", round=round_, sender=f"client{c}",
+                                                   receiver="server", tensors=tensors), []))
+    return out
+
+
+def test_central_aggregate_is_the_uniform_mean_of_clipped_updates_plus_its_noise() -> None:
+    base = {n: torch.zeros(s) for n, s in SHAPES.items()}
+    ups = _uploads(base, 0, torch.Generator().manual_seed(0))
+    quiet = DPFedAvg(noise_multiplier=0.0, clip=0.5)
+    quiet.plan(rounds=1, participants=5, victim_round=0, uploads=["update"])
+    got = quiet.combine(base, ups, round_=0, group=None, wire=None, seed=0)  # type: ignore[arg-type]
+    by_hand = {n: sum(clip(u.tensors, 0.5)[0][n] for u in ups) / 5 for n in SHAPES}
+    for n in SHAPES:
+        assert torch.allclose(got[n], by_hand[n], atol=1e-6)
+    noisy = DPFedAvg(noise_multiplier=2.0, clip=0.5)
+    noisy.plan(rounds=1, participants=5, victim_round=0, uploads=["update"])
+    out = noisy.combine(base, ups, round_=0, group=None, wire=None, seed=0)  # type: ignore[arg-type]
+    residual = torch.cat([((out[n] - by_hand[n]) * 5).flatten() for n in SHAPES])
+    assert residual.std().item() == pytest.approx(2.0 * 0.5, rel=0.05)  # z C on the sum
+
+
+class NoiseReusedAcrossRounds(DPFedAvg):
+    def noise_generator(self, round_: int, who: str) -> torch.Generator:
+        return super().noise_generator(0, who)
+
+
+class NoiseReusedAcrossClients(DPFedAvg):
+    def noise_generator(self, round_: int, who: str) -> torch.Generator:
+        return super().noise_generator(round_, "everyone")
+
+
+class ClippingSkippedOnOneLayer(DPFedAvg):
+    skip_clipping = ("w1",)
+
+
+def _audit(mech: DPFedAvg, *, rounds: int = 4) -> dict:
+    base = {n: torch.zeros(s) for n, s in SHAPES.items()}
+    mech.plan(rounds=rounds, participants=5, victim_round=0, uploads=["update"])
+    gen = torch.Generator().manual_seed(mech.seed)
+    for r in range(rounds):
+        ups = _uploads(base, r, gen)
+        if mech.mode == "local":
+            ups = [Upload(u.num_samples, u.payload.with_tensors(
+                {n: base[n] + t for n, t in mech.local_release({n: u.tensors[n] - base[n] for n in base}, round_=r,
+                                                                who=u.payload.sender).items()}), [])
+                   for u in ups]
+        base = mech.combine(base, ups, round_=r, group=None, wire=None, seed=mech.seed)  # type: ignore[arg-type]
+    return mech.describe()["canary_estimate"]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_canary_clients_pass_an_honest_mechanism(seed: int) -> None:
+    for mode in ("central", "local"):
+        est = _audit(DPFedAvg(mode=mode, noise_multiplier=1.0, canary_clients=200, seed=seed))
+        low, high = est["epsilon_interval"]
+        assert low <= est["claimed"], est["verdict"]
+        assert est["verdict"].startswith("consistent with the claim")
+        assert est["canary_shift"] == pytest.approx(1.0, abs=0.25)  # a canary of 2 clips moves the sum by one
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("broken, mode, defect", [
+    (dict(cls=DPFedAvg, sensitivity=1e-4), "local", "another sensitivity"),  # a LocalDpMod misconfiguration
+    (dict(cls=NoiseReusedAcrossRounds), "central", "reused across rounds"),
+    (dict(cls=NoiseReusedAcrossClients), "local", "BROKEN"),
+    (dict(cls=ClippingSkippedOnOneLayer), "central", "clipping skipped"),
+])
+def test_canary_clients_catch_a_broken_mechanism_in_one_run(broken: dict, mode: str, defect: str, seed: int) -> None:
+    settings = dict(broken)
+    cls = settings.pop("cls")
+    est = _audit(cls(mode=mode, noise_multiplier=1.0, canary_clients=200, seed=seed, **settings))
+    assert est["epsilon_interval"][0] > est["claimed"], est["verdict"]
+    assert est["verdict"].startswith("BROKEN") and defect in est["verdict"], est["verdict"]
+
+
+def test_bad_settings_are_refused_before_training() -> None:
+    cases = [dict(mode="global"), dict(clip=0.0), dict(noise_multiplier=-1.0), dict(noise_multiplier=float("nan")),
+             dict(noise_multiplier=None), dict(delta=1.5), dict(accountant="gdp"), dict(target_epsilon=0.0),
+             dict(sensitivity=1e-4), dict(mode="local", adaptive=True), dict(canary_clients=1),
+             dict(canary_clients=10, canary_scale=0.5)]
+    for case in cases:
+        with pytest.raises(ConfigError, match=r"aggregation\."):
+            DPFedAvg(**case)
+    mech = DPFedAvg(noise_multiplier=1.0)
+    with pytest.raises(ConfigError, match="aggregates no model update"):
+        mech.plan(rounds=3, participants=5, victim_round=0, uploads=[])
+    with pytest.raises(ConfigError, match="not one round fits"):
+        DPFedAvg(noise_multiplier=1.0, budget=0.5).plan(rounds=3, participants=5, victim_round=0, uploads=["update"])
+    with pytest.raises(ConfigError, match="before victim.round=5"):
+        DPFedAvg(noise_multiplier=1.0, budget=8.0).plan(rounds=9, participants=5, victim_round=5, uploads=["update"])
+    with pytest.raises(ConfigError, match="clipped_count_stddev"):
+        DPFedAvg(noise_multiplier=1.0, adaptive=True).plan(rounds=3, participants=5, victim_round=0,
+                                                           uploads=["update"])
+
+
+FAST = ["fl=fedavg", "fl.rounds=2", "fl.local_epochs=1", "attack=none", "metrics.lpips=false",
+        "aggregation=dpfedavg"]
+
+
+def test_local_dp_noise_is_on_the_wire_and_the_run_reports_its_accountant(tmp_path) -> None:
+    from privbench import api
+    from privbench.payloads import PayloadStore
+
+    result = api.run([*FAST, "aggregation.mode=local", "aggregation.noise_multiplier=0.5", "aggregation.clip=0.1"],
+                     results_dir=str(tmp_path))
+    agg = result.metrics["defense"]["aggregation"]
+    assert agg["client_epsilon"] == pytest.approx(acct.epsilon(acct.ClientSchedule(0.5, 2), delta=1e-5))
+    assert agg["client_epsilon_other"] == pytest.approx(
+        acct.epsilon(acct.ClientSchedule(0.5, 2), delta=1e-5, accountant="rdp"))
+    assert agg["summary"][0].startswith("client-level epsilon")
+    store = PayloadStore.open(result.run_dir / "payloads")
+    update = store.load("r0000-update-client0-server")
+    received = store.load("r0000-global_model-server-client0")
+    change = torch.cat([(update.tensors[n] - received.tensors[n]).flatten() for n in update.tensors
+                        if update.tensors[n].is_floating_point()])
+    # a clipped change (norm <= 0.1) plus N(0, (0.5 * 0.1)^2) a coordinate: the noise is what the server sees
+    assert change.std().item() == pytest.approx(0.05, rel=0.02)
+    assert "local DP-FedAvg" in (update.protection or "")
+
+
+def test_budget_stop_ends_training_and_says_so(tmp_path) -> None:
+    from privbench import api
+
+    per = [acct.epsilon(acct.ClientSchedule(2.0, k), delta=1e-5) for k in (1, 2)]
+    result = api.run([*FAST, "fl.rounds=3", "aggregation.noise_multiplier=2.0", f"aggregation.budget={per[1] + 0.01}"],
+                     results_dir=str(tmp_path))
+    agg = result.metrics["defense"]["aggregation"]
+    assert agg["rounds_run"] == 2 and len(result.metrics["utility"]["history"]) == 2
+    assert "stopped after 2 of 3 rounds" in agg["budget_stop"]
+    assert agg["client_epsilon"] == pytest.approx(per[1])
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["fl=local"], "aggregates no model update"),
+    (["engine=flower"], "runs in process only so far"),
+    (["aggregation.target_epsilon=0.0001"], "above 1e4"),
+])
+def test_impossible_runs_are_refused_in_one_line(compose_cfg, overrides, message) -> None:
+    from privbench.audit.plan import plan, prepare
+
+    with pytest.raises(ConfigError, match=message):
+        prepare(plan(compose_cfg(*FAST, *overrides)))
