@@ -83,6 +83,8 @@ def noise_for(target_epsilon: float, *, rounds: int, delta: float, sample_rate: 
         mid = (low + high) / 2
         low, high = (mid, high) if spent(mid) > target_epsilon else (low, mid)
     z = high
+    if z > 1e4:
+        raise ConfigError(f"aggregation.target_epsilon={target_epsilon} needs a noise multiplier above 1e4 ({z:.4g})")
     return z
 
 
