@@ -260,4 +260,7 @@ class DPFedAvg(Aggregation):
             summary.append(f"canary clients ({est.canaries} in, {est.canaries} unseen, every round): "
                            + out["canary_estimate"]["verdict"])
         out["summary"] = summary
+        out["figures"] = {"client_epsilon": claims[ran]}
+        if "canary_estimate" in out:
+            out["figures"]["client_epsilon_canary"] = out["canary_estimate"]["epsilon"]
         return out

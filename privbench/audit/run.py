@@ -67,6 +67,7 @@ def _defense_summary(p: Plan) -> dict[str, Any]:
     out = {**p.defense.describe(), "aggregation": p.protocol.aggregation.describe(),
            "reads": [r.as_dict() for r in trainer.reads()],
            "uncovered_reads": trainer.uncovered_reads()}
+    out.update(out["aggregation"].get("figures", {}))  # an aggregation's own reported figures (client-level DP)
     per_client = out.get("epsilon_per_client")
     if per_client is not None:
         covers = not out["uncovered_reads"]
