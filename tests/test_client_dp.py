@@ -221,3 +221,68 @@ def test_impossible_runs_are_refused_in_one_line(compose_cfg, overrides, message
 
     with pytest.raises(ConfigError, match=message):
         prepare(plan(compose_cfg(*FAST, *overrides)))
+
+
+class TextbookClaim(DPFedAvg):
+    """Claims epsilon 10 for noise set by the textbook formula z = sqrt(2 ln(1.25 / delta)) / 10, whose true
+    epsilon (PLD) is 10.39: a mild overclaim."""
+
+    def claimed(self, rounds: int, accountant: str | None = None) -> float:
+        return 10.0
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_mild_overclaim_is_not_detectable_in_one_run(seed: int) -> None:
+    z = math.sqrt(2 * math.log(1.25 / 1e-5)) / 10
+    assert acct.epsilon(acct.ClientSchedule(z, 1), delta=1e-5) == pytest.approx(10.39, abs=0.01)
+    est = _audit(TextbookClaim(noise_multiplier=z, canary_clients=200, seed=seed), rounds=1)
+    assert not est["verdict"].startswith("BROKEN")  # the interval is far wider than the 4 % overclaim
+    low, high = est["epsilon_interval"]
+    assert high - low > 5 * 0.39  # five times the gap between the claim and the truth
+
+
+def test_quantile_clipping_converges_where_flowers_moves_away() -> None:
+    """Updates of norm about 3, bound 1.0, target 0.5, 20 clients, no count noise: the paper's rule (ours) grows the
+    bound toward the median; Flower 1.42's adaptive clipping, whose indicator means "was clipped", shrinks it."""
+    from flwr.common import Code, FitRes, Status, ndarrays_to_parameters
+    from flwr.server.strategy import DifferentialPrivacyClientSideAdaptiveClipping, FedAvg
+    from flwr.supercore.differential_privacy import KEY_NORM_BIT, compute_adaptive_clip_model_update
+
+    from privbench.defenses.client_dp.clipping import QuantileClip, update_norm
+
+    flower = DifferentialPrivacyClientSideAdaptiveClipping(
+        FedAvg(), noise_multiplier=0.0, num_sampled_clients=20, initial_clipping_norm=1.0,
+        target_clipped_quantile=0.5, clip_norm_lr=0.2, clipped_count_stddev=0.0)
+    ours = QuantileClip(1.0, target=0.5, lr=0.2, count_stddev=0.0)
+    rng = np.random.default_rng(0)
+    for _ in range(30):
+        updates = [rng.normal(size=100) * 0.3 for _ in range(20)]
+        replies = []
+        for u in updates:
+            sent = [u.copy()]
+            bit = compute_adaptive_clip_model_update(sent, [np.zeros(100)], flower.clipping_norm)
+            replies.append((None, FitRes(Status(Code.OK, ""), ndarrays_to_parameters(sent), 1, {KEY_NORM_BIT: bit})))
+        flower._update_clip_norm(replies)
+        ours.step([update_norm({"u": torch.from_numpy(u)}) <= ours.bound for u in updates], noise=0.0)
+    assert flower.clipping_norm < 0.06
+    assert 2.5 < ours.bound < 3.5  # the median norm is 0.3 sqrt(100) = 3
+
+
+@pytest.mark.slow
+def test_client_level_dp_composes_with_clusters_and_record_level_dp(tmp_path) -> None:
+    """cluster-FedAvg's cluster cohorts under adaptive central DP-FedAvg, its clients under DP-SGD: both epsilons are
+    reported, the canaries join one cohort a round, the bound steps once a round."""
+    from privbench import api
+
+    result = api.run(["fl=cluster_fedavg", "aggregation=dpfedavg", "defense=dpsgd", "attack=none", "fl.rounds=3",
+                      "aggregation.adaptive=true", "aggregation.noise_multiplier=0.3", "aggregation.canary_clients=20",
+                      "metrics.lpips=false"], results_dir=str(tmp_path))
+    defense = result.metrics["defense"]
+    agg = defense["aggregation"]
+    assert defense["client_epsilon"] == pytest.approx(acct.epsilon(acct.ClientSchedule(0.3, 3), delta=1e-5))
+    assert defense["epsilon_accounted"] > 0  # the record-level figure beside it
+    assert agg["canary_estimate"]["rounds"] == 3
+    assert len(set(agg["clip_history"])) <= 3 and agg["clip_history"][0] == 1.0
+    from privbench.audit.output import summary
+
+    assert "client-level epsilon" in summary(result.metrics)

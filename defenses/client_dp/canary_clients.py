@@ -145,11 +145,14 @@ def estimate(z_in: np.ndarray, z_out: np.ndarray, s_in: np.ndarray, s_out: np.nd
     fit, out, s_fit, s_out_ = z_out[0::2], z_out[1::2], s_out[0::2], s_out[1::2]
     del s_fit
     cov = np.atleast_2d(np.cov(fit, rowvar=False))
+    shrink = min(1.0, len(cov) / max(len(fit), 1))  # toward the diagonal: few canaries, many rounds
+    cov = (1 - shrink) * cov + shrink * np.diag(np.diag(cov))
     scale = float(np.trace(cov))
     cov = cov + np.eye(len(cov)) * 1e-9 * scale if scale > 0 else np.eye(len(cov))  # no noise at all: any metric
     inv = np.linalg.inv(cov)
-    t_in = np.einsum("ij,jk,ik->i", s_in, inv, z_in)
-    t_out = np.einsum("ij,jk,ik->i", s_out_, inv, out)
+    # the matched filter of each canary's sign pattern, whitened and normalised: unit variance under the noise
+    t_in = np.einsum("ij,jk,ik->i", s_in, inv, z_in) / np.sqrt(np.einsum("ij,jk,ik->i", s_in, inv, s_in))
+    t_out = np.einsum("ij,jk,ik->i", s_out_, inv, out) / np.sqrt(np.einsum("ij,jk,ik->i", s_out_, inv, s_out_))
     mu = _mu(t_in, t_out)
     rng = np.random.default_rng(seed)
     boot = [_mu(rng.choice(t_in, len(t_in)), rng.choice(t_out, len(t_out))) for _ in range(resamples)]
@@ -168,9 +171,9 @@ def verdict(est: Estimate, *, claimed: float, planned_noise: float, shared_noise
     (``shared_noise``: the mean cosine of two unseen canary clients' uploads in a round, under local DP)."""
     low, high = est.epsilon_interval
     if not low > claimed:
-        where = "within" if high >= claimed else "below"
-        return (f"consistent with the claim: {est.epsilon:.2f} [{low:.2f}, {high:.2f}] is {where} its interval of "
-                f"the accountant's {claimed:.2f} (a lower bound of this mechanism, not a proof of the claim)")
+        where = "holds" if high >= claimed else "lies below"
+        return (f"consistent with the claim: {est.epsilon:.2f} [{low:.2f}, {high:.2f}] {where} the accountant's "
+                f"{claimed:.2f} (a lower bound of this mechanism, not a proof of the claim)")
     head = f"BROKEN: empirical epsilon {est.epsilon:.2f} [{low:.2f}, {high:.2f}] exceeds the claim {claimed:.2f}"
     if est.shift > 1.25:
         return (f"{head}; a canary of norm above the clip moved the release by {est.shift:.2f} clip norms a round "
