@@ -1,15 +1,17 @@
 """Canary clients: an empirical client-level epsilon of DP-FedAvg in the same run (Andrew et al., ICLR 2024).
 
 ``count`` canary clients join every round with an update of norm ``scale * C`` in a random direction of their own
-(isotropic, fixed by the seed), with a sign of its own each round (a known +-1 pattern, so that noise shared
-between rounds cannot hide behind a constant canary); as many unseen canaries never send. Each round the release (the noisy sum, read
-back from the server's model change and the public cohort counts; under local DP each canary's own noisy upload)
-is projected on every canary's direction, in units of the round's clip norm. The projections of the inserted and
-the unseen canaries are two samples of the mechanism's output under neighbouring inputs; fitted as Gaussians they
-give mu-GDP, hence epsilon at delta. Over several rounds a canary's projections are combined by the linear test
-that is optimal for Gaussian releases, its sign pattern weighted by the inverse of the rounds' noise covariance
-(estimated from half the unseen canaries, scored on the rest); a bootstrap over canaries gives the interval. The estimate is of the mechanism as implemented (clipping,
-noise, averaging, whatever bug they hold), never of the protocol's other releases.
+(isotropic, fixed by the seed), with a sign of its own each round (a known +-1 pattern, so that noise shared between
+rounds cannot hide behind a constant canary); as many unseen canaries never send. Each round the release (the noisy
+sum, read back from the server's model change and the public cohort counts; under local DP each canary's own noisy
+upload) is projected on every canary's direction, in units of the round's clip norm (centrally, after taking out the
+part the inserted canaries add when clipping works, which the auditor knows: only its own stays in). The projections
+of the inserted and the unseen canaries are two samples of the mechanism's output under neighbouring inputs; fitted
+as Gaussians they give mu-GDP, hence epsilon at delta. Over several rounds a canary's projections are combined by
+the linear test that is optimal for Gaussian releases, its sign pattern weighted by the inverse of the rounds' noise
+covariance (estimated from half the unseen canaries, scored on the rest); a bootstrap over canaries gives the
+interval. The estimate is of the mechanism as implemented (clipping, noise, averaging, whatever bug they hold),
+never of the protocol's other releases.
 """
 from __future__ import annotations
 
@@ -80,6 +82,17 @@ class CanaryClients:
                 out.append(self.state(self.sign(j, round_) * self.scale * bound * u))
         return out
 
+    def known(self, bound: float, round_: int) -> torch.Tensor:
+        """What the inserted canaries add to a round's sum when clipping works (``bound`` along each one's signed
+        direction), flat: the auditor's own knowledge, taken out of a central release before it is projected so that
+        the canaries do not stand in each other's way (their cross terms are ``count / dims`` of noise)."""
+        total = torch.zeros(self.dims, dtype=torch.float64)
+        for start in range(0, self.count, CHUNK):
+            stop = min(start + CHUNK, self.count)
+            signs = torch.tensor([self.sign(j, round_) for j in range(start, stop)], dtype=torch.float64)
+            total += bound * (signs @ self.directions(start, stop))
+        return total
+
     def observe(self, released: torch.Tensor | list[torch.Tensor], bound: float, round_: int) -> None:
         """Record this round's projections, in units of ``bound``: of one release (central) on every canary, or of
         each canary's own release (local: ``released[j]`` for canary ``j``) in round ``round_``."""
@@ -87,8 +100,9 @@ class CanaryClients:
         for start in range(0, 2 * self.count, CHUNK):
             stop = min(start + CHUNK, 2 * self.count)
             u = self.directions(start, stop)
-            if isinstance(released, torch.Tensor):
+            if isinstance(released, torch.Tensor):  # less the others' known part: each inserted one's own added back
                 row[start:stop] = (u @ released).numpy() / bound
+                row[start:stop] += [self.sign(j, round_) if j < self.count else 0.0 for j in range(start, stop)]
             else:
                 row[start:stop] = [float(u[j - start] @ released[j]) / bound for j in range(start, stop)]
         self.rows.append(row)

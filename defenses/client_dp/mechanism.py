@@ -197,7 +197,7 @@ class DPFedAvg(Aggregation):
         c = self.canaries
         if self.mode == "central":
             released = {n: (out[n].double() - base[n].double()) * counts[n] for n in c.shapes}
-            c.observe(c.flat(released), bound, round_)
+            c.observe(c.flat(released) - c.known(bound, round_), bound, round_)
             return
         inserted = c.updates(bound, round_)
         zero = {n: torch.zeros(s) for n, s in c.shapes.items()}
