@@ -242,6 +242,7 @@ class DPFedAvg(Aggregation):
         out["client_epsilon"] = claims[ran]
         out["client_epsilon_other"] = self.claimed(ran, "rdp" if self.accountant == "pld" else "pld")
         out["clip_history"] = [h["clip"] for h in self.history]
+        out["unclipped_share"] = [h["unclipped"] for h in self.history]  # per cohort; nan under local DP
         summary = [f"client-level epsilon {claims[ran]:.2f} at delta {self.delta:g} ({self.accountant}; "
                    f"{'rdp' if self.accountant == 'pld' else 'pld'} {out['client_epsilon_other']:.2f}) over {ran} "
                    f"round(s), {self.mode} DP-FedAvg, noise multiplier {self.z:.3g}, clip "
