@@ -140,7 +140,7 @@ RULES: dict[str, Any] = {
 #: Keys that must be true or false (YAML ``true``/``false``), never a string such as ``maybe``, a number or null:
 #: every boolean of the shipped configs (``tests/test_invalid_corpus.py`` checks none is missing).
 BOOLEANS = ("resume", "metrics.lpips", "data.download", "attack.unroll", "attack.batched", "attack.fixed_variance",
-            "fl.vectorise", "fl.gene.adaptive", "fl.agnostic.fedavg_reference")
+            "fl.vectorise", "fl.gene.adaptive", "fl.agnostic.fedavg_reference", "aggregation.adaptive")
 RULES.update({key: Flag() for key in BOOLEANS})
 #: Attack sizes that set a working set or a loop's length: bounded here, and in memory by ``privbench.audit.memory``.
 RULES.update({

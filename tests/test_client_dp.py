@@ -7,7 +7,6 @@ import math
 import numpy as np
 import pytest
 import torch
-from scipy.stats import norm
 
 from privbench.defenses.client_dp import DPFedAvg
 from privbench.defenses.client_dp import accountant as acct
@@ -21,6 +20,8 @@ SHAPES = {"w1": (40, 30), "b1": (40,), "w2": (10, 40)}
 
 def gaussian_delta(eps: float, mu: float) -> float:
     """The exact delta(eps) of a Gaussian mechanism of sensitivity/std mu (Balle and Wang 2018, Theorem 8)."""
+    from scipy.stats import norm
+
     return float(norm.cdf(-eps / mu + mu / 2) - math.exp(eps) * norm.cdf(-eps / mu - mu / 2))
 
 
@@ -114,9 +115,15 @@ class ClippingSkippedOnOneLayer(DPFedAvg):
     skip_clipping = ("w1",)
 
 
-def _audit(mech: DPFedAvg, *, rounds: int = 4) -> dict:
+class LocalNoiseAtAnotherSensitivity(DPFedAvg):
+    """Flower's LocalDpMod given clip 1 and sensitivity 1e-4: the noise is 1e-4 of what the accountant assumes."""
+
+    noise_sensitivity = 1e-4
+
+
+def _audit(mech: DPFedAvg, *, rounds: int = 4, rate: float = 1.0) -> dict:
     base = {n: torch.zeros(s) for n, s in SHAPES.items()}
-    mech.plan(rounds=rounds, participants=5, victim_round=0, uploads=["update"])
+    mech.plan(rounds=rounds, participants=5, victim_round=0, uploads=["update"], sample_rate=rate)
     gen = torch.Generator().manual_seed(mech.seed)
     for r in range(rounds):
         ups = _uploads(base, r, gen)
@@ -141,7 +148,7 @@ def test_canary_clients_pass_an_honest_mechanism(seed: int) -> None:
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 @pytest.mark.parametrize("broken, mode, defect", [
-    (dict(cls=DPFedAvg, sensitivity=1e-4), "local", "another sensitivity"),  # a LocalDpMod misconfiguration
+    (dict(cls=LocalNoiseAtAnotherSensitivity), "local", "another sensitivity"),  # a LocalDpMod misconfiguration
     (dict(cls=NoiseReusedAcrossRounds), "central", "reused across rounds"),
     (dict(cls=NoiseReusedAcrossClients), "local", "BROKEN"),
     (dict(cls=ClippingSkippedOnOneLayer), "central", "clipping skipped"),
@@ -150,14 +157,14 @@ def test_canary_clients_catch_a_broken_mechanism_in_one_run(broken: dict, mode: 
     settings = dict(broken)
     cls = settings.pop("cls")
     est = _audit(cls(mode=mode, noise_multiplier=1.0, canary_clients=200, seed=seed, **settings))
-    assert est["epsilon_interval"][0] > est["claimed"], est["verdict"]
+    assert est["epsilon_alarm"] > est["claimed"], est["verdict"]
     assert est["verdict"].startswith("BROKEN") and defect in est["verdict"], est["verdict"]
 
 
 def test_bad_settings_are_refused_before_training() -> None:
     cases = [dict(mode="global"), dict(clip=0.0), dict(noise_multiplier=-1.0), dict(noise_multiplier=float("nan")),
              dict(noise_multiplier=None), dict(delta=1.5), dict(accountant="gdp"), dict(target_epsilon=0.0),
-             dict(sensitivity=1e-4), dict(mode="local", adaptive=True), dict(canary_clients=1),
+             dict(mode="local", adaptive=True), dict(canary_clients=1),
              dict(canary_clients=10, canary_scale=0.5)]
     for case in cases:
         with pytest.raises(ConfigError, match=r"aggregation\."):
@@ -227,7 +234,7 @@ class TextbookClaim(DPFedAvg):
     """Claims epsilon 10 for noise set by the textbook formula z = sqrt(2 ln(1.25 / delta)) / 10, whose true
     epsilon (PLD) is 10.39: a mild overclaim."""
 
-    def claimed(self, rounds: int, accountant: str | None = None) -> float:
+    def claimed(self, rounds: int, accountant: str | None = None, *, forced: bool = False) -> float:
         return 10.0
 
 
@@ -263,7 +270,7 @@ def test_quantile_clipping_converges_where_flowers_moves_away() -> None:
             bit = compute_adaptive_clip_model_update(sent, [np.zeros(100)], flower.clipping_norm)
             replies.append((None, FitRes(Status(Code.OK, ""), ndarrays_to_parameters(sent), 1, {KEY_NORM_BIT: bit})))
         flower._update_clip_norm(replies)
-        ours.step([update_norm({"u": torch.from_numpy(u)}) <= ours.bound for u in updates], noise=0.0)
+        ours.step([update_norm({"u": torch.from_numpy(u)}) <= ours.bound for u in updates], noise=0.0, denominator=20)
     assert flower.clipping_norm < 0.06
     assert 2.5 < ours.bound < 3.5  # the median norm is 0.3 sqrt(100) = 3
 
@@ -286,3 +293,71 @@ def test_client_level_dp_composes_with_clusters_and_record_level_dp(tmp_path) ->
     from privbench.audit.output import summary
 
     assert "client-level epsilon" in summary(result.metrics)
+
+
+def test_poisson_sampling_draws_each_client_at_its_rate_and_the_victim_in_its_round() -> None:
+    from privbench.fl.protocols.fedavg import FedAvg
+    from privbench.victim import Victim
+
+    proto = FedAvg(rounds=400, participants=5, local_epochs=1, lr=0.1, batch_size=32, sampling="poisson")
+    victim = Victim(client=3, round=7)
+    sizes = [len(proto.sample(r, 20, seed=0, victim=victim)) for r in range(400)]
+    assert np.mean(sizes) == pytest.approx(5.0, abs=0.35)  # 400 rounds of Binomial(20, 0.25): sd of the mean 0.1
+    assert min(sizes) < 5 < max(sizes)
+    assert 3 in proto.sample(7, 20, seed=0, victim=victim)
+    fixed = FedAvg(rounds=4, participants=5, local_epochs=1, lr=0.1, batch_size=32)
+    assert {len(fixed.sample(r, 20, seed=0, victim=victim)) for r in range(4)} == {5}
+    assert proto.sample_rate(20) == 0.25 and fixed.sample_rate(20) == 1.0
+
+
+def test_poisson_rounds_are_amplified_centrally_and_not_for_local_dp() -> None:
+    central = DPFedAvg(noise_multiplier=1.0)
+    central.plan(rounds=10, participants=5, victim_round=0, uploads=["update"], sample_rate=0.25)
+    assert central.claimed(10) == pytest.approx(acct.epsilon(acct.ClientSchedule(1.0, 10, 0.25), delta=1e-5))
+    assert central.claimed(10) < 0.6 * acct.epsilon(acct.ClientSchedule(1.0, 10), delta=1e-5)
+    local = DPFedAvg(mode="local", noise_multiplier=1.0)  # the server sees who sends: sampling hides no one
+    local.plan(rounds=10, participants=5, victim_round=0, uploads=["update"], sample_rate=0.25)
+    assert local.claimed(10) == pytest.approx(acct.epsilon(acct.ClientSchedule(1.0, 10), delta=1e-5))
+    # the noisy sum of a Poisson round is divided by the expected cohort, a public constant, even when empty
+    base = {n: torch.zeros(s) for n, s in SHAPES.items()}
+    quiet = DPFedAvg(noise_multiplier=0.0, clip=0.5)
+    quiet.plan(rounds=1, participants=4, victim_round=0, uploads=["update"], sample_rate=0.2)
+    ups = _uploads(base, 0, torch.Generator().manual_seed(0))
+    got = quiet.combine(base, ups, round_=0, group=None, wire=None, seed=0)  # type: ignore[arg-type]
+    assert torch.allclose(got["w1"], sum(clip(u.tensors, 0.5)[0]["w1"] for u in ups) / 4, atol=1e-6)
+    empty = quiet.combine(base, [], round_=1, group=None, wire=None, seed=0)  # type: ignore[arg-type]
+    assert torch.equal(empty["w1"], base["w1"])
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["fl=genefl", "fl.sampling=poisson", "payload=learngene"], "needs fixed-size cohorts"),
+    (["fl.sampling=poisson", "aggregation=secagg", "payload=aggregate"], "known cohort size"),
+    (["fl.sampling=sometimes"], "one of fixed, poisson"),
+])
+def test_poisson_sampling_is_refused_where_cohorts_must_have_a_size(compose_cfg, overrides, message) -> None:
+    from privbench.audit.plan import plan, prepare
+
+    with pytest.raises(ConfigError, match=message):
+        prepare(plan(compose_cfg("fl=fedavg", "attack=none", "metrics.lpips=false", *overrides)))
+
+
+def test_a_poisson_run_reports_its_amplified_epsilon(tmp_path) -> None:
+    from privbench import api
+
+    result = api.run([*FAST, "fl.rounds=3", "fl.sampling=poisson", "aggregation.noise_multiplier=1.0"],
+                     results_dir=str(tmp_path))
+    agg = result.metrics["defense"]["aggregation"]
+    assert agg["client_sampling"] == "Poisson at rate 0.5, amplified"
+    # the victim joined round 0 whatever the draw: that round is not amplified for it; everyone else's 3 are
+    victim = acct.epsilon(acct.ClientSchedule(1.0, 2, 0.5, unamplified=1), delta=1e-5)
+    others = acct.epsilon(acct.ClientSchedule(1.0, 3, 0.5), delta=1e-5)
+    assert agg["client_epsilon"] == pytest.approx(victim) and victim > others
+    per_client = agg["client_epsilon_per_client"]
+    assert per_client.pop("client0") == pytest.approx(victim)
+    assert list(per_client.values()) == pytest.approx([others] * len(per_client))
+
+
+def test_canaries_that_join_at_the_clients_rate_stay_under_the_amplified_claim() -> None:
+    """The test never learns which rounds a canary joined (the adversary of the amplified claim does not either)."""
+    est = _audit(DPFedAvg(noise_multiplier=0.8, canary_clients=200, seed=0), rounds=10, rate=0.25)
+    assert est["verdict"].startswith("consistent") and est["epsilon_interval"][1] < est["claimed"]

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-
-import dp_accounting
-from dp_accounting import pld, rdp
+from typing import TYPE_CHECKING
 
 from privbench.errors import ConfigError
+
+if TYPE_CHECKING:
+    import dp_accounting
 
 ACCOUNTANTS = ("pld", "rdp")
 
@@ -26,17 +27,41 @@ class ClientSchedule:
     noise_multiplier: float
     rounds: int
     sample_rate: float = 1.0
+    #: rounds beside ``rounds`` the client joined whatever the draw (an audited victim's): no amplification.
+    unamplified: int = 0
 
-    def event(self) -> dp_accounting.DpEvent:
-        """The ``dp_accounting`` event of the whole schedule."""
-        one: dp_accounting.DpEvent = dp_accounting.GaussianDpEvent(self.noise_multiplier)
+    def event(self) -> "dp_accounting.DpEvent":
+        """The ``dp_accounting`` event of the whole schedule (imported here: it brings absl's logging, which must not
+        be set up at import time)."""
+        import dp_accounting
+
+        gaussian = dp_accounting.GaussianDpEvent(self.noise_multiplier)
+        one: "dp_accounting.DpEvent" = gaussian
         if self.sample_rate < 1.0:
-            one = dp_accounting.PoissonSampledDpEvent(self.sample_rate, one)
-        return dp_accounting.SelfComposedDpEvent(one, self.rounds)
+            one = dp_accounting.PoissonSampledDpEvent(self.sample_rate, gaussian)
+        events = [dp_accounting.SelfComposedDpEvent(one, self.rounds)]
+        if self.unamplified:
+            events.append(dp_accounting.SelfComposedDpEvent(gaussian, self.unamplified))
+        return dp_accounting.ComposedDpEvent(events)
 
 
-def fresh(accountant: str) -> dp_accounting.PrivacyAccountant:
+def _tame_absl() -> None:
+    """Point absl's log handler (built when ``dp_accounting`` first imports absl) at the process's own stderr: it
+    binds whatever ``sys.stderr`` is at that moment (a test's capture, a redirected stream) and closes that stream
+    when logging is configured again, as Hydra does at the start of every run."""
+    import sys
+
+    from absl import logging as absl_logging
+
+    absl_logging.get_absl_handler().python_handler.stream = sys.__stderr__
+
+
+def fresh(accountant: str) -> "dp_accounting.PrivacyAccountant":
     """A new accountant by name (``pld`` or ``rdp``), add/remove-one adjacency."""
+    from dp_accounting import pld, rdp
+
+    _tame_absl()
+
     if accountant == "pld":
         return pld.PLDAccountant(value_discretization_interval=1e-4)
     if accountant == "rdp":
@@ -51,13 +76,28 @@ def epsilon(schedule: ClientSchedule, *, delta: float, accountant: str = "pld") 
         >>> round(epsilon(ClientSchedule(1.0, 1), delta=1e-5, accountant="pld"), 2)
         4.38
     """
-    if schedule.rounds == 0:
+    if schedule.rounds + schedule.unamplified == 0:
         return 0.0
     if schedule.noise_multiplier <= 0:
         return math.inf
+    import logging
+
     acc = fresh(accountant)
-    acc.compose(schedule.event())
-    return float(acc.get_epsilon(delta))
+    absl, root = logging.getLogger("absl"), logging.getLogger()
+    level = absl.level
+    absl.setLevel(logging.ERROR)  # RDP drops orders it cannot evaluate, with a warning each: the bound still holds
+    # absl's log() calls logging.basicConfig() when the root logger has no handler, binding whatever sys.stderr is
+    # then (a test's capture, later closed): a handler for the call's length keeps it from doing so
+    guard = logging.NullHandler() if not root.handlers else None
+    if guard is not None:
+        root.addHandler(guard)
+    try:
+        acc.compose(schedule.event())
+        return float(acc.get_epsilon(delta))
+    finally:
+        absl.setLevel(level)
+        if guard is not None:
+            root.removeHandler(guard)
 
 
 def noise_for(target_epsilon: float, *, rounds: int, delta: float, sample_rate: float = 1.0,
@@ -114,6 +154,8 @@ def gdp_epsilon(mu: float, *, delta: float) -> float:
     from scipy.optimize import brentq
     from scipy.stats import norm
 
+    if math.isnan(mu):
+        return math.nan
     if not mu > 0:
         return 0.0
     if math.isinf(mu):

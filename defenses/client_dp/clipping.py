@@ -55,11 +55,14 @@ def split_noise(noise_multiplier: float, count_stddev: float) -> float:
 
 class QuantileClip:
     """Adaptive clipping: after each round the bound moves geometrically toward the ``target`` quantile of the
-    update norms, ``C <- C exp(-lr (b - target))``, ``b`` the noisy fraction of updates that were not clipped.
+    update norms, ``C <- C exp(-lr (b - target))``, ``b`` the noisy share of updates left unclipped, estimated as
+    Andrew et al. do: ``(sum(b_i - 1/2) + sigma_b N(0, 1)) / m + 1/2`` over the round's public cohort size ``m``,
+    so that one client moves the released sum by at most 1/2 (the sensitivity ``split_noise`` assumes; Flower's
+    uncentred count, over the cohort it received, moves by 1).
 
     Example:
         >>> q = QuantileClip(1.0, target=0.5, lr=0.2, count_stddev=0.0)
-        >>> round(q.step([True, True, True, True], noise=0.0), 4)  # all under the bound: it shrinks
+        >>> round(q.step([True, True, True, True], noise=0.0, denominator=4), 4)  # all under the bound: it shrinks
         0.9048
     """
 
@@ -70,10 +73,11 @@ class QuantileClip:
             raise ConfigError(f"aggregation.clip_lr must be > 0, got {lr}")
         self.bound, self.target, self.lr, self.count_stddev = float(initial), target, lr, count_stddev
 
-    def step(self, unclipped: Sequence[bool], *, noise: float) -> float:
-        """The next bound from this round's unclipped indicators, ``noise`` a standard normal draw."""
-        if not unclipped:
+    def step(self, unclipped: Sequence[bool], *, noise: float, denominator: int) -> float:
+        """The next bound from this round's unclipped indicators, ``noise`` a standard normal draw, ``denominator``
+        the round's planned cohort size."""
+        if denominator <= 0:
             return self.bound
-        fraction = (sum(unclipped) + self.count_stddev * noise) / len(unclipped)
+        fraction = (sum(b - 0.5 for b in unclipped) + self.count_stddev * noise) / denominator + 0.5
         self.bound *= math.exp(-self.lr * (fraction - self.target))
         return self.bound

@@ -22,6 +22,7 @@ from privbench.defenses.client_dp.canary_clients import CanaryClients, verdict
 from privbench.defenses.client_dp.clipping import QuantileClip, clip, split_noise
 from privbench.defenses.client_dp.settings import checked
 from privbench.defenses.client_dp.wire import LocalDPWire
+from privbench.figures import CLIENT_EPSILON, CLIENT_EPSILON_CANARY
 from privbench.fl.protocols.cohort import Aggregation
 from privbench.fl.protocols.round import Upload
 from privbench.fl.sgd import State
@@ -41,24 +42,29 @@ class DPFedAvg(Aggregation):
     runs_on_flower: ClassVar[bool] = False
     #: names left unclipped: a broken mechanism for the tests to catch, never a setting.
     skip_clipping: ClassVar[tuple[str, ...]] = ()
+    #: the sensitivity local noise is scaled to in place of the clip (Flower's ``LocalDpMod`` takes the two apart):
+    #: a broken mechanism for the tests to catch, never a setting.
+    noise_sensitivity: ClassVar[float | None] = None
 
     def __init__(self, *, mode: str = "central", clip: float = 1.0, noise_multiplier: float | None = 1.0,
                  target_epsilon: float | None = None, delta: float = 1e-5, accountant: str = "pld",
                  adaptive: bool = False, target_quantile: float = 0.5, clip_lr: float = 0.2,
                  clipped_count_stddev: float | None = None, budget: float | None = None,
-                 sensitivity: float | None = None, canary_clients: int = 0, canary_scale: float = 2.0,
+                 canary_clients: int = 0, canary_scale: float = 2.0,
                  seed: int = 0) -> None:
         self.settings = checked(mode=mode, clip=clip, noise_multiplier=noise_multiplier, target_epsilon=target_epsilon,
                                 delta=delta, accountant=accountant, adaptive=adaptive, budget=budget,
-                                sensitivity=sensitivity, canary_clients=canary_clients, canary_scale=canary_scale)
+                                canary_clients=canary_clients, canary_scale=canary_scale)
         self.mode, self.delta, self.accountant = mode, delta, accountant
         self.z = float(noise_multiplier or 0.0)
-        self.target_epsilon, self.budget, self.sensitivity = target_epsilon, budget, sensitivity
+        self.target_epsilon, self.budget = target_epsilon, budget
         self.quantile = QuantileClip(clip, target=target_quantile, lr=clip_lr, count_stddev=0.0) if adaptive else None
         self.adaptive_settings = (target_quantile, clip_lr, clipped_count_stddev)
         self.clip = float(clip)
         self.canary_count, self.canary_scale, self.seed = int(canary_clients), float(canary_scale), seed
-        self.rounds, self.allowed = 0, 0
+        self.rounds, self.allowed, self.sample_rate, self.participants = 0, 0, 1.0, 0
+        self.denominator: int | None = None  # Poisson: the expected cohort every noisy sum is divided by
+        self.forced: set[str] = set()
         self.count_stddev, self.update_z = 0.0, self.z
         self.canaries: CanaryClients | None = None
         self.joined: dict[str, int] = {}
@@ -68,20 +74,31 @@ class DPFedAvg(Aggregation):
         self.history: list[dict[str, float]] = []
 
     # -- planning (before training) --------------------------------------------------------------------------
-    def plan(self, *, rounds: int, participants: int, victim_round: int, uploads: Sequence[str]) -> None:
-        """Calibrate the noise, the budget stop and the clip estimate's noise; refuse what cannot be accounted."""
+    def plan(self, *, rounds: int, participants: int, victim_round: int, uploads: Sequence[str],
+             sample_rate: float = 1.0, victims: Sequence[str] = ()) -> None:
+        """Calibrate the noise, the budget stop and the clip estimate's noise; refuse what cannot be accounted.
+        Under Poisson sampling (``sample_rate < 1``) each round is amplified by it and the noisy sum is divided by
+        the expected cohort, ``participants``, a public constant."""
         from privbench.errors import ConfigError
 
         if not uploads:
             raise ConfigError(f"aggregation={self.name}: this protocol aggregates no model update (it sends none); "
                               "use fl=fedavg, fl=cluster_fedavg or fl=genefl")
-        self.rounds = rounds
+        if not 0 < sample_rate <= 1:
+            raise ConfigError(f"a client's sampling rate must be in (0, 1], got {sample_rate:g} (fl.participants "
+                              "over data.num_clients)")
+        if self.mode == "local":  # the server sees who sends each upload: sampling hides no one from it
+            sample_rate = 1.0
+        self.rounds, self.sample_rate, self.participants = rounds, float(sample_rate), participants
+        self.denominator = participants if sample_rate < 1 else None
+        self.forced = set(victims)  # joined their round whatever the draw: that round is not amplified for them
         if self.target_epsilon is not None:
-            self.z = noise_for(self.target_epsilon, rounds=rounds, delta=self.delta, accountant=self.accountant)
+            self.z = noise_for(self.target_epsilon, rounds=rounds, delta=self.delta, sample_rate=sample_rate,
+                               accountant=self.accountant)
         self.allowed = rounds
         if self.budget is not None:
             self.allowed = rounds_within(self.budget, noise_multiplier=self.z, rounds=rounds, delta=self.delta,
-                                              accountant=self.accountant)
+                                         sample_rate=sample_rate, accountant=self.accountant)
             if self.allowed == 0:
                 raise ConfigError(f"aggregation.budget={self.budget}: not one round fits it at noise multiplier "
                                   f"{self.z:.4g} (epsilon of one round: {self.claimed(1):.3g})")
@@ -100,10 +117,12 @@ class DPFedAvg(Aggregation):
     def rounds_allowed(self, rounds: int) -> int:
         return min(rounds, self.allowed or rounds)
 
-    def claimed(self, rounds: int, accountant: str | None = None) -> float:
-        """The accountant's client-level epsilon after ``rounds`` rounds joined."""
-        return epsilon(ClientSchedule(self.z, rounds), delta=self.delta,
-                            accountant=accountant or self.accountant)
+    def claimed(self, rounds: int, accountant: str | None = None, *, forced: bool = False) -> float:
+        """The accountant's client-level epsilon after ``rounds`` rounds (joined, or run under Poisson sampling;
+        ``forced``: one of them joined whatever the draw, a victim's audited round, so not amplified)."""
+        unamplified = 1 if forced and self.sample_rate < 1 and rounds else 0
+        return epsilon(ClientSchedule(self.z, rounds - unamplified, self.sample_rate, unamplified), delta=self.delta,
+                       accountant=accountant or self.accountant)
 
     # -- the mechanism ---------------------------------------------------------------------------------------
     def noise_generator(self, round_: int, who: str) -> torch.Generator:
@@ -112,19 +131,17 @@ class DPFedAvg(Aggregation):
         return torch.Generator().manual_seed(seed)
 
     def local_release(self, change: State, *, round_: int, who: str) -> State:
-        """What a client sends under local DP: its change clipped to ``C`` plus its own noise of std ``z`` times
-        the sensitivity (the clip unless ``sensitivity`` says otherwise: Flower's ``LocalDpMod`` asks for both)."""
+        """What a client sends under local DP: its change clipped to ``C`` plus its own noise of std ``z C``."""
         clipped, _ = clip(change, self.clip, skip=self.skip_clipping)
-        std = self.z * (self.sensitivity if self.sensitivity is not None else self.clip)
+        std = self.z * (self.noise_sensitivity if self.noise_sensitivity is not None else self.clip)
         gen = self.noise_generator(round_, who)
         return {n: t + std * torch.randn(t.shape, generator=gen, dtype=t.dtype) if t.is_floating_point() else t
                 for n, t in clipped.items()}
 
     def local_note(self) -> str:
         """What a client's local release did to its upload (the payload's ``protection``)."""
-        sensitivity = self.sensitivity if self.sensitivity is not None else self.clip
-        return (f"local DP-FedAvg: change clipped to {self.clip:g}, N(0, ({self.z:.4g} x {sensitivity:g})^2) added "
-                "by the client")
+        return (f"local DP-FedAvg: change clipped to {self.clip:g}, N(0, ({self.z:.4g} x {self.clip:g})^2) added by "
+                "the client")
 
     def client_wire(self, wire: Wire) -> Wire:
         return LocalDPWire(wire, self) if self.mode == "local" else wire
@@ -148,7 +165,7 @@ class DPFedAvg(Aggregation):
         if self.canary_count and self.canaries is None:
             self.canaries = CanaryClients(self.canary_count, shapes=shapes, seed=self.seed, scale=self.canary_scale)
         sums = {n: torch.zeros_like(base[n], dtype=torch.float64) for n in shapes}
-        counts = {n: sum(n in ch for ch in changes) for n in shapes}
+        counts = {n: self.denominator or sum(n in ch for ch in changes) for n in shapes}
         for ch in changes:
             for n, t in ch.items():
                 sums[n] += t.double()
@@ -156,7 +173,7 @@ class DPFedAvg(Aggregation):
         if canaries_join:
             self.canary_rounds.add(round_)
         if self.canaries is not None and canaries_join and self.mode == "central":
-            for ch in self.canaries.updates(bound, round_):
+            for ch in self.canaries.updates(bound, round_, self.sample_rate):
                 ch, _ = clip(ch, bound, skip=self.skip_clipping)
                 for n, t in ch.items():
                     sums[n] += t.double()
@@ -168,10 +185,8 @@ class DPFedAvg(Aggregation):
         for n in shapes:
             if counts[n]:
                 out[n] = (base[n].double() + sums[n] / counts[n]).to(base[n].dtype)
-        for n, t in base.items():  # integer buffers take the largest uploaded value, as in plain aggregation
-            carried = [decode(u.payload, base).tensors or {} for u in uploads]
-            if not t.is_floating_point() and any(n in c for c in carried):
-                out[n] = torch.stack([c[n] for c in carried if n in c]).max(0).values
+        # integer buffers (BatchNorm's step count) keep the server's value: the cohort's largest would be a
+        # data-dependent release outside the accountant
         if canaries_join:
             self.observe(out, base, counts, bound, round_)
         self.unclipped.setdefault(round_, []).extend(unclipped)
@@ -187,7 +202,8 @@ class DPFedAvg(Aggregation):
             return
         for r in sorted(r for r in self.unclipped if r < round_):
             gen = self.noise_generator(r, "server/clip-count")
-            self.clip = self.quantile.step(self.unclipped.pop(r), noise=float(torch.randn(1, generator=gen)))
+            self.clip = self.quantile.step(self.unclipped.pop(r), noise=float(torch.randn(1, generator=gen)),
+                                           denominator=self.participants)
 
     def observe(self, out: State, base: State, counts: dict[str, int], bound: float, round_: int) -> None:
         """Record the canaries' projections on this round's release (central: the noisy sum the model change and
@@ -197,9 +213,9 @@ class DPFedAvg(Aggregation):
         c = self.canaries
         if self.mode == "central":
             released = {n: (out[n].double() - base[n].double()) * counts[n] for n in c.shapes}
-            c.observe(c.flat(released) - c.known(bound, round_), bound, round_)
+            c.observe(c.flat(released) - c.known(bound, round_, self.sample_rate), bound, round_, self.sample_rate)
             return
-        inserted = c.updates(bound, round_)
+        inserted = c.updates(bound, round_, 1.0)
         zero = {n: torch.zeros(s) for n, s in c.shapes.items()}
         sent = [c.flat(self.local_release(ch, round_=round_, who=f"canary{j}")) for j, ch in enumerate(inserted)]
         sent += [c.flat(self.local_release(zero, round_=round_, who=f"canary{c.count + j}")) for j in range(c.count)]
@@ -218,16 +234,16 @@ class DPFedAvg(Aggregation):
                                "clip": self.history[0]["clip"] if self.history else self.clip,
                                "adaptive": self.quantile is not None, "delta": self.delta,
                                "accountant": self.accountant, "adjacency": "add/remove one client's data",
-                               "client_sampling": "fixed-size, no amplification claimed",
-                               "server_sees": ("every upload as sent (central DP trusts the server; its noise protects the models"
-                                               " it releases)"
-                                               if self.mode == "central" else "every upload, clipped and noised"
-                                               " by its client")}
+                               "client_sampling": ("fixed-size, no amplification claimed" if self.sample_rate == 1
+                                                   else f"Poisson at rate {self.sample_rate:g}, amplified"),
+                               "server_sees": ("every upload as sent (central DP trusts the server; its noise "
+                                               "protects the models it releases)"
+                                               if self.mode == "central" else "every model upload clipped and noised"
+                                               " by its client (the audit's one-step gradient, not protocol traffic,"
+                                               " as computed)")}
         if self.quantile is not None:
             out.update(update_noise_multiplier=self.update_z, clipped_count_stddev=self.count_stddev,
                        target_quantile=self.quantile.target, clip_lr=self.quantile.lr)
-        if self.sensitivity is not None:
-            out["sensitivity"] = self.sensitivity
         if self.target_epsilon is not None:
             out["target_epsilon"] = self.target_epsilon
         if not self.history:
@@ -237,14 +253,23 @@ class DPFedAvg(Aggregation):
         if self.allowed and self.allowed < self.rounds:
             out["budget_stop"] = (f"stopped after {self.allowed} of {self.rounds} rounds: another would pass "
                                   f"the budget epsilon {self.budget}")
-        claims = {r: self.claimed(r) for r in set(self.joined.values()) | {ran}}
-        out["client_epsilon_per_client"] = {c: claims[r] for c, r in sorted(self.joined.items())}
-        out["client_epsilon"] = claims[ran]
-        out["client_epsilon_other"] = self.claimed(ran, "rdp" if self.accountant == "pld" else "pld")
+        # a fixed-size draw charges each client the rounds it joined; Poisson sampling, every round run, amplified
+        # except a victim's forced round
+        def charged(client: str, joined: int) -> tuple[int, bool]:
+            return (joined, False) if self.sample_rate == 1 else (ran, client in self.forced)
+
+        keys = {charged(c, r) for c, r in self.joined.items()} | {(ran, bool(self.forced) and self.sample_rate < 1)}
+        claims = {k: self.claimed(k[0], forced=k[1]) for k in keys}
+        out[f"{CLIENT_EPSILON.key}_per_client"] = {c: claims[charged(c, r)] for c, r in sorted(self.joined.items())}
+        worst = (ran, bool(self.forced) and self.sample_rate < 1)
+        out[CLIENT_EPSILON.key] = claims[worst]
+        other = "rdp" if self.accountant == "pld" else "pld"
+        out[f"{CLIENT_EPSILON.key}_other"] = self.claimed(ran, other, forced=worst[1])
         out["clip_history"] = [h["clip"] for h in self.history]
-        out["unclipped_share"] = [h["unclipped"] for h in self.history]  # per cohort; nan under local DP
-        summary = [f"client-level epsilon {claims[ran]:.2f} at delta {self.delta:g} ({self.accountant}; "
-                   f"{'rdp' if self.accountant == 'pld' else 'pld'} {out['client_epsilon_other']:.2f}) over {ran} "
+        # per cohort, as the server counted it before its noise (nan under local DP): not covered by the epsilon
+        out["unclipped_share_not_private"] = [h["unclipped"] for h in self.history]
+        summary = [f"client-level epsilon {claims[worst]:.2f} at delta {self.delta:g} ({self.accountant}; "
+                   f"{other} {out[f'{CLIENT_EPSILON.key}_other']:.2f}) over {ran} "
                    f"round(s), {self.mode} DP-FedAvg, noise multiplier {self.z:.3g}, clip "
                    f"{'adaptive from ' if self.quantile else ''}{out['clip']:.3g}"]
         if "budget_stop" in out:
@@ -253,15 +278,16 @@ class DPFedAvg(Aggregation):
             est = self.canaries.estimate(delta=self.delta, seed=self.seed)
             planned = self.update_z
             shared = float(np.mean(self.shared_noise)) if self.shared_noise else 0.0
-            out["canary_estimate"] = {**est.as_dict(), "claimed": claims[ran], "planned_noise": planned,
-                                      "verdict": verdict(est, claimed=claims[ran], planned_noise=planned,
+            claim = claims[(ran, False)] if (ran, False) in claims else self.claimed(ran)
+            out["canary_estimate"] = {**est.as_dict(), "claimed": claim, "planned_noise": planned,
+                                      "verdict": verdict(est, claimed=claim, planned_noise=planned,
                                                          shared_noise=shared)}
             if self.shared_noise:
                 out["canary_estimate"]["client_noise_cosine"] = shared
-            summary.append(f"canary clients ({est.canaries} in, {est.canaries} unseen, every round): "
+            summary.append(f"canary clients ({est.canaries} in, {est.canaries} unseen): "
                            + out["canary_estimate"]["verdict"])
         out["summary"] = summary
-        out["figures"] = {"client_epsilon": claims[ran]}
+        out["figures"] = {CLIENT_EPSILON.key: claims[worst]}
         if "canary_estimate" in out:
-            out["figures"]["client_epsilon_canary"] = out["canary_estimate"]["epsilon"]
+            out["figures"][CLIENT_EPSILON_CANARY.key] = est.epsilon
         return out

@@ -17,13 +17,13 @@ def _positive(key: str, value: object, *, zero: bool = False) -> float:
 
 
 def checked(*, mode: str, clip: float, noise_multiplier: float | None, target_epsilon: float | None, delta: float,
-            accountant: str, adaptive: bool, budget: float | None, sensitivity: float | None, canary_clients: int,
+            accountant: str, adaptive: bool, budget: float | None, canary_clients: int,
             canary_scale: float) -> dict[str, object]:
     """The settings as given, once each is one an accountant can account for.
 
     Example:
         >>> checked(mode="global", clip=1.0, noise_multiplier=1.0, target_epsilon=None, delta=1e-5,
-        ...         accountant="pld", adaptive=False, budget=None, sensitivity=None, canary_clients=0,
+        ...         accountant="pld", adaptive=False, budget=None, canary_clients=0,
         ...         canary_scale=2.0)
         Traceback (most recent call last):
         ...
@@ -44,11 +44,6 @@ def checked(*, mode: str, clip: float, noise_multiplier: float | None, target_ep
         raise ConfigError(f"aggregation.delta={delta!r}: must be in (0, 1)")
     if budget is not None:
         _positive("budget", budget)
-    if sensitivity is not None:
-        if mode != "local":
-            raise ConfigError("aggregation.sensitivity: only local DP (mode=local) takes a sensitivity apart from "
-                              "the clip, as Flower's LocalDpMod does; central noise is z times the clip")
-        _positive("sensitivity", sensitivity)
     if adaptive and mode == "local":
         raise ConfigError("aggregation.adaptive=true needs mode=central: the clipped count is estimated by the "
                           "server (Flower's LocalDpMod clips at a fixed norm too)")

@@ -44,6 +44,8 @@ class FederatedProtocol(ABC):
         vectorise: train a round's clients as one stacked model (``torch.func.vmap``), equal to
             one by one within float tolerance; see ``Trainer.train_all`` for when it applies.
         aggregation: how the server learns a group's uploads (plain by default; ``aggregation=secagg``).
+        sampling: ``fixed`` (``participants`` clients a round, without replacement) or ``poisson`` (each client
+            joins each round independently at rate ``participants / num_clients``; FedAvg only).
 
     The server loop is ``run``: ``setup``, then per round ``configure_round`` (sample, send the
     downloads), the engine runs the clients' tasks, ``aggregate`` and ``evaluate``; ``result``
@@ -53,10 +55,12 @@ class FederatedProtocol(ABC):
     name: ClassVar[str] = "protocol"
     #: payload kinds this protocol sends; the wire refuses any other.
     sends: ClassVar[tuple[str, ...]] = ()
+    #: whether its rounds work with cohorts of any size (``fl.sampling=poisson``).
+    poisson_sampling: ClassVar[bool] = False
 
     def __init__(self, *, rounds: int, participants: int, local_epochs: int, lr: float, batch_size: int,
                  momentum: float = 0.0, trainer: Trainer | None = None, vectorise: bool = False,
-                 aggregation: Aggregation | None = None) -> None:
+                 aggregation: Aggregation | None = None, sampling: str = "fixed") -> None:
         for key, value, low in (("rounds", rounds, 1), ("participants", participants, 1),
                                 ("local_epochs", local_epochs, 1), ("batch_size", batch_size, 1)):
             if value < low:
@@ -70,6 +74,9 @@ class FederatedProtocol(ABC):
         self.trainer: Trainer = trainer if trainer is not None else SGDTrainer()
         self.vectorise = bool(vectorise)
         self.aggregation: Aggregation = aggregation if aggregation is not None else Plain()
+        if sampling not in ("fixed", "poisson"):
+            raise ConfigError(f"fl.sampling={sampling!r}: one of fixed, poisson")
+        self.sampling = sampling
 
     @property
     def wire_kinds(self) -> tuple[str, ...]:
@@ -169,21 +176,39 @@ class FederatedProtocol(ABC):
         if not 0 <= victim.round < self.rounds:
             raise ConfigError(f"victim.round={victim.round} must be in 0..{self.rounds - 1} (fl.rounds={self.rounds})")
         victim.batch_positions(len(data.clients[victim.client]), seed=0)
+        if self.sampling == "poisson" and not self.poisson_sampling:
+            raise ConfigError(f"fl.sampling=poisson: {self.name} needs fixed-size cohorts (its clusters assume them); "
+                              "use fl=fedavg")
+        if self.sampling == "poisson" and self.aggregation.seals:
+            raise ConfigError(f"fl.sampling=poisson with aggregation={self.aggregation.name}: secure aggregation is "
+                              "set up for a known cohort size; use fl.sampling=fixed")
         self.aggregation.check_cohorts(self.cohort_sizes(), weights=[len(c) for c in data.clients])
         self.aggregation.plan(rounds=self.rounds, participants=self.participants, victim_round=victim.round,
-                              uploads=[k for k in self.sends if KINDS[k].client_own and KINDS[k].carries == "model"])
+                              uploads=[k for k in self.sends if KINDS[k].client_own and KINDS[k].carries == "model"],
+                              sample_rate=self.sample_rate(data.num_clients),
+                              victims=[f"client{c}" for c in victim.listed])
 
     def cohort_sizes(self) -> list[int]:
         """The sizes a round's cohort (the clients aggregated together) can have: every participant."""
         return [self.participants]
 
+    def sample_rate(self, num_clients: int) -> float:
+        """The rate at which a client joins a round under Poisson sampling (1.0 under fixed-size sampling: no
+        amplification by sampling is claimed for a seeded fixed-size draw)."""
+        return self.participants / num_clients if self.sampling == "poisson" else 1.0
+
     def sample(self, round_: int, num_clients: int, *, seed: int, victim: Victim) -> list[int]:
         """Participants of ``round_``: a seeded draw; the listed victims are swapped in on their round.
 
-        A missing victim replaces the last drawn client that is not a victim.
+        Fixed-size: a missing victim replaces the last drawn client that is not a victim. Poisson: each client
+        joins at ``sample_rate``, and the victims join their round besides (the audit's worst case).
         """
-        chosen = [int(c) for c in np.random.default_rng([seed, round_]).choice(num_clients, self.participants,
-                                                                                replace=False)]
+        rng = np.random.default_rng([seed, round_])
+        if self.sampling == "poisson":
+            joins = rng.random(num_clients) < self.sample_rate(num_clients)
+            drawn = {int(c) for c in np.flatnonzero(joins)}
+            return sorted(drawn | (set(victim.listed) if round_ == victim.round else set()))
+        chosen = [int(c) for c in rng.choice(num_clients, self.participants, replace=False)]
         if round_ == victim.round:
             for v in victim.listed:
                 if v not in chosen:

@@ -60,9 +60,12 @@ class Aggregation(ABC):
         """Fail (``ConfigError``) before training where cohorts of ``sizes`` clients (clients of ``weights`` samples)
         cannot be aggregated with these settings (nothing to check by default)."""
 
-    def plan(self, *, rounds: int, participants: int, victim_round: int, uploads: Sequence[str]) -> None:
+    def plan(self, *, rounds: int, participants: int, victim_round: int, uploads: Sequence[str],
+             sample_rate: float = 1.0, victims: Sequence[str] = ()) -> None:
         """Fail (``ConfigError``) before training where ``rounds`` rounds of ``participants`` clients sending
-        ``uploads`` (the model-carrying kinds) cannot run with these settings; calibrate what depends on them."""
+        ``uploads`` (the model-carrying kinds), each joining a round at ``sample_rate`` (Poisson; 1.0: a fixed-size
+        draw; ``victims`` join their round whatever the draw), cannot run with these settings; calibrate what depends
+        on them."""
 
     def rounds_allowed(self, rounds: int) -> int:
         """How many of ``rounds`` may run (fewer where a privacy budget stops training)."""

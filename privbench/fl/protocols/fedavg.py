@@ -25,6 +25,7 @@ class GlobalRun:
 
     model: State
     per_client: dict[int, float] = field(default_factory=dict)
+    round: int = 0
     own: dict[int, State] = field(default_factory=dict)
 
 
@@ -42,12 +43,14 @@ class FedAvg(FederatedProtocol):
 
     name = "fedavg"
     sends = ("global_model", "update", "gradient")
+    poisson_sampling = True
 
     def setup(self, engine: Any, side: ClientSide) -> GlobalRun:
         return GlobalRun(side.theta0)
 
     def configure_round(self, state: GlobalRun, round_: int, side: ClientSide, down: Wire) -> list[ClientTask]:
         """Send the global model to each sampled client."""
+        state.round = round_
         tasks = []
         for c in self.sample(round_, side.data.num_clients, seed=side.seed, victim=side.victim):
             sent = down.send(Payload.from_tensors(kind="global_model", round=round_, sender="server",
@@ -58,7 +61,7 @@ class FedAvg(FederatedProtocol):
     def aggregate(self, state: GlobalRun, requests: Sequence[ClientTask], replies: Sequence[TaskReply],
                   cohort: Cohort) -> None:
         uploads = [Upload.from_reply(r) for r in replies]
-        state.model = cohort.combine(state.model, uploads, round_=requests[0].round if requests else 0)
+        state.model = cohort.combine(state.model, uploads, round_=state.round)  # a Poisson round may be empty
 
     def evaluate(self, state: GlobalRun, round_: int, scratch: nn.Module, side: ClientSide) -> RoundRecord:
         acc, state.per_client = self.known_accuracy(scratch, side.data, lambda c: state.model)
