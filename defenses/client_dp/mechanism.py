@@ -52,9 +52,9 @@ class DPFedAvg(Aggregation):
                  clipped_count_stddev: float | None = None, budget: float | None = None,
                  canary_clients: int = 0, canary_scale: float = 2.0,
                  seed: int = 0) -> None:
-        self.settings = checked(mode=mode, clip=clip, noise_multiplier=noise_multiplier, target_epsilon=target_epsilon,
-                                delta=delta, accountant=accountant, adaptive=adaptive, budget=budget,
-                                canary_clients=canary_clients, canary_scale=canary_scale)
+        checked(mode=mode, clip=clip, noise_multiplier=noise_multiplier, target_epsilon=target_epsilon, delta=delta,
+                accountant=accountant, adaptive=adaptive, budget=budget, canary_clients=canary_clients,
+                canary_scale=canary_scale)
         self.mode, self.delta, self.accountant = mode, delta, accountant
         self.z = float(noise_multiplier or 0.0)
         self.target_epsilon, self.budget = target_epsilon, budget
