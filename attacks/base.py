@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from privbench.attacks.findings import Finding, Reconstruction
+from privbench.attacks.isolation import Isolation
 from privbench.attacks.target import UNKNOWN_LABELS, AttackTarget
 from privbench.attacks.views import ViewKind
 from privbench.errors import AttackNotApplicableError
@@ -106,6 +107,8 @@ class ActiveAttack(Attack):
     view: ClassVar[ViewKind] = "active"
     #: test-split images the server may use to set its crafted weights (public data).
     public: int = 1000
+    #: how the server isolates the victim inside a secure aggregate (``attacks.isolation``; none by default).
+    isolation: Isolation = Isolation()
 
     @abstractmethod
     def craft(self, model: nn.Module, public: torch.Tensor, *, seed: int, mean: tuple[float, ...],
@@ -120,6 +123,11 @@ class ActiveAttack(Attack):
     @abstractmethod
     def describe(self) -> dict[str, Any]:
         """What the server changed and the attack's budget, for ``threat_model.json``."""
+
+    def crafted_rows(self, crafted: nn.Module) -> torch.Tensor:
+        """The output units of ``crafted_layer`` the server crafted (all of them by default)."""
+        weight = crafted.get_submodule(self.crafted_layer(crafted)).get_parameter("weight")
+        return torch.arange(weight.shape[0])
 
     def withheld(self, view: Any) -> bool:
         """Whether the reply left the crafted layer out (GENE-FL kept it back)."""

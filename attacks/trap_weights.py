@@ -16,10 +16,14 @@ other, relative L2).
 
 ``fire_rate`` is ours, not the paper's: the server places each row's bias so that it fires on that share of its
 public images (the paper tunes ``scale_factor`` to the batch size instead; ``docs/protocol.md``, Active server).
+``rows_trapped < 1`` is the server that adapts to a client's firing check: it traps only that share of the rows
+and leaves the rest as downloaded, so the layer's mean firing rate stays in the honest range, and it reads only
+the rows it trapped.
 """
 from __future__ import annotations
 
 import copy
+import math
 from typing import Any, ClassVar
 
 import torch
@@ -27,6 +31,7 @@ from torch import nn
 
 from privbench.attacks.base import ActiveAttack
 from privbench.attacks.findings import Reconstruction
+from privbench.attacks.isolation import Isolation
 from privbench.errors import AttackNotApplicableError
 
 
@@ -70,6 +75,20 @@ def trap_rows(rows: int, features: int, *, sigma: float, scale_factor: float,
     return weights
 
 
+def trapped(rows: int, share: float) -> torch.Tensor:
+    """The rows a server that traps ``share`` of ``rows`` crafts: the first ``ceil(share * rows)`` of a fixed
+    random order (all of them, in order, at 1).
+
+    Example:
+        >>> trapped(4, 1.0).tolist(), len(trapped(200, 0.5))
+        ([0, 1, 2, 3], 100)
+    """
+    if share >= 1:
+        return torch.arange(rows)
+    order = torch.randperm(rows, generator=torch.Generator().manual_seed(7919))
+    return order[: max(1, math.ceil(share * rows))].sort().values
+
+
 def read_rows(weight: torch.Tensor, bias: torch.Tensor, *, tolerance: float, same: float) -> tuple[torch.Tensor, list[int]]:
     """Inputs read from a trapped layer's gradient or change (``weight [H, D]``, ``bias [H]``): each row with a
     bias entry above ``tolerance`` times the largest gives ``dW_i / db_i``; rows within ``same`` (relative L2) of
@@ -105,21 +124,28 @@ class TrapWeightsAttack(ActiveAttack):
         public: test-split images the server uses for ``fire_rate``.
         tolerance: a row did not fire when its bias entry is at most this times the largest.
         same: rows whose reads are within this relative L2 distance are one input.
+        rows_trapped: the share of the layer's rows trapped (the first ones of a fixed random order); the rest keep
+            the downloaded weights.
+        downloads: ``same`` or ``inconsistent`` (``attacks.isolation``: the crafted download to the victim only).
+        sybils: cohort members the server controls under secure aggregation.
     """
 
     name: ClassVar[str] = "trap_weights"
 
     def __init__(self, *, sigma: float = 0.5, scale_factor: float = 0.95, mu: float = 0.0,
                  fire_rate: float | None = None, public: int = 1000, tolerance: float = 1e-4,
-                 same: float = 1e-2) -> None:
+                 same: float = 1e-2, rows_trapped: float = 1.0, downloads: str = "same", sybils: int = 0) -> None:
         if not sigma > 0 or not 0 < scale_factor <= 1:
             raise ValueError("attack.sigma must be > 0 and attack.scale_factor in (0, 1]")
         if fire_rate is not None and not 0 < fire_rate < 1:
             raise ValueError("attack.fire_rate must be null or in (0, 1)")
         if public < 2 or not tolerance > 0 or not same > 0:
             raise ValueError("attack.public must be >= 2, attack.tolerance and attack.same > 0")
+        if not 0 < rows_trapped <= 1:
+            raise ValueError(f"attack.rows_trapped must be in (0, 1], not {rows_trapped}")
         self.sigma, self.scale_factor, self.mu, self.fire_rate = sigma, scale_factor, mu, fire_rate
-        self.public, self.tolerance, self.same = public, tolerance, same
+        self.public, self.tolerance, self.same, self.rows_trapped = public, tolerance, same, rows_trapped
+        self.isolation = Isolation(downloads, sybils)
 
     def check_model(self, model: nn.Module, image_shape: tuple[int, ...]) -> None:
         """The model must start with a fully connected ReLU layer on the flattened image."""
@@ -129,6 +155,11 @@ class TrapWeightsAttack(ActiveAttack):
         """The trapped first layer."""
         return first_layer(crafted)
 
+    def crafted_rows(self, crafted: nn.Module) -> torch.Tensor:
+        """The trapped rows: the first ``rows_trapped`` share of a fixed random order of the layer's rows."""
+        weight = crafted.get_submodule(self.crafted_layer(crafted)).get_parameter("weight")
+        return trapped(weight.shape[0], self.rows_trapped)
+
     def craft(self, model: nn.Module, public: torch.Tensor, *, seed: int, mean: tuple[float, ...],
               std: tuple[float, ...]) -> nn.Module:
         """``model`` (a copy) with trap weights in its first layer, folded through the normalisation."""
@@ -137,34 +168,46 @@ class TrapWeightsAttack(ActiveAttack):
         crafted = copy.deepcopy(model)
         linear = crafted.get_submodule(layer)
         assert isinstance(linear, nn.Linear)
+        weight, bias = self.rows(public.flatten(1).cpu().float(), linear.out_features, seed=seed, mean=mean, std=std)
+        rows = trapped(linear.out_features, self.rows_trapped)
+        with torch.no_grad():
+            linear.weight[rows] = weight[rows].to(linear.weight)
+            linear.bias[rows] = bias[rows].to(linear.bias)
+        return crafted
+
+    def rows(self, inputs: torch.Tensor, count: int, *, seed: int, mean: tuple[float, ...],
+             std: tuple[float, ...]) -> tuple[torch.Tensor, torch.Tensor]:
+        """``count`` trap rows on the flattened normalised ``inputs``' space (weights ``[count, D]``, bias): the
+        paper's pixel-space rows folded through the normalisation, their bias the paper's or at ``fire_rate``."""
+        features = inputs.shape[1]
         generator = torch.Generator().manual_seed(seed * 7919 + 211)
-        pixel = trap_rows(linear.out_features, features, sigma=self.sigma, scale_factor=self.scale_factor,
-                          generator=generator)
-        per_input = public[0].numel() // len(mean)
+        pixel = trap_rows(count, features, sigma=self.sigma, scale_factor=self.scale_factor, generator=generator)
+        per_input = features // len(mean)
         m = torch.tensor(mean, dtype=torch.float32).repeat_interleave(per_input)
         s = torch.tensor(std, dtype=torch.float32).repeat_interleave(per_input)
         weight = pixel * s
         if self.fire_rate is None:
-            bias = pixel @ m + self.mu
-        else:
-            scores = public.flatten(1).cpu().float() @ weight.T
-            bias = -torch.quantile(scores.double(), 1 - self.fire_rate, dim=0).float()
-        with torch.no_grad():
-            linear.weight.copy_(weight.to(linear.weight))
-            linear.bias.copy_(bias.to(linear.bias))
-        return crafted
+            return weight, pixel @ m + self.mu
+        scores = inputs @ weight.T
+        return weight, -torch.quantile(scores.double(), 1 - self.fire_rate, dim=0).float()
 
     def describe(self) -> dict[str, Any]:
         """What the server changed, for ``threat_model.json``."""
         rows = (f"biases at each row's {1 - self.fire_rate:.4g} quantile of public images" if self.fire_rate
                 else f"pixel-space bias {self.mu}")
+        if self.rows_trapped < 1:
+            rows += f"; {self.rows_trapped:.3g} of the rows trapped, the rest as downloaded"
         return {"server": "active", "changed": "weights", "crafted": {
             "block": "trap weights (Boenisch et al. 2023) in the first fully connected ReLU layer, the architecture "
                      f"unchanged: per row -|N(0, {self.sigma}^2)| on half the pixels, {self.scale_factor} times those "
                      f"magnitudes on the other half, {rows}",
             "sigma": self.sigma, "scale_factor": self.scale_factor, "mu": self.mu, "fire_rate": self.fire_rate,
-            "public_images": self.public if self.fire_rate else 0},
-            "budget": "analytic (no optimisation): one read of the reply's first-layer rows"}
+            "public_images": self.public if self.fire_rate else 0, "rows_trapped": self.rows_trapped},
+            **self.isolation.describe(), "budget": "analytic (no optimisation): one read of the reply's trapped rows"}
+
+    def to_inputs(self, reads: torch.Tensor, view: Any) -> torch.Tensor:
+        """The model inputs ``[n, C, H, W]`` behind the trapped layer's reads (its inputs: here the image itself)."""
+        return reads.view(len(reads), *view.image_shape)
 
     def attack(self, view: Any, *, seed: int) -> Reconstruction:
         """The inputs read back from the reply's trapped rows (model input space); labels are not inferred."""
@@ -174,11 +217,12 @@ class TrapWeightsAttack(ActiveAttack):
             raise AttackNotApplicableError(f"{view.knowledge.get('payload')}: the reply carries no rows of the "
                                            f"trapped layer {view.crafted_layer}")
         layer = view.crafted_layer
-        flat, counts = read_rows(view.observed[f"{layer}.weight"], view.observed[f"{layer}.bias"],
+        rows = trapped(len(view.observed[f"{layer}.bias"]), self.rows_trapped)
+        flat, counts = read_rows(view.observed[f"{layer}.weight"][rows], view.observed[f"{layer}.bias"][rows],
                                  tolerance=self.tolerance, same=self.same)
         if not len(flat):
             return self.nothing("empty")
-        images = flat.view(len(flat), *view.image_shape)
+        images = self.to_inputs(flat, view)
         log = [{"objective": 0.0, "status": "analytic", "iterations": 0, "evaluations": 0,
                 "fired_rows": sum(counts), "distinct": len(counts), "repeated": sum(c > 1 for c in counts)}]
         return Reconstruction(log, images=images, labels=torch.full((len(flat),), -1), objective=0.0,

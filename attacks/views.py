@@ -241,6 +241,8 @@ class ActiveView:
         knowledge: the threat-model declaration (what the server changed, what it was sent back).
         client_check: what the victim's own check of the download found (``defenses.detector``; the
             evaluator's figure, which the attack does not read).
+        target: the evaluator's truth of a server that isolated one member of a secure aggregate: that member's
+            train images (None: the message's own images are the truth).
     """
 
     sent: dict[str, torch.Tensor]
@@ -253,6 +255,7 @@ class ActiveView:
     crafted_layer: str
     knowledge: dict[str, Any] = field(default_factory=dict)
     client_check: dict[str, Any] = field(default_factory=dict)
+    target: list[int] | None = None
 
 
 @dataclass

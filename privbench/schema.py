@@ -123,6 +123,8 @@ RULES: dict[str, Any] = {
     "attack.bins": Number(integer=True, low=1, high=10**5), "attack.public": Number(integer=True, low=2, high=10**7),
     "attack.scale": Number(low=0, open_low=True, high=1e3), "attack.gain": Number(low=0, open_low=True, high=1e3),
     "attack.tolerance": Number(low=0, open_low=True, high=1),
+    "attack.rows_trapped": Number(low=0, open_low=True, high=1),
+    "attack.sybils": Number(integer=True, low=0, high=10**6),
     "attack.canaries": Number(integer=True, low=2, high=10**7), "attack.guesses": Number(integer=True, low=1, high=10**7),
     "attack.confidence": Number(low=0, high=1, open_low=True, open_high=True),
     "defense.noise_multiplier": Number(low=0, high=1e4),

@@ -7,16 +7,14 @@ trainer (DP-SGD included, so its accounting of the real run is untouched) and th
 attacker gets the crafted download and the reply, never the data. The victim also runs a cautious client's check
 of what it received (``defenses.detector``); its verdict is reported, and the victim trains regardless.
 
-Under secure aggregation (``payload=aggregate``) the server crafts the download of the victim's whole cohort, as
-Fowl et al. do: every member's round runs again on it (each on its own images with its declared training), their
-updates go through the run's own secure aggregation, and the server reads the imprint from the aggregate.
+Under secure aggregation (``payload=aggregate``) the server crafts the downloads of the victim's whole cohort and
+reads the aggregate (``audit.active_cohort``, where it may also isolate the victim).
 """
 from __future__ import annotations
 
 import copy
-import tempfile
+import functools
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -24,32 +22,20 @@ from torch import nn
 
 from privbench.attacks.base import ActiveAttack
 from privbench.attacks.views import ActiveView, at_weights
+from privbench.audit.active_cohort import Member, change_from, fresh_trainer, secure_round
 from privbench.audit.plan import Plan
 from privbench.data import FederatedData
 from privbench.defenses.detector import inspect_download
 from privbench.figures import CRAFTED_UPLOADED, DOWNLOAD_FLAGGED
 from privbench.errors import AttackNotApplicableError
-from privbench.fl.trainer import SGDTrainer, Trainer
 from privbench.audit.rerun import gene_client_round, local_sgd, rerun_inputs
 from privbench.pixels import normalise
-from privbench.payloads import CapturePolicy, LocalTraining, Payload, PayloadStore
+from privbench.payloads import LocalTraining, Payload
 from privbench.payloads.encoding import decode
 from privbench.fl.protocols.genefl import GeneFL
 from privbench.fl.protocols.round import Upload
 from privbench.fl.sgd import parameters_of
 from privbench.fl.wire import Wire
-
-#: A member of the victim's cohort: its name, the train images its upload was computed from, its declared training.
-Member = tuple[str, list[int], LocalTraining]
-
-
-def _trainer(p: Plan) -> Trainer:
-    """A copy of the run's trainer (its planned noise and accounting; the copy's releases never reach the run's
-    record), or plain SGD under a message transform."""
-    if p.transform is not None:
-        return SGDTrainer()
-    return copy.deepcopy(p.protocol.trainer)
-
 
 def _attack(p: Plan) -> ActiveAttack:
     assert isinstance(p.attack, ActiveAttack)
@@ -66,11 +52,6 @@ def _crafted(p: Plan, model: nn.Module, received: dict[str, torch.Tensor], data:
     crafted = attack.craft(at_weights(model, received), public.to(device), seed=p.seed,
                            mean=tuple(data.train.mean), std=tuple(data.train.std))
     return crafted.to(device)
-
-
-def _change(tensors: dict[str, torch.Tensor], sent: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """A model reply as the server reads it: each floating tensor's change from the crafted download."""
-    return {n: t - sent[n] for n, t in tensors.items() if n in sent and t.is_floating_point()}
 
 
 def _knowledge(p: Plan, payload: Payload, *, crafted: str, reply: str, reply_bytes: int,
@@ -108,7 +89,11 @@ def active_round(p: Plan, payload: Payload, base: Payload | None, model: nn.Modu
     ``members`` and aggregates their updates securely.
     """
     if payload.kind == "aggregate":
-        return _secure_round(p, payload, base, model, data, members)
+        received = dict(base.tensors) if base is not None and base.tensors is not None else {}
+        crafted = _crafted(p, model, received, data)
+        return secure_round(p, payload, base, model, data, members, crafted, check=_client_check,
+                            knowledge=functools.partial(_knowledge, p, payload),
+                            what_was_sent=_what_was_sent(p, payload, crafted))
     if payload.kind == "learngene":
         return _gene_round(p, payload, base, model, data)
     if payload.kind not in ("gradient", "update"):
@@ -120,7 +105,7 @@ def active_round(p: Plan, payload: Payload, base: Payload | None, model: nn.Modu
     crafted = _crafted(p, model, received, data)
     sent = parameters_of(crafted)
     check = _client_check(crafted, sent, received, client_data.normalised())
-    trainer, name = _trainer(p), payload.sender
+    trainer, name = fresh_trainer(p), payload.sender
     generator = torch.Generator().manual_seed(p.seed * 1_000_003 + 71)
     if payload.kind == "gradient":
         x, y = client_data.normalised(), client_data.labels
@@ -134,7 +119,7 @@ def active_round(p: Plan, payload: Payload, base: Payload | None, model: nn.Modu
     if p.transform is not None:
         message = decode(p.transform.protect(message, sent if payload.kind == "update" else None), sent)
     assert message.tensors is not None
-    observed = dict(message.tensors) if payload.kind == "gradient" else _change(message.tensors, sent)
+    observed = dict(message.tensors) if payload.kind == "gradient" else change_from(message.tensors, sent)
     knowledge = _knowledge(
         p, payload, crafted=_what_was_sent(p, payload, crafted),
         reply=f"the victim's {payload.kind}, trained as usual on the crafted download ({record.steps} step(s), batch "
@@ -143,77 +128,13 @@ def active_round(p: Plan, payload: Payload, base: Payload | None, model: nn.Modu
                       tuple(data.train.std), _attack(p).crafted_layer(crafted), knowledge, check)
 
 
-def _secure_round(p: Plan, payload: Payload, base: Payload | None, model: nn.Module, data: FederatedData,
-                  members: Sequence[Member]) -> ActiveView:
-    """The cohort's round on the crafted download, through the run's secure aggregation: the server's view is the
-    aggregate's change from what it sent."""
-    if not members:
-        raise AttackNotApplicableError(f"{payload.id}: no member of the cohort was recorded")
-    device = next(model.parameters()).device
-    received = dict(base.tensors) if base is not None and base.tensors is not None else {}
-    crafted = _crafted(p, model, received, data)
-    sent = parameters_of(crafted)
-    trainer = _trainer(p)
-    uploads, records, checks = [], [], []
-    for i, (name, indices, declared) in enumerate(members):
-        if isinstance(p.protocol, GeneFL):  # each member's own GENE-FL client code chooses its layers
-            sending, record, check = _gene_client(p, crafted, sent, received, data, sender=name, round_=payload.round,
-                                                  cluster=payload.cluster, base_id=str(payload.base))
-            uploads.append(sending)
-            records.append(record)
-            checks.append(check)
-            continue
-        stand_in = Payload.from_tensors(kind="update", round=payload.round, sender=name, receiver="server",
-                                        tensors={}, base=payload.base, training=declared)
-        _, training, client_data = rerun_inputs(stand_in, base, data, indices, device=device, what="an active round")
-        checks.append(_client_check(crafted, sent, received, client_data.normalised()))
-        local = copy.deepcopy(crafted)
-        generator = torch.Generator().manual_seed(p.seed * 1_000_003 + 71 + i)
-        record = trainer.train(local, client_data, client=name, sgd=local_sgd(training), generator=generator)
-        message = Payload.from_tensors(kind="update", round=payload.round, sender=name, receiver="server",
-                                       tensors=parameters_of(local), base=f"{payload.base}-crafted", training=record)
-        if p.transform is not None:
-            message = decode(p.transform.protect(message, sent), sent)
-        uploads.append(Upload(record.num_samples, message, list(message.names)))
-        records.append(record)
-    aggregation = p.protocol.aggregation
-    with tempfile.TemporaryDirectory() as scratch:
-        wire = Wire(PayloadStore(Path(scratch)), CapturePolicy(kinds=frozenset()), sends=aggregation.sends,
-                    trainer=trainer)
-        mean = aggregation.combine(sent, uploads, round_=payload.round, group=payload.cluster, wire=wire, seed=p.seed)
-        cost = wire.totals().uplink_bytes
-    images = sum(r.num_samples for r in records)
-    layer = _attack(p).crafted_layer(crafted)
-    carried = {n for u in uploads for n in u.payload.names}  # names no member uploaded are the server's own
-    extra: dict[str, Any] = {}
-    if isinstance(p.protocol, GeneFL):
-        sending_layer = sum(layer in u.layers for u in uploads)
-        extra = {CRAFTED_UPLOADED.key: sending_layer > 0, "members_uploading_crafted_layer": sending_layer}
-    knowledge = _knowledge(
-        p, payload, crafted=f"{_what_was_sent(p, payload, crafted)}, sent to all {len(members)} members of the cohort",
-        reply=f"the cohort's {aggregation.name} aggregate of {len(members)} {_payload_word(p)} ({images} images), each "
-              "trained as usual on the crafted download", reply_bytes=cost, training=payload.training, **extra)
-    flagged = [c for c in checks if c[DOWNLOAD_FLAGGED.key]]  # a member that halts would stop the round
-    check = {**(flagged or checks)[0], "members_flagging": len(flagged)}
-    if extra:
-        check[CRAFTED_UPLOADED.key] = float(extra[CRAFTED_UPLOADED.key])
-    observed = {n: t for n, t in _change(mean, sent).items() if n in carried}
-    return ActiveView(sent, observed, "update", payload.training, data.train.shape, tuple(data.train.mean),
-                      tuple(data.train.std), layer, knowledge, check)
-
-
-def _payload_word(p: Plan) -> str:
-    """What the cohort's members upload, in words."""
-    return "learnGenes" if isinstance(p.protocol, GeneFL) else "updates"
-
-
 def _gene_client(p: Plan, crafted: nn.Module, sent: dict[str, torch.Tensor], received: dict[str, torch.Tensor],
                  data: FederatedData, *, sender: str, round_: int, cluster: int | None,
                  base_id: str) -> tuple[Upload, LocalTraining, dict[str, Any]]:
     """One GENE-FL client's round on the crafted download (``audit.rerun.gene_client_round``: its Fisher pass,
     penalty, xi and layer choice over the crafted model's layers): its upload, training and check of the download."""
     assert isinstance(p.protocol, GeneFL)
-    upload, training, images = gene_client_round(p.protocol, _trainer(p), crafted, sent, data, sender=sender,
+    upload, training, images = gene_client_round(p.protocol, fresh_trainer(p), crafted, sent, data, sender=sender,
                                                  round_=round_, cluster=cluster, base_id=f"{base_id}-crafted",
                                                  seed=p.seed, victim=p.victim, transform=p.transform)
     return upload, training, _client_check(crafted, sent, received, images.normalised())
@@ -241,5 +162,5 @@ def _gene_round(p: Plan, payload: Payload, base: Payload | None, model: nn.Modul
         reply_bytes=upload.nbytes, training=training,
         **{CRAFTED_UPLOADED.key: uploaded, "crafted_layer_xi": xi.get(layer)})
     check = {**check, CRAFTED_UPLOADED.key: float(uploaded)}
-    return ActiveView(sent, _change(upload.tensors, sent), "learngene", training, data.train.shape,
+    return ActiveView(sent, change_from(upload.tensors, sent), "learngene", training, data.train.shape,
                       tuple(data.train.mean), tuple(data.train.std), layer, knowledge, check)

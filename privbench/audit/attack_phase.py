@@ -204,6 +204,8 @@ def attack_victims(p: Plan, store: PayloadStore, model: nn.Module, data: Federat
     scored = []
     for (payload, _), view, finding, folder, answer in zip(selected, views, findings, dirs, answers):
         records = [] if p.attack.view == "participation" else p.choice.truth(store, payload)
+        if getattr(view, "target", None) is not None:  # an active server isolated one member of the cohort
+            records = list(view.target)
         truth = replace(_truth(records, data), **answer)
         how = Scoring(seed=p.seed, match_on=str(p.cfg.metrics.match_on), use_lpips=bool(p.cfg.metrics.lpips),
                       out=folder, recovered=Recovered.of(p.cfg.metrics))

@@ -143,9 +143,28 @@ def plan(cfg: DictConfig) -> Plan:
         if attack.unroll and choice.spec.carries != "model":
             raise AttackNotApplicableError(f"attack.unroll=true needs a payload that carries a model; "
                                            f"payload={choice.kind} carries a {choice.spec.carries}")
+        _check_isolation(p)
         if cfg.metrics.lpips:
             alexnet_backbone()  # damaged weights fail here, not after training
     return p
+
+
+def _check_isolation(p: Plan) -> None:
+    """An active server that isolates a member needs a cohort aggregate, the in-process engine and a cohort larger
+    than its sybils."""
+    isolation = getattr(p.attack, "isolation", None)
+    if isolation is None or not isolation.isolates:
+        return
+    asked = "attack.downloads=inconsistent" if isolation.downloads == "inconsistent" else f"attack.sybils={isolation.sybils}"
+    if not p.choice.spec.aggregate:
+        raise ConfigError(f"{asked} isolates the victim inside a cohort's aggregate; payload={p.choice.kind} is the "
+                          "victim's own message already (use payload=aggregate)")
+    if p.launcher.name != "inprocess":
+        raise ConfigError(f"{asked}: engine={p.launcher.name} sends every client the server's one model; per-client "
+                          "downloads and sybil clients run on engine=inprocess")
+    if isolation.sybils > p.protocol.participants - 1:
+        raise ConfigError(f"attack.sybils={isolation.sybils}: a cohort of fl.participants={p.protocol.participants} "
+                          f"has at most {p.protocol.participants - 1} members besides the victim")
 
 
 def prepare(p: Plan) -> tuple[FederatedData, nn.Module, CapturePolicy]:

@@ -1,0 +1,94 @@
+"""How an active server isolates one member inside a secure aggregate.
+
+Secure aggregation shows the server only a cohort's sum, so a crafted download read through it mixes every
+member's reply. Two published ways around it, both within what a server controls:
+
+- **Model inconsistency** (Pasquini et al., CCS 2022): the victim gets the crafted download and every other member
+  a *quiet* one, the same model with the crafted rows zeroed. A zero row's pre-activation is exactly 0 on every
+  input, so its ReLU never fires, its gradient is 0 and it never moves: in the sum those rows carry the victim's
+  change alone, scaled by the victim's unknown share ``w`` of the cohort's weight. The server estimates ``w`` from
+  the crafted rows the victim did not fire (their change is 0, so the sum holds ``w`` times what it sent).
+- **Sybils** (Boenisch et al., EuroS&P 2023): the server controls some cohort members; they upload what they
+  received, so they add nothing to the sum's change and leave fewer honest members to hide the victim.
+
+An honest-but-curious client cannot see what the others received unless a defence (an agreed-model hash) says so.
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+#: What each cohort member receives: the same crafted download, or the crafted one for the victim only.
+DOWNLOADS = ("same", "inconsistent")
+
+
+@dataclass(frozen=True)
+class Isolation:
+    """An active server's isolation of the victim in a secure aggregate.
+
+    Attributes:
+        downloads: ``same`` (every member gets the crafted download, as Fowl et al. send it) or ``inconsistent``
+            (only the victim; the others a quiet download).
+        sybils: cohort members the server controls (they upload what they received).
+    """
+
+    downloads: str = "same"
+    sybils: int = 0
+
+    def __post_init__(self) -> None:
+        if self.downloads not in DOWNLOADS:
+            raise ValueError(f"attack.downloads must be one of {', '.join(DOWNLOADS)}, not {self.downloads!r}")
+        if isinstance(self.sybils, bool) or not isinstance(self.sybils, int) or self.sybils < 0:
+            raise ValueError(f"attack.sybils must be a whole number >= 0, not {self.sybils!r}")
+
+    @property
+    def isolates(self) -> bool:
+        """Whether the server aims at one member of the cohort rather than the cohort."""
+        return self.downloads == "inconsistent" or self.sybils > 0
+
+    def describe(self) -> dict[str, Any]:
+        """For ``threat_model.json``: what the server controls beyond the weights."""
+        return {"per_client_downloads": self.downloads == "inconsistent", "sybil_clients": self.sybils}
+
+
+def quiet(crafted: nn.Module, layer: str, rows: torch.Tensor) -> nn.Module:
+    """A copy of ``crafted`` whose ``layer`` has ``rows`` (output units) zeroed, weights and bias: they never fire.
+
+    Example:
+        >>> net = nn.Sequential(nn.Linear(3, 2), nn.ReLU())
+        >>> q = quiet(net, "0", torch.tensor([1]))
+        >>> bool(q[0].weight[1].abs().sum() == 0), bool(q[0].bias[1] == 0), bool(q[0].weight[0].abs().sum() > 0)
+        (True, True, True)
+    """
+    out = copy.deepcopy(crafted)
+    module = out.get_submodule(layer)
+    with torch.no_grad():
+        for name in ("weight", "bias"):
+            tensor = getattr(module, name, None)
+            if isinstance(tensor, torch.Tensor):
+                tensor[rows] = 0
+    return out
+
+
+def victim_share(mean: torch.Tensor, sent: torch.Tensor, rows: torch.Tensor) -> float:
+    """The victim's share ``w`` of the cohort's weight, from the crafted ``rows`` of a layer's aggregate ``mean``
+    (weights and bias side by side, ``[H, D + 1]``) and of what the victim was ``sent``: the median of each row's
+    least-squares ``w`` (``<mean_r, sent_r> / |sent_r|^2``), robust to the rows the victim fired.
+
+    Example:
+        >>> sent = torch.tensor([[1.0, 2.0], [3.0, 1.0], [2.0, 2.0]])
+        >>> mean = 0.25 * sent
+        >>> mean[0] += torch.tensor([0.5, -0.1])  # a fired row
+        >>> victim_share(mean, sent, torch.arange(3))
+        0.25
+    """
+    m, s = mean[rows].double().flatten(1), sent[rows].double().flatten(1)
+    norms = (s * s).sum(1)
+    ok = norms > 0
+    if not bool(ok.any()):
+        raise ValueError("victim_share: every crafted row the victim was sent is zero")
+    return float(((m * s).sum(1)[ok] / norms[ok]).median())

@@ -1,0 +1,176 @@
+"""An active server's round through secure aggregation: it crafts the cohort's downloads, reads only their sum.
+
+As Fowl et al. do, the server may send every member the same crafted download and read the crafted rows from the
+aggregate of the whole cohort. A server that aims at one member isolates it (``attacks.isolation``): with
+``downloads=inconsistent`` the victim alone gets the crafted download and every other member a quiet one (the
+crafted rows zeroed), and the server undoes its own downloads' weighted mean with the victim's share estimated from
+the sum; with ``sybils`` it controls that many members, which upload what they received. Every member's round runs
+again on what it received (each on its own images with its declared training, GENE-FL's by its own client code),
+every member checks its own download, and the updates go through the run's own secure aggregation.
+"""
+from __future__ import annotations
+
+import copy
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from privbench.attacks.base import ActiveAttack
+from privbench.attacks.isolation import quiet, victim_share
+from privbench.attacks.views import ActiveView
+from privbench.audit.plan import Plan
+from privbench.audit.rerun import gene_client_round, local_sgd, rerun_inputs
+from privbench.data import FederatedData
+from privbench.errors import AttackNotApplicableError
+from privbench.figures import CRAFTED_UPLOADED, DOWNLOAD_FLAGGED
+from privbench.fl.protocols.genefl import GeneFL
+from privbench.fl.protocols.round import Upload
+from privbench.fl.sgd import parameters_of
+from privbench.fl.trainer import SGDTrainer, Trainer
+from privbench.fl.wire import Wire
+from privbench.payloads import CapturePolicy, LocalTraining, Payload, PayloadStore
+from privbench.payloads.encoding import decode
+
+#: A member of the victim's cohort: its name, the train images its upload was computed from, its declared training.
+Member = tuple[str, list[int], LocalTraining]
+
+
+def _nbytes(state: dict[str, torch.Tensor]) -> int:
+    return sum(t.numel() * t.element_size() for t in state.values())
+
+
+def change_from(tensors: dict[str, torch.Tensor], sent: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A model reply as the server reads it: each floating tensor's change from the crafted download."""
+    return {n: t - sent[n] for n, t in tensors.items() if n in sent and t.is_floating_point()}
+
+
+def secure_round(p: Plan, payload: Payload, base: Payload | None, model: nn.Module, data: FederatedData,
+                 members: Sequence[Member], crafted: nn.Module,
+                 check: Any, knowledge: Any, what_was_sent: str) -> ActiveView:
+    """The cohort's round on ``crafted`` (and, isolating, the quiet download), through the run's secure
+    aggregation: the server's view is the aggregate's change from what it sent. ``check(model, sent, images)`` is
+    a member's check of its download; ``knowledge(**facts)`` the threat model."""
+    attack = p.attack
+    assert isinstance(attack, ActiveAttack)
+    isolation = attack.isolation
+    if not members:
+        raise AttackNotApplicableError(f"{payload.id}: no member of the cohort was recorded")
+    victim = f"client{p.victim.client}"
+    names = [name for name, _, _ in members]
+    if isolation.isolates and victim not in names:
+        raise AttackNotApplicableError(f"{payload.id}: the server isolates {victim}, who is not in round "
+                                       f"{payload.round}'s cohort ({', '.join(names)})")
+    if isolation.sybils > len(members) - 1:
+        raise AttackNotApplicableError(f"attack.sybils={isolation.sybils}: round {payload.round}'s cohort has "
+                                       f"{len(members)} members, so at most {len(members) - 1} besides the victim")
+    device = next(model.parameters()).device
+    received = dict(base.tensors) if base is not None and base.tensors is not None else {}
+    sent = parameters_of(crafted)
+    layer = attack.crafted_layer(crafted)
+    rows = attack.crafted_rows(crafted)
+    hushed = quiet(crafted, layer, rows) if isolation.downloads == "inconsistent" else crafted
+    sent_quiet = parameters_of(hushed)
+    sybils = [n for n in names if n != victim][: isolation.sybils]
+    uploads, records, checks = [], [], []
+    for i, (name, indices, declared) in enumerate(members):
+        own, own_sent = (crafted, sent) if name == victim or isolation.downloads == "same" else (hushed, sent_quiet)
+        if name in sybils:  # the server's own client: it uploads what it received, with its declared weight
+            message = Payload.from_tensors(kind="update", round=payload.round, sender=name, receiver="server",
+                                           tensors=dict(own_sent), base=f"{payload.base}-crafted", training=declared)
+            uploads.append(Upload(declared.num_samples, message, sorted({n.rsplit(".", 1)[0] for n in own_sent})))
+            continue
+        if isinstance(p.protocol, GeneFL):  # each member's own GENE-FL client code chooses its layers
+            upload, record, images = gene_client_round(
+                p.protocol, fresh_trainer(p), own, own_sent, data, sender=name, round_=payload.round,
+                cluster=payload.cluster, base_id=f"{payload.base}-crafted", seed=p.seed, victim=p.victim,
+                transform=p.transform)
+            uploads.append(upload)
+            records.append(record)
+            checks.append(check(own, own_sent, received, images.normalised()))
+            continue
+        stand_in = Payload.from_tensors(kind="update", round=payload.round, sender=name, receiver="server",
+                                        tensors={}, base=payload.base, training=declared)
+        _, training, client_data = rerun_inputs(stand_in, base, data, indices, device=device, what="an active round")
+        checks.append(check(own, own_sent, received, client_data.normalised()))
+        local = copy.deepcopy(own)
+        generator = torch.Generator().manual_seed(p.seed * 1_000_003 + 71 + i)
+        record = fresh_trainer(p).train(local, client_data, client=name, sgd=local_sgd(training),
+                                            generator=generator)
+        message = Payload.from_tensors(kind="update", round=payload.round, sender=name, receiver="server",
+                                       tensors=parameters_of(local), base=f"{payload.base}-crafted", training=record)
+        if p.transform is not None:
+            message = decode(p.transform.protect(message, own_sent), own_sent)
+        uploads.append(Upload(record.num_samples, message, list(message.names)))
+        records.append(record)
+    aggregation = p.protocol.aggregation
+    with tempfile.TemporaryDirectory() as scratch:
+        wire = Wire(PayloadStore(Path(scratch)), CapturePolicy(kinds=frozenset()), sends=aggregation.sends,
+                    trainer=fresh_trainer(p))
+        mean = aggregation.combine(sent, uploads, round_=payload.round, group=payload.cluster, wire=wire, seed=p.seed)
+        cost = wire.totals().uplink_bytes
+    carried = {n for u in uploads for n in u.payload.names}  # names no member uploaded are the server's own
+    observed = {n: t for n, t in change_from(mean, sent).items() if n in carried}
+    share = None
+    if isolation.downloads == "inconsistent" and f"{layer}.weight" in observed:
+        share = _undo_quiet(observed, mean, sent, sent_quiet, layer, rows)
+    extra: dict[str, Any] = {"downloads": _downloads(isolation.downloads, victim, len(members), sent, sent_quiet),
+                             "sybils": sybils}
+    if share is not None:
+        extra["victim_share_estimated"] = share
+    if isinstance(p.protocol, GeneFL):
+        sending_layer = sum(layer in u.layers for u in uploads if u.payload.sender not in sybils)
+        extra.update({CRAFTED_UPLOADED.key: sending_layer > 0, "members_uploading_crafted_layer": sending_layer})
+    trained = sum(r.num_samples for r in records)
+    word = "learnGenes" if isinstance(p.protocol, GeneFL) else "updates"
+    to = (f"sent to {victim} only (the {len(members) - 1} others: its crafted rows zeroed)"
+          if isolation.downloads == "inconsistent" else f"sent to all {len(members)} members of the cohort")
+    threat = knowledge(crafted=f"{what_was_sent}, {to}", reply_bytes=cost, training=payload.training,
+                       reply=f"the cohort's {aggregation.name} aggregate of {len(members)} {word} ({trained} images"
+                             f"{f'; {len(sybils)} sybil members the server controls' if sybils else ''}), each "
+                             "trained as usual on its download", **extra)
+    flagged = [c for c in checks if c[DOWNLOAD_FLAGGED.key]]  # a member that halts would stop the round
+    verdict = {**(flagged or checks or [{DOWNLOAD_FLAGGED.key: 0.0, "download_check": []}])[0],
+               "members_flagging": len(flagged)}
+    if CRAFTED_UPLOADED.key in extra:
+        verdict[CRAFTED_UPLOADED.key] = float(extra[CRAFTED_UPLOADED.key])
+    target = next(indices for name, indices, _ in members if name == victim) if isolation.isolates else None
+    return ActiveView(sent, observed, "update", payload.training, data.train.shape, tuple(data.train.mean),
+                      tuple(data.train.std), layer, threat, verdict, target)
+
+
+def fresh_trainer(p: Plan) -> Trainer:
+    """A copy of the run's trainer (its planned noise and accounting; the copy's releases never reach the run's
+    record), or plain SGD under a message transform."""
+    if p.transform is not None:
+        return SGDTrainer()
+    return copy.deepcopy(p.protocol.trainer)
+
+
+def _undo_quiet(observed: dict[str, torch.Tensor], mean: dict[str, torch.Tensor], sent: dict[str, torch.Tensor],
+                sent_quiet: dict[str, torch.Tensor], layer: str, rows: torch.Tensor) -> float:
+    """Replace the crafted layer's change in ``observed`` by the victim's, scaled back: the aggregate ``mean``
+    less the downloads' mean (victim share ``w`` estimated from the unfired crafted rows), over ``w``."""
+    keys = [k for k in (f"{layer}.weight", f"{layer}.bias") if k in mean]
+    stack = [torch.cat([mean[k].reshape(len(mean[k]), -1) for k in keys], 1),
+             torch.cat([sent[k].reshape(len(sent[k]), -1) for k in keys], 1)]
+    share = victim_share(stack[0], stack[1], rows)
+    if not share > 0:
+        raise AttackNotApplicableError(f"the victim's estimated share of the cohort's weight is {share:.3g}: the "
+                                       "crafted rows carry nothing of its reply")
+    for k in keys:
+        downloads = share * sent[k].double() + (1 - share) * sent_quiet[k].double()
+        observed[k] = ((mean[k].double() - downloads) / share).to(mean[k].dtype)
+    return share
+
+
+def _downloads(mode: str, victim: str, count: int, sent: dict[str, torch.Tensor],
+               sent_quiet: dict[str, torch.Tensor]) -> dict[str, Any]:
+    """Which download went to whom, with each one's bytes."""
+    if mode == "same":
+        return {"distinct": 1, "crafted": {"to": f"all {count} members", "bytes": _nbytes(sent)}}
+    return {"distinct": 2, "crafted": {"to": victim, "bytes": _nbytes(sent)},
+            "quiet": {"to": f"the other {count - 1} members", "bytes": _nbytes(sent_quiet)}}
