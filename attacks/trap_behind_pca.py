@@ -129,7 +129,7 @@ class TrapBehindPCAAttack(TrapWeightsAttack):
         flat = torch.linalg.lstsq(weight, (reads.double() - bias).T).solution.T
         if self._outside is not None:
             flat = flat + self._outside.double().to(flat.device)
-        return flat.float().view(len(reads), *view.image_shape)
+        return flat
 
     def describe(self) -> dict[str, Any]:
         """What the server changed, for ``threat_model.json``."""

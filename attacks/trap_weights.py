@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import torch
@@ -89,15 +90,19 @@ def trapped(rows: int, share: float) -> torch.Tensor:
     return order[: max(1, math.ceil(share * rows))].sort().values
 
 
-def read_rows(weight: torch.Tensor, bias: torch.Tensor, *, tolerance: float, same: float) -> tuple[torch.Tensor, list[int]]:
+def read_rows(weight: torch.Tensor, bias: torch.Tensor, *, tolerance: float, same: float,
+              inputs: Callable[[torch.Tensor], torch.Tensor] | None = None) -> tuple[torch.Tensor, list[int]]:
     """Inputs read from a trapped layer's gradient or change (``weight [H, D]``, ``bias [H]``): each row with a
-    bias entry above ``tolerance`` times the largest gives ``dW_i / db_i``; rows within ``same`` (relative L2) of
-    an earlier one are the same input. Returns ``[n, D]``, largest groups first, and each group's row count."""
+    bias entry above ``tolerance`` times the largest gives ``dW_i / db_i`` (the layer's input; ``inputs`` maps it
+    to the model's); reads within ``same`` (relative L2) of an earlier one are the same input. Returns ``[n, D]``,
+    largest groups first, and each group's row count."""
     w, b = weight.double(), bias.double()
     fired = (b.abs() > tolerance * b.abs().max().clamp(min=1e-300)).nonzero().flatten()
     fired = fired[torch.argsort(b[fired].abs(), descending=True)]
     reads = w[fired] / b[fired].unsqueeze(1)
     reads = reads[torch.isfinite(reads).all(1)]
+    if inputs is not None:
+        reads = inputs(reads).double()
     kept = torch.empty_like(reads)
     counts: list[int] = []
     for x in reads:
@@ -206,8 +211,8 @@ class TrapWeightsAttack(ActiveAttack):
             **self.isolation.describe(), "budget": "analytic (no optimisation): one read of the reply's trapped rows"}
 
     def to_inputs(self, reads: torch.Tensor, view: Any) -> torch.Tensor:
-        """The model inputs ``[n, C, H, W]`` behind the trapped layer's reads (its inputs: here the image itself)."""
-        return reads.view(len(reads), *view.image_shape)
+        """The flattened model inputs ``[n, D]`` behind the trapped layer's reads (its inputs: here the image)."""
+        return reads
 
     def attack(self, view: Any, *, seed: int) -> Reconstruction:
         """The inputs read back from the reply's trapped rows (model input space); labels are not inferred."""
@@ -219,10 +224,10 @@ class TrapWeightsAttack(ActiveAttack):
         layer = view.crafted_layer
         rows = trapped(len(view.observed[f"{layer}.bias"]), self.rows_trapped)
         flat, counts = read_rows(view.observed[f"{layer}.weight"][rows], view.observed[f"{layer}.bias"][rows],
-                                 tolerance=self.tolerance, same=self.same)
+                                 tolerance=self.tolerance, same=self.same, inputs=lambda r: self.to_inputs(r, view))
         if not len(flat):
             return self.nothing("empty")
-        images = self.to_inputs(flat, view)
+        images = flat.view(len(flat), *view.image_shape)
         log = [{"objective": 0.0, "status": "analytic", "iterations": 0, "evaluations": 0,
                 "fired_rows": sum(counts), "distinct": len(counts), "repeated": sum(c > 1 for c in counts)}]
         return Reconstruction(log, images=images, labels=torch.full((len(flat),), -1), objective=0.0,

@@ -116,7 +116,7 @@ def secure_round(p: Plan, payload: Payload, base: Payload | None, model: nn.Modu
     observed = {n: t for n, t in change_from(mean, sent).items() if n in carried}
     share = None
     if isolation.downloads == "inconsistent" and f"{layer}.weight" in observed:
-        share = _undo_quiet(observed, mean, sent, sent_quiet, layer, rows)
+        share = undo_quiet(observed, mean, sent, sent_quiet, layer, rows)
     extra: dict[str, Any] = {"downloads": _downloads(isolation.downloads, victim, len(members), sent, sent_quiet),
                              "sybils": sybils}
     if share is not None:
@@ -150,7 +150,7 @@ def fresh_trainer(p: Plan) -> Trainer:
     return copy.deepcopy(p.protocol.trainer)
 
 
-def _undo_quiet(observed: dict[str, torch.Tensor], mean: dict[str, torch.Tensor], sent: dict[str, torch.Tensor],
+def undo_quiet(observed: dict[str, torch.Tensor], mean: dict[str, torch.Tensor], sent: dict[str, torch.Tensor],
                 sent_quiet: dict[str, torch.Tensor], layer: str, rows: torch.Tensor) -> float:
     """Replace the crafted layer's change in ``observed`` by the victim's, scaled back: the aggregate ``mean``
     less the downloads' mean (victim share ``w`` estimated from the unfired crafted rows), over ``w``."""
