@@ -5,11 +5,15 @@ member's reply. Two published ways around it, both within what a server controls
 
 - **Model inconsistency** (Pasquini et al., CCS 2022): the victim gets the crafted download and every other member
   a *quiet* one, the same model with the crafted rows zeroed. A zero row's pre-activation is exactly 0 on every
-  input, so its ReLU never fires, its gradient is 0 and it never moves: in the sum those rows carry the victim's
-  change alone, scaled by the victim's unknown share ``w`` of the cohort's weight. The server estimates ``w`` from
-  the crafted rows the victim did not fire (their change is 0, so the sum holds ``w`` times what it sent).
+  input, so its ReLU never fires, its gradient is 0 and it never moves (under plain SGD, momentum and weight decay;
+  a DP-SGD trainer's noise moves it): in the sum those rows carry the victim's change alone, scaled by the
+  victim's unknown share ``w`` of the cohort's weight. The server estimates ``w`` from the crafted rows the victim
+  did not fire (their change is 0, so the sum holds ``w`` times what it sent: exact up to the secure sum's
+  rounding) and drops the rows whose change is within that rounding (``within_noise``).
 - **Sybils** (Boenisch et al., EuroS&P 2023): the server controls some cohort members; they upload what they
-  received, so they add nothing to the sum's change and leave fewer honest members to hide the victim.
+  received, so they add nothing to the sum's change and leave fewer honest members to hide the victim (all of the
+  cohort but the victim isolate it; fewer leave the others' images in the sum, and the truth is still the
+  victim's).
 
 An honest-but-curious client cannot see what the others received unless a defence (an agreed-model hash) says so.
 """
@@ -72,6 +76,26 @@ def quiet(crafted: nn.Module, layer: str, rows: torch.Tensor) -> nn.Module:
             if isinstance(tensor, torch.Tensor):
                 tensor[rows] = 0
     return out
+
+
+def within_noise(observed: dict[str, torch.Tensor], layer: str, rows: torch.Tensor, *, k: float = 6.0) -> int:
+    """Zero, in ``observed`` (the server's view of the victim's change), the crafted ``rows`` of ``layer`` whose bias
+    change is within ``k`` robust standard deviations (1.4826 x the median absolute deviation over the crafted rows,
+    most of which the victim did not fire) of zero: the secure sum's rounding, not a read. Returns how many.
+
+    Example:
+        >>> view = {"l.weight": torch.ones(5, 2), "l.bias": torch.tensor([1e-6, -2e-6, 1e-6, 0.0, 0.5])}
+        >>> within_noise(view, "l", torch.arange(5)), view["l.bias"].tolist()[-1], float(view["l.weight"][0].sum())
+        (4, 0.5, 0.0)
+    """
+    bias = observed[f"{layer}.bias"][rows].double()
+    spread = 1.4826 * float((bias - bias.median()).abs().median())
+    quiet_rows = rows[bias.abs() <= k * spread]
+    for name in (f"{layer}.weight", f"{layer}.bias"):
+        if name in observed:
+            observed[name] = observed[name].clone()
+            observed[name][quiet_rows] = 0
+    return len(quiet_rows)
 
 
 def victim_share(mean: torch.Tensor, sent: torch.Tensor, rows: torch.Tensor) -> float:

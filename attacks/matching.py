@@ -12,7 +12,6 @@ from privbench.attacks.lbfgs import LBFGS
 from privbench.attacks.objectives import squared_l2, squared_norm
 from privbench.attacks.target import AttackTarget, Unroll
 
-
 #: A step that moves no leaf and changes the objective by at most this (relative) ends the loop.
 TOLERANCE = 1e-9
 #: With ``patience``: an attempt whose objective fell by less than this fraction over the last

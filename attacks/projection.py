@@ -9,10 +9,10 @@ import torch
 from privbench.attacks.base import Attack
 from privbench.attacks.findings import Reconstruction
 from privbench.attacks.views import BasisView, ViewKind
+from privbench.figures import PROJECTION_PSNR_MEAN
 from privbench.metrics.image import psnr, ssim
 from privbench.payloads.kinds import Carries
 from privbench.pixels import denormalise, normalise
-from privbench.figures import PROJECTION_PSNR_MEAN
 
 
 class SubspaceProjection(Attack):

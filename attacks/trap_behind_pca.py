@@ -7,10 +7,10 @@ its public images (rows orthonormal), with each unit's bias set to the lowest va
 the pixel box, so the ReLU is always on and the layer is the linear map ``h = U (x - m) + beta``; the second
 fully connected ReLU layer holds trap rows (``attacks.trap_weights``) drawn in pixel space and carried into ``h``'s
 space (``v = w U^T``), each biased to fire on ``fire_rate`` of the public images. A unit of the second layer fired
-by one input gives ``h`` verbatim (``dW_i / db_i``), and the server inverts the first layer:
-``x = U^T (h - b) + (I - U^T U) m``, the input's projection on the public principal subspace plus the public
-mean's component outside it. The read is a ratio, so the server scales both layers to keep every value within
-``bound`` (the range a secure aggregation clips to).
+by one input gives ``h`` verbatim (``dW_i / db_i``). The read is a ratio, so the server scales both layers to keep
+every value within ``bound`` (the range a secure aggregation clips to): the first layer sent is ``W = s U``, and
+the server inverts it, ``x = W^+ (h - b) + (I - U^T U) m``, the input's projection on the public principal
+subspace plus the public mean's component outside it (which the server keeps from its crafting).
 
 Every tensor keeps its name and shape, no rows point the same way, and the first ReLU layer fires on every input,
 so the download passes the three checks of ``defenses.detector``. The construction is from a review of this
@@ -60,7 +60,7 @@ class TrapBehindPCAAttack(TrapWeightsAttack):
             raise ValueError(f"attack.bound must be > 0, not {bound}")
         super().__init__(fire_rate=fire_rate, **settings)
         self.bound = bound
-        self._outside: torch.Tensor | None = None  # what the server remembers: the public mean off the subspace
+        self._outside: dict[bytes, torch.Tensor] = {}  # the server's memory: per first layer sent, (I - P) m
 
     def _layers(self, model: nn.Module, features: int | None = None) -> tuple[str, str]:
         stack = relu_layers(model)
@@ -119,21 +119,25 @@ class TrapBehindPCAAttack(TrapWeightsAttack):
             first.bias.copy_((scale * first_bias).to(first.bias))
             second.weight[rows] = carried[rows].to(second.weight)
             second.bias[rows] = bias[rows].to(second.bias)
-        self._outside = (centre - directions.T @ (directions @ centre)).float()  # (I - U^T U) m
+        self._outside[_key(first.weight)] = (centre - directions.T @ (directions @ centre)).float()
         return crafted
 
     def to_inputs(self, reads: torch.Tensor, view: Any) -> torch.Tensor:
-        """The first layer inverted on the reads (its outputs): ``U^T (h - b)`` plus the public mean off ``U``."""
+        """The first layer (``W = s U``) inverted on the reads (its outputs): ``W^+ (h - b)``, least squares on the
+        weights sent, plus the public mean off ``U``, which the server kept when it crafted that layer."""
         first = relu_layers_from_state(view.sent, view.crafted_layer)
         weight, bias = view.sent[f"{first}.weight"].double(), view.sent[f"{first}.bias"].double()
+        outside = self._outside.get(_key(view.sent[f"{first}.weight"]))
+        if outside is None:
+            raise AttackNotApplicableError("attack=trap_behind_pca reads a download this server did not craft (its "
+                                           "first layer is not one it sent)")
         flat = torch.linalg.lstsq(weight, (reads.double() - bias).T).solution.T
-        if self._outside is not None:
-            flat = flat + self._outside.double().to(flat.device)
-        return flat
+        return flat + outside.double().to(flat.device)
 
     def describe(self) -> dict[str, Any]:
         """What the server changed, for ``threat_model.json``."""
         described = super().describe()
+        described["crafted"].pop("mu", None)  # the rows' biases are placed on public images here
         described["crafted"] = {
             **described["crafted"],
             "block": "trap weights (Boenisch et al. 2023) in the second fully connected ReLU layer, carried through "
@@ -146,6 +150,11 @@ class TrapBehindPCAAttack(TrapWeightsAttack):
         described["budget"] = ("analytic (no optimisation): one read of the reply's trapped second-layer rows, "
                                "inverted through the first layer")
         return described
+
+
+def _key(weight: torch.Tensor) -> bytes:
+    """The bytes of a first layer's weights, by which the server recalls what it sent."""
+    return weight.detach().cpu().float().contiguous().numpy().tobytes()
 
 
 def relu_layers_from_state(state: dict[str, torch.Tensor], second: str) -> str:

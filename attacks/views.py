@@ -242,7 +242,8 @@ class ActiveView:
         client_check: what the victim's own check of the download found (``defenses.detector``; the
             evaluator's figure, which the attack does not read).
         target: the evaluator's truth of a server that isolated one member of a secure aggregate: that member's
-            train images (None: the message's own images are the truth).
+            train images (None: the message's own images are the truth); the evaluator's field, which no attack
+            reads.
     """
 
     sent: dict[str, torch.Tensor]

@@ -17,10 +17,10 @@ import torch
 from privbench.attacks import IDLG, AttackTarget
 from privbench.data import FederatedData, denormalise
 from privbench.fl.sgd import batch_gradient
-from privbench.victim import Victim
 from privbench.metrics.image import psnr, ssim
 from privbench.models import LeNet
 from privbench.payloads import Payload
+from privbench.victim import Victim
 
 
 def run_seed(data: FederatedData, seed: int, *, iterations: int, restarts: int) -> dict:

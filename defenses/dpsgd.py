@@ -11,17 +11,17 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from privbench.defenses.canaries import GradientCanaries
-from privbench.defenses.calibration import Event, epsilon, events, noise_multiplier, poisson_steps, shown, steps_by_rate
-from privbench.defenses.dp_reads import dp_fisher_diagonal, dp_subspace
 from privbench.data.dataset import ImageDataset
-from privbench.errors import ConfigError
+from privbench.defenses.calibration import Event, epsilon, events, noise_multiplier, poisson_steps, shown, steps_by_rate
+from privbench.defenses.canaries import GradientCanaries
+from privbench.defenses.dp_reads import dp_fisher_diagonal, dp_subspace
 from privbench.defenses.tradeoff import tpr_bound
-from privbench.fl.clustering.subspace import per_class_subspace
-from privbench.fl.sgd import per_sample_gradients
-from privbench.fl.reads import AUDIT_GRADIENT, COVERABLE, FISHER, LOCAL_SGD, SUBSPACE, PlannedRead
-from privbench.fl.trainer import LocalSGD, Regulariser, Trainer
+from privbench.errors import ConfigError
 from privbench.figures import EPSILON_MAX
+from privbench.fl.clustering.subspace import per_class_subspace
+from privbench.fl.reads import AUDIT_GRADIENT, COVERABLE, FISHER, LOCAL_SGD, SUBSPACE, PlannedRead
+from privbench.fl.sgd import per_sample_gradients
+from privbench.fl.trainer import LocalSGD, Regulariser, Trainer
 
 ACCOUNTANTS = ("rdp", "prv")
 MECHANISMS = {

@@ -15,7 +15,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from privbench.overrides import compose_full, hydra_context, job_config, compose
+from privbench.overrides import compose, compose_full, hydra_context, job_config
 
 __all__ = ["AuditResult", "compose", "preflight", "run"]
 

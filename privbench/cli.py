@@ -127,9 +127,7 @@ def _after_refusal(out: Path, line: str, *, single: bool) -> None:
     anything else keeps it and gets ``error.txt`` with the error (unless it has one, or another running audit holds
     it). A folder holding a finished run (``metrics.json``, a sweep's ``resumed.json``) is never touched: the run
     claimed another folder (``privbench.io.claim``), where its refusal is recorded, or none."""
-    from privbench.io import LOCK, alive, atomic_write_text
-
-    from privbench.io import FINISHED
+    from privbench.io import FINISHED, LOCK, alive, atomic_write_text
 
     if not out.is_dir() or any((out / name).exists() for name in FINISHED):
         return  # a finished run's folder (a rerun claimed ``<folder>-2``, which has its error.txt): left as it is

@@ -62,8 +62,8 @@ def check_kind(kind: str, carries: str, tensors: dict[str, torch.Tensor], *, bas
         >>> try:
         ...     check_kind("gradient", "gradient", weights, base=weights, model=net, what="w.pt")
         ... except ConfigError as refused:
-        ...     print(str(refused)[:68])
-        w.pt: declared a gradient (--kind gradient), but its tensors lie 0% 
+        ...     print(str(refused)[:67])
+        w.pt: declared a gradient (--kind gradient), but its tensors lie 0%
     """
     names = [n for n in tensors if base is not None and n in base]
     if carries == "gradient" and names:

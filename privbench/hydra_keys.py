@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 import copy
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
-import os
 from pathlib import Path
 from typing import Any
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 import copy
 from collections.abc import Collection, Sequence
 from functools import lru_cache
-from typing import Any
 from importlib import resources
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 

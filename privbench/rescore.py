@@ -27,8 +27,8 @@ from privbench.audit.output import write_metrics
 from privbench.errors import ConfigError
 from privbench.figures import NUM_TRUE, RECOVERED_FRACTION, RECOVERED_FRACTION_CHANCE
 from privbench.io import atomic_write_bytes, files_named
-from privbench.regular import load_arrays, read_text, regular
 from privbench.metrics.reconstruction import Recovered
+from privbench.regular import load_arrays, read_text, regular
 
 
 def rescore(metrics: dict[str, Any], bar: Recovered) -> dict[str, Any]:

@@ -9,7 +9,6 @@ import torch
 
 from privbench.errors import ConfigError
 
-
 #: Most bytes a tensor file may inflate to (a torch.save file is a zip; its entries are checked before reading);
 #: a file checked against a model gets the tighter bound ``model_bound``.
 MAX_FILE_BYTES = 4 * 2**30

@@ -9,7 +9,8 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from privbench.errors import SHOWN, ConfigError, shown
-from privbench.schema import BOOLEANS, check_schema
+from privbench.schema import check_schema
+
 #: Seeds are integers in [0, 2**32): numpy, torch and Python's random all take them.
 SEED_LIMIT = 2**32
 

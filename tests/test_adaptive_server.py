@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from privbench.attacks.isolation import Isolation, quiet, victim_share
 from privbench.attacks.trap_behind_pca import TrapBehindPCAAttack
-from privbench.attacks.trap_weights import TrapWeightsAttack, read_rows, trapped
+from privbench.attacks.trap_weights import TrapWeightsAttack, trapped
 from privbench.attacks.views import ActiveView
 from privbench.audit.active_cohort import undo_quiet
 from privbench.data.embedded import load_fashion_mnist_subset
@@ -23,6 +23,10 @@ SECURE = ["model=mlp", "fl=fedavg", "payload=aggregate", "aggregation=secagg", "
           "aggregation.clipping_range=32", "aggregation.quantization_range=134217728", "data.num_clients=100",
           "fl.rounds=1", "fl.local_epochs=1", "fl.batch_size=64", "victim.num_images=8", "metrics.lpips=false",
           "attack.fire_rate=0.01"]
+
+
+def _secure(fl: str) -> list[str]:
+    return [f"fl={fl}" if o == "fl=fedavg" else o for o in SECURE]
 
 
 @pytest.fixture(scope="module")
@@ -141,24 +145,30 @@ def test_quiet_rows_never_fire_and_never_move_under_local_training(fmnist):
 
 
 def test_the_server_undoes_its_own_downloads_from_the_sum():
-    """A cohort's weighted mean of a layer whose victim (weight 0.3) got crafted rows C and the others zeros: the
-    victim's share comes back from its unfired rows to 1e-12, and the server's view of the crafted rows is the
-    victim's own change, exactly, whatever the others did elsewhere."""
+    """A cohort's weighted mean of a layer whose victim (weight 0.3) got crafted rows C (20 of 25) and the others
+    those rows zeroed, the other 5 rows alike for all and moved by every member: the victim's share comes back from
+    its unfired rows to 1e-12, and the server's view of the crafted rows is the victim's own change, exactly."""
     generator = torch.Generator().manual_seed(0)
-    sent = {"l.weight": torch.randn(20, 6, generator=generator, dtype=torch.float64),
-            "l.bias": torch.randn(20, generator=generator, dtype=torch.float64)}
+    sent = {"l.weight": torch.randn(25, 6, generator=generator, dtype=torch.float64),
+            "l.bias": torch.randn(25, generator=generator, dtype=torch.float64)}
     rows = torch.arange(20)
-    quiet_sent = {k: torch.zeros_like(v) for k, v in sent.items()}
+    quiet_sent = {k: v.clone() for k, v in sent.items()}
+    for v in quiet_sent.values():
+        v[rows] = 0
     change = {k: torch.zeros_like(v) for k, v in sent.items()}
-    change["l.weight"][[2, 7, 11]] = torch.randn(3, 6, generator=generator, dtype=torch.float64)
-    change["l.bias"][[2, 7, 11]] = torch.randn(3, generator=generator, dtype=torch.float64)
-    mean = {k: 0.3 * (sent[k] + change[k]) + 0.7 * quiet_sent[k] for k in sent}
+    others = {k: torch.zeros_like(v) for k, v in sent.items()}
+    for k, shape in (("l.weight", (3, 6)), ("l.bias", (3,))):
+        change[k][[2, 7, 11]] = torch.randn(shape, generator=generator, dtype=torch.float64)
+        change[k][20:] = torch.randn((5, *shape[1:]), generator=generator, dtype=torch.float64)
+        others[k][20:] = torch.randn((5, *shape[1:]), generator=generator, dtype=torch.float64)
+    mean = {k: 0.3 * (sent[k] + change[k]) + 0.7 * (quiet_sent[k] + others[k]) for k in sent}
     stacked = torch.cat([mean["l.weight"], mean["l.bias"][:, None]], 1)
     assert abs(victim_share(stacked, torch.cat([sent["l.weight"], sent["l.bias"][:, None]], 1), rows) - 0.3) < 1e-12
     observed = {k: mean[k] - sent[k] for k in sent}
     assert abs(undo_quiet(observed, mean, sent, quiet_sent, "l", rows) - 0.3) < 1e-12
     for k in sent:
-        assert torch.allclose(observed[k], change[k], atol=1e-12)
+        assert torch.allclose(observed[k][rows], change[k][rows], atol=1e-12)
+        assert not torch.allclose(observed[k][20:], change[k][20:])  # the shared rows carry the others' too
 
 
 def test_isolation_settings_are_checked_where_they_enter():
@@ -176,6 +186,8 @@ def test_isolation_settings_are_checked_where_they_enter():
      r"payload=update is the victim's own message already"),
     (["attack=trap_weights", "attack.downloads=inconsistent", *SECURE, "engine=flower"],
      r"engine=flower sends every client the server's one model"),
+    (["attack=trap_weights", "attack.sybils=2", *_secure("genefl"), "fl.participants=8"],
+     r"attack.sybils=2: fl=genefl aggregates per cluster"),
     (["attack=trap_behind_pca", "model=mlp", "model.hidden=[200]", "payload=update", "fl=fedavg"],
      r"traps the second fully connected ReLU layer behind the first .* MLP has 1 fully connected ReLU"),
 ])
@@ -199,7 +211,20 @@ def test_model_inconsistency_reads_the_victim_through_secure_aggregation(tmp_pat
     assert threat["per_client_downloads"] is True and threat["downloads"]["distinct"] == 2
     assert threat["downloads"]["crafted"]["to"] == "client0"
     assert threat["downloads"]["quiet"]["bytes"] == threat["downloads"]["crafted"]["bytes"] == 199_210 * 4
-    assert 0 < threat["victim_share_estimated"] < 0.1  # 8 of the cohort's 8 + 3 x 48 images
+    assert abs(threat["victim_share_estimated"] - 8 / 152) < 0.003  # 8 of the cohort's 8 + 3 x 48 images
+    assert privacy["num_true"] == 8 and privacy["recovered_fraction"] >= 0.375
+    assert privacy["members_flagging"] == 4 and privacy["download_flagged"] == 1.0  # every row trapped or zeroed
+
+
+def test_sybils_isolate_the_victim_in_the_secure_sum(tmp_path):
+    """Three of four members are the server's sybils (they upload what they received): the secure sum's change is
+    the victim's alone, and the server reads its images as from its own update (measured 2026-12-05, seed 0)."""
+    import privbench
+
+    run = privbench.run(["attack=trap_weights", "attack.sybils=3", *SECURE, "fl.participants=4"],
+                        results_dir=tmp_path)
+    privacy, threat = run.metrics["privacy"], json.loads((run.run_dir / "threat_model.json").read_text())
+    assert threat["sybil_clients"] == 3 and len(threat["sybils"]) == 3 and "client0" not in threat["sybils"]
     assert privacy["num_true"] == 8 and privacy["recovered_fraction"] >= 0.375
 
 
@@ -216,3 +241,18 @@ def test_the_pca_trap_rides_in_genefls_top_learngene(tmp_path):
     assert threat["crafted_layer_uploaded"] is True and "body.3" in threat["reply"]
     assert run.metrics["privacy"]["download_flagged"] == 0.0
     assert run.metrics["privacy"]["recovered_fraction"] >= 0.25
+
+
+@pytest.mark.slow
+def test_model_inconsistency_under_genefls_cluster_secure_aggregation(tmp_path):
+    """GENE-FL (select=top) through SecAgg+ per cluster, the PCA-trapped download to the victim only: the victim's
+    own learnGene carries the trapped layer, its check passes, and the server reads its images from the cluster's
+    secure sum (measured 2026-12-05, seed 0)."""
+    import privbench
+
+    run = privbench.run(["attack=trap_behind_pca", "attack.downloads=inconsistent", *_secure("genefl"),
+                         "fl.gene.select=top", "fl.participants=16"], results_dir=tmp_path)
+    privacy, threat = run.metrics["privacy"], json.loads((run.run_dir / "threat_model.json").read_text())
+    assert threat["crafted_layer_uploaded"] is True and threat["downloads"]["crafted"]["to"] == "client0"
+    assert privacy["download_flagged"] == 0.0 and privacy["num_true"] == 8
+    assert privacy["recovered_fraction"] >= 0.25

@@ -13,16 +13,16 @@ from privbench.attacks.projection import SubspaceProjection
 from privbench.audit.run import plan
 from privbench.data import denormalise
 from privbench.errors import AttackNotApplicableError
+from privbench.fl.clustering.subspace import client_subspace
 from privbench.fl.protocols.genefl import GeneFL
 from privbench.fl.sgd import batch_gradient, local_train, parameters_of
-from privbench.fl.clustering.subspace import client_subspace
-from privbench.victim import Victim
 from privbench.fl.wire import Wire
 from privbench.metrics.reconstruction import score
 from privbench.models import ConvNet, LeNet
 from privbench.payloads import CapturePolicy, LocalTraining, Payload, PayloadStore
 from privbench.payloads.capture import AnyOf
 from privbench.payloads.select import PayloadChoice
+from privbench.victim import Victim
 
 
 def _psnr(result, truth_images, labels, data):

@@ -136,8 +136,8 @@ def test_valid_secagg_settings_still_plan_and_match_flower():
 
 def test_secagg_in_process_sums_below_the_modulus_give_the_plain_mean(tmp_path):
     """At the bound (cohort x quantization_range just below the modulus) the aggregate is still the plain mean."""
-    from privbench.fl.wire import Wire
     from privbench.fl.trainer import SGDTrainer
+    from privbench.fl.wire import Wire
     from privbench.payloads import CapturePolicy, LocalTraining, Payload, PayloadStore
 
     agg = SecAggPlus(quantization_range=2**20, modulus_range=2**22, clipping_range=2.0, max_weight=10)

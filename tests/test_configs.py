@@ -7,9 +7,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from privbench.attacks import Attack
-
-from privbench.build import build
 from privbench.audit.plan import plan
+from privbench.build import build
 from privbench.errors import AttackNotApplicableError, ConfigError, DatasetNotFoundError
 from privbench.fl.engine import Launcher
 from privbench.fl.protocols import FederatedProtocol
@@ -194,9 +193,10 @@ def test_every_sweep_value_of_an_experiment_plans(compose_cfg, option):
 def test_a_glob_sweep_on_the_command_line_is_expanded_and_checked():
     """``+experiment/dp_curve/arm=glob(*,exclude=none)`` as the study's second command gives it: every arm but none
     composes with the audit read; a glob that matches nothing is one line."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
     from privbench.errors import ConfigError
     from privbench.overrides import _sweep_values, check_overrides
-    from hydra.core.override_parser.overrides_parser import OverridesParser
 
     [glob] = OverridesParser.create().parse_overrides(["+experiment/dp_curve/arm=glob(*,exclude=none)"])
     arms = _sweep_values(glob)

@@ -48,9 +48,9 @@ def test_a_run_refused_once_it_wrote_files_keeps_them_with_error_txt(app, tmp_pa
 
 
 def test_a_refusal_in_a_folder_holding_more_than_hydra_s_files_is_written_there(app, tmp_path, monkeypatch):
-    import privbench.audit.run as run
     from hydra.core.hydra_config import HydraConfig
 
+    import privbench.audit.run as run
     from privbench.errors import ConfigError
 
     def refuse(cfg):

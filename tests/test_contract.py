@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from privbench.attacks import DLG, IDLG, InvertingGradients, SubspaceProjection
-from privbench.defenses.dpsgd import DPSGD
 from privbench.data import FederatedData
+from privbench.defenses.dpsgd import DPSGD
 from privbench.errors import ConfigError
 from privbench.fl.protocols import ClusterFedAvg, FedAvg, GeneFL, LocalOnly
 from privbench.fl.protocols.round import ClientRound

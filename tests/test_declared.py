@@ -142,9 +142,10 @@ def test_the_file_attack_s_help_names_every_attack_that_reads_one_message_and_it
     import re
     from pathlib import Path
 
+    from hydra.utils import get_object
+
     from privbench.attack import parser
     from privbench.attacks import GradientInversion
-    from hydra.utils import get_object
 
     folder = Path(__file__).resolve().parents[1] / "configs" / "attack"
     readers = set()

@@ -8,18 +8,16 @@ import pytest
 import torch
 from opacus.accountants import RDPAccountant
 
+from privbench.audit.run import run_audit
 from privbench.defenses.dpsgd import DPSGD
 from privbench.defenses.noise import GaussianNoise
-from privbench.defenses.prune import Prune, keep_top
-from privbench.audit.run import run_audit
 from privbench.defenses.none import NoDefense
+from privbench.defenses.prune import Prune, keep_top
 from privbench.errors import ConfigError
-from privbench.fl.trainer import Trainer
-from privbench.payloads import kinds_where
-from privbench.payloads.transform import MessageTransform
-from privbench.fl.trainer import LocalSGD
+from privbench.fl.trainer import LocalSGD, Trainer
 from privbench.models import LeNet
-from privbench.payloads import Payload
+from privbench.payloads import Payload, kinds_where
+from privbench.payloads.transform import MessageTransform
 
 TINY = ["fl=fedavg", "payload=gradient", "data.partition=iid", "data.num_clients=4", "data.agnostic_classes=[]",
         "fl.rounds=1", "fl.participants=2", "fl.local_epochs=1", "metrics.lpips=false", "attack.iterations=100",

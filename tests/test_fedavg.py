@@ -5,10 +5,10 @@ import torch
 
 from privbench.fl.protocols.fedavg import FedAvg
 from privbench.fl.sgd import batch_gradient
-from privbench.victim import Victim
 from privbench.fl.wire import Wire
 from privbench.models import LeNet
 from privbench.payloads import CapturePolicy, PayloadStore
+from privbench.victim import Victim
 
 MODEL_BYTES = 53704  # LeNet, 1x28x28, 10 classes, float32 (see test_payloads)
 

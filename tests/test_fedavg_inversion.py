@@ -10,7 +10,13 @@ import torch
 import torch.nn.functional as F
 
 from privbench.attacks.fedavg_inversion import (
-    FedAvgInversion, epoch_prior, epoch_schedule, epochs_of, match_copies, matched_prior, merge_copies,
+    FedAvgInversion,
+    epoch_prior,
+    epoch_schedule,
+    epochs_of,
+    match_copies,
+    matched_prior,
+    merge_copies,
 )
 from privbench.attacks.ig import InvertingGradients
 from privbench.attacks.matching import candidate_gradient

@@ -11,23 +11,23 @@ import torch.nn.functional as F
 from scipy.linalg import subspace_angles
 from torch import nn
 
+from privbench.audit.agnostic import evaluate_agnostic
+from privbench.audit.reference import fedavg_reference
 from privbench.data import FederatedData
 from privbench.data.dataset import ImageDataset
 from privbench.errors import ConfigError
-from privbench.audit.reference import fedavg_reference
-from privbench.audit.agnostic import evaluate_agnostic
-from privbench.payloads.comm import comm_summary
+from privbench.fl.clustering.subspace import client_subspace, cluster, nearest_cluster, per_class_subspace, proximity
 from privbench.fl.fisher import fisher_diagonal
 from privbench.fl.genefl.fisher import gene_regulariser
-from privbench.fl.protocols.genefl import GeneFL
 from privbench.fl.genefl.learngene import adapt_gamma, cluster_gene, gene_size, select_by_size, select_layers, xi_scores
-from privbench.fl.sgd import accuracy
 from privbench.fl.layers import layers
-from privbench.fl.clustering.subspace import client_subspace, cluster, nearest_cluster, per_class_subspace, proximity
-from privbench.victim import Victim
+from privbench.fl.protocols.genefl import GeneFL
+from privbench.fl.sgd import accuracy
 from privbench.fl.wire import Wire
 from privbench.models import LeNet
 from privbench.payloads import CapturePolicy, PayloadStore
+from privbench.payloads.comm import comm_summary
+from privbench.victim import Victim
 
 
 class _Linear(nn.Module):

@@ -31,7 +31,8 @@ CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 @pytest.fixture
 def own_keys(tmp_path, monkeypatch):
     """Keys other tests left in folders above ``tmp_path`` are not this test's: finding a key stops at it."""
-    from privbench.payloads import signing, store as store_module
+    from privbench.payloads import signing
+    from privbench.payloads import store as store_module
 
     nearest = signing.find_key
 

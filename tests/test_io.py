@@ -8,6 +8,7 @@ import pytest
 
 from privbench.io import atomic_write_bytes, atomic_write_text
 
+
 @pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o002, 0o664), (0o077, 0o600)])
 def test_written_file_has_the_mode_the_umask_gives(tmp_path, umask, mode):
     old = os.umask(umask)

@@ -6,13 +6,12 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from lpips_reference import lpips as lpips_numpy
 from skimage import data as skdata
 
 from privbench.metrics import lpips_metric, lpips_weights
 from privbench.metrics.image import PSNR_CEILING, mse, psnr, ssim
 from privbench.metrics.reconstruction import match, score
-
-from lpips_reference import lpips as lpips_numpy
 
 
 def test_psnr_of_known_mse():
@@ -63,9 +62,9 @@ needs_weights = pytest.mark.skipif(lpips_weights.jax_checkpoint() is None, reaso
 
 @needs_weights
 def test_converted_heads_equal_the_lpips_packages_own():
-    import lpips
-
     from pathlib import Path
+
+    import lpips
     own = torch.load(Path(lpips.__file__).parent / "weights" / "v0.1" / "alex.pth", map_location="cpu", weights_only=True)
     _, heads = lpips_weights.convert_jax_alexnet(lpips_weights.read_jax_alexnet(lpips_weights.jax_checkpoint()))
     assert set(heads) == set(own)

@@ -8,12 +8,12 @@ import pytest
 import torch
 
 from privbench.errors import ConfigError, StoreError
+from privbench.fl.aggregate import aggregate
 from privbench.fl.trainer import SGDTrainer
 from privbench.fl.wire import Wire, WireError
-from privbench.payloads.transform import MessageTransform
-from privbench.fl.aggregate import aggregate
 from privbench.models import LeNet
 from privbench.payloads import CapturePolicy, LocalTraining, Payload, PayloadStore, tensor_bytes
+from privbench.payloads.transform import MessageTransform
 
 
 def test_bytes_of_known_tensors():

@@ -24,18 +24,18 @@ from privbench.attacks.base import ActiveAttack
 from privbench.attacks.views import ActiveView, at_weights
 from privbench.audit.active_cohort import Member, change_from, fresh_trainer, secure_round
 from privbench.audit.plan import Plan
+from privbench.audit.rerun import gene_client_round, local_sgd, rerun_inputs
 from privbench.data import FederatedData
 from privbench.defenses.detector import inspect_download
-from privbench.figures import CRAFTED_UPLOADED, DOWNLOAD_FLAGGED
 from privbench.errors import AttackNotApplicableError
-from privbench.audit.rerun import gene_client_round, local_sgd, rerun_inputs
-from privbench.pixels import normalise
-from privbench.payloads import LocalTraining, Payload
-from privbench.payloads.encoding import decode
+from privbench.figures import CRAFTED_UPLOADED, DOWNLOAD_FLAGGED
 from privbench.fl.protocols.genefl import GeneFL
 from privbench.fl.protocols.round import Upload
 from privbench.fl.sgd import parameters_of
-from privbench.fl.wire import Wire
+from privbench.payloads import LocalTraining, Payload
+from privbench.payloads.encoding import decode
+from privbench.pixels import normalise
+
 
 def _attack(p: Plan) -> ActiveAttack:
     assert isinstance(p.attack, ActiveAttack)

@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from privbench.attacks.base import ActiveAttack
-from privbench.attacks.isolation import quiet, victim_share
+from privbench.attacks.isolation import quiet, victim_share, within_noise
 from privbench.attacks.views import ActiveView
 from privbench.audit.plan import Plan
 from privbench.audit.rerun import gene_client_round, local_sgd, rerun_inputs
@@ -76,6 +76,7 @@ def secure_round(p: Plan, payload: Payload, base: Payload | None, model: nn.Modu
     sent_quiet = parameters_of(hushed)
     sybils = [n for n in names if n != victim][: isolation.sybils]
     uploads, records, checks = [], [], []
+    own_check: dict[str, Any] = {}
     for i, (name, indices, declared) in enumerate(members):
         own, own_sent = (crafted, sent) if name == victim or isolation.downloads == "same" else (hushed, sent_quiet)
         if name in sybils:  # the server's own client: it uploads what it received, with its declared weight
@@ -91,11 +92,13 @@ def secure_round(p: Plan, payload: Payload, base: Payload | None, model: nn.Modu
             uploads.append(upload)
             records.append(record)
             checks.append(check(own, own_sent, received, images.normalised()))
+            own_check = checks[-1] if name == victim else own_check
             continue
         stand_in = Payload.from_tensors(kind="update", round=payload.round, sender=name, receiver="server",
                                         tensors={}, base=payload.base, training=declared)
         _, training, client_data = rerun_inputs(stand_in, base, data, indices, device=device, what="an active round")
         checks.append(check(own, own_sent, received, client_data.normalised()))
+        own_check = checks[-1] if name == victim else own_check
         local = copy.deepcopy(own)
         generator = torch.Generator().manual_seed(p.seed * 1_000_003 + 71 + i)
         record = fresh_trainer(p).train(local, client_data, client=name, sgd=local_sgd(training),
@@ -112,18 +115,22 @@ def secure_round(p: Plan, payload: Payload, base: Payload | None, model: nn.Modu
                     trainer=fresh_trainer(p))
         mean = aggregation.combine(sent, uploads, round_=payload.round, group=payload.cluster, wire=wire, seed=p.seed)
         cost = wire.totals().uplink_bytes
-    carried = {n for u in uploads for n in u.payload.names}  # names no member uploaded are the server's own
+    honest = [u for u in uploads if u.payload.sender not in sybils]
+    carried = {n for u in honest for n in u.payload.names}  # names no honest member uploaded are the server's own
     observed = {n: t for n, t in change_from(mean, sent).items() if n in carried}
-    share = None
-    if isolation.downloads == "inconsistent" and f"{layer}.weight" in observed:
-        share = undo_quiet(observed, mean, sent, sent_quiet, layer, rows)
     extra: dict[str, Any] = {"downloads": _downloads(isolation.downloads, victim, len(members), sent, sent_quiet),
                              "sybils": sybils}
-    if share is not None:
-        extra["victim_share_estimated"] = share
     if isinstance(p.protocol, GeneFL):
-        sending_layer = sum(layer in u.layers for u in uploads if u.payload.sender not in sybils)
-        extra.update({CRAFTED_UPLOADED.key: sending_layer > 0, "members_uploading_crafted_layer": sending_layer})
+        sending_layer = sum(layer in u.layers for u in honest)
+        uploaded = any(layer in u.layers for u in honest if u.payload.sender == victim) if isolation.isolates \
+            else sending_layer > 0
+        extra.update({CRAFTED_UPLOADED.key: uploaded, "members_uploading_crafted_layer": sending_layer})
+        if not uploaded:  # the victim kept the layer home: what the others sent of it is not the victim's
+            observed = {n: t for n, t in observed.items() if not n.startswith(f"{layer}.")}
+    if isolation.downloads == "inconsistent" and f"{layer}.weight" in observed:
+        extra["victim_share_estimated"] = undo_quiet(observed, mean, sent, sent_quiet, layer, rows)
+    if isolation.isolates and f"{layer}.weight" in observed:
+        extra["crafted_rows_within_noise"] = within_noise(observed, layer, rows)
     trained = sum(r.num_samples for r in records)
     word = "learnGenes" if isinstance(p.protocol, GeneFL) else "updates"
     to = (f"sent to {victim} only (the {len(members) - 1} others: its crafted rows zeroed)"
@@ -133,8 +140,8 @@ def secure_round(p: Plan, payload: Payload, base: Payload | None, model: nn.Modu
                              f"{f'; {len(sybils)} sybil members the server controls' if sybils else ''}), each "
                              "trained as usual on its download", **extra)
     flagged = [c for c in checks if c[DOWNLOAD_FLAGGED.key]]  # a member that halts would stop the round
-    verdict = {**(flagged or checks or [{DOWNLOAD_FLAGGED.key: 0.0, "download_check": []}])[0],
-               "members_flagging": len(flagged)}
+    shown = own_check if isolation.isolates else (flagged or checks or [{}])[0]  # isolating: the victim's own
+    verdict = {DOWNLOAD_FLAGGED.key: 0.0, "download_check": [], **shown, "members_flagging": len(flagged)}
     if CRAFTED_UPLOADED.key in extra:
         verdict[CRAFTED_UPLOADED.key] = float(extra[CRAFTED_UPLOADED.key])
     target = next(indices for name, indices, _ in members if name == victim) if isolation.isolates else None
@@ -160,7 +167,7 @@ def undo_quiet(observed: dict[str, torch.Tensor], mean: dict[str, torch.Tensor],
     share = victim_share(stack[0], stack[1], rows)
     if not share > 0:
         raise AttackNotApplicableError(f"the victim's estimated share of the cohort's weight is {share:.3g}: the "
-                                       "crafted rows carry nothing of its reply")
+                                       "crafted rows carry nothing of its reply (did it upload them?)")
     for k in keys:
         downloads = share * sent[k].double() + (1 - share) * sent_quiet[k].double()
         observed[k] = ((mean[k].double() - downloads) / share).to(mean[k].dtype)

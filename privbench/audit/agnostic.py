@@ -8,10 +8,9 @@ import numpy as np
 from torch import nn
 
 from privbench.data import FederatedData
-from privbench.fl.engine import ClientSide, ClientTask, Engine, InProcess
-from privbench.fl.clustering.agnostic import finetuned_accuracy, tune_set
-from privbench.fl.clustering.agnostic import AgnosticSettings
+from privbench.fl.clustering.agnostic import AgnosticSettings, finetuned_accuracy, tune_set
 from privbench.fl.clustering.subspace import nearest_cluster
+from privbench.fl.engine import ClientSide, ClientTask, Engine, InProcess
 from privbench.fl.protocols import ProtocolResult
 from privbench.fl.protocols.clustered import ClusteredProtocol
 from privbench.fl.reads import AGNOSTIC_FINETUNE

@@ -19,16 +19,31 @@ from privbench.audit.plan import Plan
 from privbench.audit.score import Scoring, Truth, score_finding
 from privbench.data import FederatedData
 from privbench.errors import AttackNotApplicableError
-from privbench.metrics.reconstruction import Recovered
-from privbench.pixels import normalise
-from privbench.payloads import LocalTraining, Payload, PayloadStore
-from privbench.victim import Victim
 from privbench.figures import (
-    CLASS_PROPORTION_ERROR, CLASS_PROPORTION_ERROR_CHANCE, CLASS_PROPORTION_ERROR_SET, LABEL_ACCURACY,
-    LABEL_SET_EXACT, LABEL_SET_EXACT_CHANCE, LABEL_SET_JACCARD, LABEL_SET_JACCARD_CHANCE, MIA_AUC,
-    MIA_TPR_1, LPIPS_CHANCE, LPIPS_MEAN, NUM_RECONSTRUCTED, NUM_TRUE, PSNR_CHANCE, PSNR_GAIN, PSNR_MEAN,
-    SSIM_CHANCE, SSIM_MEAN,
+    CLASS_PROPORTION_ERROR,
+    CLASS_PROPORTION_ERROR_CHANCE,
+    CLASS_PROPORTION_ERROR_SET,
+    LABEL_ACCURACY,
+    LABEL_SET_EXACT,
+    LABEL_SET_EXACT_CHANCE,
+    LABEL_SET_JACCARD,
+    LABEL_SET_JACCARD_CHANCE,
+    LPIPS_CHANCE,
+    LPIPS_MEAN,
+    MIA_AUC,
+    MIA_TPR_1,
+    NUM_RECONSTRUCTED,
+    NUM_TRUE,
+    PSNR_CHANCE,
+    PSNR_GAIN,
+    PSNR_MEAN,
+    SSIM_CHANCE,
+    SSIM_MEAN,
 )
+from privbench.metrics.reconstruction import Recovered
+from privbench.payloads import LocalTraining, Payload, PayloadStore
+from privbench.pixels import normalise
+from privbench.victim import Victim
 
 #: How the attacker's view of a payload is built, by the view an attack asks for (``Attack.view``).
 ViewBuilder = Callable[[Plan, Victim, Payload, "Payload | None", nn.Module, FederatedData], Any]

@@ -31,18 +31,18 @@ from torch import nn
 
 from privbench.attacks.views import CanaryView, at_weights
 from privbench.audit.plan import Plan
+from privbench.audit.rerun import gene_client_round, local_sgd, rerun_inputs
 from privbench.data import FederatedData
 from privbench.data.dataset import ImageDataset
 from privbench.defenses.calibration import epsilon, events
 from privbench.defenses.canaries import GradientCanaries
 from privbench.defenses.dpsgd import DPSGD
+from privbench.defenses.tradeoff import tpr_bound
 from privbench.errors import AttackNotApplicableError
+from privbench.fl.protocols.genefl import GeneFL
+from privbench.fl.reads import LOCAL_SGD, PlannedRead
 from privbench.fl.sgd import parameters_of
 from privbench.fl.trainer import Trainer
-from privbench.fl.reads import LOCAL_SGD, PlannedRead
-from privbench.audit.rerun import gene_client_round, local_sgd, rerun_inputs
-from privbench.defenses.tradeoff import tpr_bound
-from privbench.fl.protocols.genefl import GeneFL
 from privbench.payloads import LocalTraining, Payload
 from privbench.payloads.encoding import decode
 

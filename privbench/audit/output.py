@@ -13,17 +13,64 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from privbench.figures import (
-    ACCURACY, AGNOSTIC_ACCURACY, CLASS_PROPORTION_ERROR, CLASS_PROPORTION_ERROR_CHANCE, CLASS_PROPORTION_ERROR_SET,
-    SOURCE_ACCURACY, SOURCE_CHANCE, SOURCE_CHANCE_INFORMED, CANARY_TPR_BOUND_01, CANARY_TPR_BOUND_1, CRAFTED_UPLOADED, DOWNLINK_BYTES, DOWNLOAD_FLAGGED, EPSILON, EPSILON_ACCOUNTED, EPSILON_CLAIMED, EPSILON_LOWER, EPSILON_MAX, MIA_TPR_BOUND_01, MIA_TPR_BOUND_1, LABEL_ACCURACY, LABEL_COUNTS_EXACT,
-    LABEL_COUNT_ERROR, LABEL_COUNT_ERROR_CHANCE, LABEL_SET_EXACT, LABEL_SET_EXACT_CHANCE, LABEL_SET_JACCARD,
-    LABEL_SET_JACCARD_CHANCE, LPIPS_CHANCE, LPIPS_MEAN, MIA_AUC, MIA_AUC_INFORMED, MIA_TPR_1_INFORMED,
-    MIA_MEMBERS, MIA_NON_MEMBERS, MIA_TPR_01, MIA_TPR_1,
-    NUM_RECONSTRUCTED, NUM_TRUE, PERSONAL_ACCURACY, DOWNLOADED_ACCURACY, PSNR_CHANCE, PSNR_CHANCE_INFORMED, PSNR_CHANCE_UNINFORMED, PSNR_GAIN,
-    RECOVERED_FRACTION, RECOVERED_FRACTION_CHANCE, PSNR_MEAN, PSNR_MEDIAN, PSNR_MEDIAN_GAIN, SSIM_CHANCE, SSIM_MEAN,
-    TOTAL_RATIO, UPLINK_BYTES, formatted,
-)
 from privbench.csv_cells import safe_row
+from privbench.figures import (
+    ACCURACY,
+    AGNOSTIC_ACCURACY,
+    CANARY_TPR_BOUND_01,
+    CANARY_TPR_BOUND_1,
+    CLASS_PROPORTION_ERROR,
+    CLASS_PROPORTION_ERROR_CHANCE,
+    CLASS_PROPORTION_ERROR_SET,
+    CRAFTED_UPLOADED,
+    DOWNLINK_BYTES,
+    DOWNLOAD_FLAGGED,
+    DOWNLOADED_ACCURACY,
+    EPSILON,
+    EPSILON_ACCOUNTED,
+    EPSILON_CLAIMED,
+    EPSILON_LOWER,
+    EPSILON_MAX,
+    LABEL_ACCURACY,
+    LABEL_COUNT_ERROR,
+    LABEL_COUNT_ERROR_CHANCE,
+    LABEL_COUNTS_EXACT,
+    LABEL_SET_EXACT,
+    LABEL_SET_EXACT_CHANCE,
+    LABEL_SET_JACCARD,
+    LABEL_SET_JACCARD_CHANCE,
+    LPIPS_CHANCE,
+    LPIPS_MEAN,
+    MIA_AUC,
+    MIA_AUC_INFORMED,
+    MIA_MEMBERS,
+    MIA_NON_MEMBERS,
+    MIA_TPR_01,
+    MIA_TPR_1,
+    MIA_TPR_1_INFORMED,
+    MIA_TPR_BOUND_01,
+    MIA_TPR_BOUND_1,
+    NUM_RECONSTRUCTED,
+    NUM_TRUE,
+    PERSONAL_ACCURACY,
+    PSNR_CHANCE,
+    PSNR_CHANCE_INFORMED,
+    PSNR_CHANCE_UNINFORMED,
+    PSNR_GAIN,
+    PSNR_MEAN,
+    PSNR_MEDIAN,
+    PSNR_MEDIAN_GAIN,
+    RECOVERED_FRACTION,
+    RECOVERED_FRACTION_CHANCE,
+    SOURCE_ACCURACY,
+    SOURCE_CHANCE,
+    SOURCE_CHANCE_INFORMED,
+    SSIM_CHANCE,
+    SSIM_MEAN,
+    TOTAL_RATIO,
+    UPLINK_BYTES,
+    formatted,
+)
 from privbench.io import atomic_write_bytes, atomic_write_text
 from privbench.metrics.image import psnr
 from privbench.metrics.reconstruction import Recovered
@@ -71,8 +118,8 @@ def write_metrics(out: Path, metrics: dict[str, Any]) -> None:
 
 def write_grid(path: Path, truth: torch.Tensor, recon: torch.Tensor, *, scale: int = 4) -> None:
     """PNG grid: ground truth on the top row, matched reconstructions below ([0, 1] images)."""
-    from torchvision.utils import make_grid
     from PIL import Image
+    from torchvision.utils import make_grid
 
     images = torch.cat([truth, recon]).float().clamp(0, 1)
     if images.shape[1] == 1:

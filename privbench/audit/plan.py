@@ -155,13 +155,18 @@ def _check_isolation(p: Plan) -> None:
     isolation = getattr(p.attack, "isolation", None)
     if isolation is None or not isolation.isolates:
         return
-    asked = "attack.downloads=inconsistent" if isolation.downloads == "inconsistent" else f"attack.sybils={isolation.sybils}"
+    asked = ("attack.downloads=inconsistent" if isolation.downloads == "inconsistent"
+             else f"attack.sybils={isolation.sybils}")
     if not p.choice.spec.aggregate:
         raise ConfigError(f"{asked} isolates the victim inside a cohort's aggregate; payload={p.choice.kind} is the "
                           "victim's own message already (use payload=aggregate)")
     if p.launcher.name != "inprocess":
         raise ConfigError(f"{asked}: engine={p.launcher.name} sends every client the server's one model; per-client "
                           "downloads and sybil clients run on engine=inprocess")
+    if isolation.sybils and getattr(p.protocol, "num_clusters", 1) > 1:
+        raise ConfigError(f"attack.sybils={isolation.sybils}: fl={p.protocol.name} aggregates per cluster, whose "
+                          "cohorts are known only after clustering; sybil clients run on fl=fedavg (model "
+                          "inconsistency, attack.downloads=inconsistent, runs on clustered protocols too)")
     if isolation.sybils > p.protocol.participants - 1:
         raise ConfigError(f"attack.sybils={isolation.sybils}: a cohort of fl.participants={p.protocol.participants} "
                           f"has at most {p.protocol.participants - 1} members besides the victim")

@@ -21,23 +21,33 @@ from privbench.audit.resume import config_key, config_lock, finished, finished_r
 from privbench.data import FederatedData
 from privbench.device import choose_threads, forward_macs
 from privbench.errors import PrivbenchError
+from privbench.figures import (
+    ACCURACY,
+    CLUSTER_RAND_INDEX,
+    DOWNLOADED_ACCURACY,
+    EPSILON,
+    EPSILON_ACCOUNTED,
+    EPSILON_MAX,
+    GLOBAL_ACCURACY,
+    MIA_TPR_BOUND_01,
+    MIA_TPR_BOUND_1,
+    PERSONAL_ACCURACY,
+    TOTAL_BYTES,
+)
 from privbench.fl.engine import Engine, Launcher
 from privbench.fl.protocols import ProtocolResult
 from privbench.fl.protocols.clustered import ClusteredProtocol
 from privbench.fl.wire import Totals, Wire
 from privbench.io import atomic_write_text, claim, release
-from privbench.metrics.lpips_metric import lpips_network
 from privbench.metrics.clustering import rand_index
+from privbench.metrics.lpips_metric import lpips_network
 from privbench.payloads import PayloadStore
 from privbench.payloads.capture import AnyOf
 from privbench.payloads.comm import comm_summary, ratios
 from privbench.payloads.signing import results_key
 from privbench.progress import OVERALL, log, phase, run_log
 from privbench.provenance import versions
-from privbench.figures import (
-    ACCURACY, CLUSTER_RAND_INDEX, DOWNLOADED_ACCURACY, EPSILON, EPSILON_ACCOUNTED, EPSILON_MAX, GLOBAL_ACCURACY, MIA_TPR_BOUND_01, MIA_TPR_BOUND_1,
-    PERSONAL_ACCURACY, TOTAL_BYTES,
-)
+
 
 def _overrides() -> list[str]:
     try:

@@ -14,9 +14,37 @@ import numpy as np
 import torch
 
 from privbench.attacks import (
-    Attack, CanaryScores, Finding, InferredLabels, InferredProperty, MembershipScores, Reconstruction, SourceGuesses,
+    Attack,
+    CanaryScores,
+    Finding,
+    InferredLabels,
+    InferredProperty,
+    MembershipScores,
+    Reconstruction,
+    SourceGuesses,
 )
 from privbench.audit.output import write_gallery, write_grid, write_roc
+from privbench.figures import (
+    CANARY_TPR_BOUND_01,
+    CANARY_TPR_BOUND_1,
+    EPSILON_CLAIMED,
+    EPSILON_LOWER,
+    LABEL_ACCURACY,
+    MIA_AUC,
+    MIA_AUC_INFORMED,
+    MIA_MEMBERS,
+    MIA_NON_MEMBERS,
+    MIA_TPR_01,
+    MIA_TPR_1,
+    MIA_TPR_1_INFORMED,
+    NUM_RECONSTRUCTED,
+    NUM_TRUE,
+    PSNR_CHANCE,
+    PSNR_MEAN,
+    SOURCE_ACCURACY,
+    SOURCE_CHANCE,
+    SOURCE_CHANCE_INFORMED,
+)
 from privbench.metrics.chance import chance_baseline, gains
 from privbench.metrics.labels import class_set_scores, label_scores, proportion_scores
 from privbench.metrics.membership import auc, clopper_pearson, roc, tpr_at_fpr
@@ -24,12 +52,6 @@ from privbench.metrics.one_run import epsilon_lower_bound
 from privbench.metrics.reconstruction import Recovered, score
 from privbench.pixels import denormalise
 from privbench.progress import phase
-from privbench.figures import (
-    CANARY_TPR_BOUND_01, CANARY_TPR_BOUND_1, EPSILON_CLAIMED, EPSILON_LOWER, LABEL_ACCURACY, MIA_AUC,
-    MIA_AUC_INFORMED, MIA_TPR_1_INFORMED,
-    MIA_MEMBERS, MIA_NON_MEMBERS, MIA_TPR_01, MIA_TPR_1, NUM_RECONSTRUCTED, NUM_TRUE,
-    PSNR_CHANCE, PSNR_MEAN, SOURCE_ACCURACY, SOURCE_CHANCE, SOURCE_CHANCE_INFORMED,
-)
 
 F = TypeVar("F", bound=Finding)
 

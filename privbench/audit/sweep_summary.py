@@ -9,7 +9,6 @@ from omegaconf import DictConfig
 
 from privbench.figures import LEAKS, MULTIRUN, RUNS, formatted
 
-
 #: (column, header, format) of the combined table, after the setting's keys and n (``privbench.figures``).
 FIGURES = MULTIRUN
 

@@ -1,8 +1,8 @@
 """A dataset split among federated clients: what ``data=...`` configs build."""
 from __future__ import annotations
 
-from collections.abc import Sequence
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np

@@ -12,8 +12,8 @@ import torch
 from torch import nn
 
 from privbench.data.dataset import ImageDataset
-from privbench.fl.fisher import fisher_diagonal
 from privbench.fl.clustering.subspace import client_subspace, per_class_subspace
+from privbench.fl.fisher import fisher_diagonal
 from privbench.fl.reads import AUDIT_GRADIENT, FISHER, LOCAL_SGD, READS, SUBSPACE, PlannedRead, Read
 from privbench.fl.sgd import accuracy, batch_gradient, local_steps, local_train
 from privbench.fl.vectorised import LocalJob, stacked_local_train, why_not_stacked

@@ -8,11 +8,11 @@ from typing import Protocol
 
 import torch
 
+from privbench.figures import DOWNLINK_BYTES, TOTAL_BYTES, UPLINK_BYTES
 from privbench.fl.trainer import Trainer
 from privbench.payloads import CapturePolicy, Payload, PayloadStore
 from privbench.payloads.capture import AnyOf
 from privbench.payloads.transform import MessageTransform
-from privbench.figures import DOWNLINK_BYTES, TOTAL_BYTES, UPLINK_BYTES
 
 
 class Sender(Protocol):

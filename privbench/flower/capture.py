@@ -7,8 +7,8 @@ from flwr.app import Message
 from flwr.serverapp import Grid
 
 from privbench.errors import PrivbenchError
-from privbench.flower.codec import payloads_in
 from privbench.fl.wire import Wire
+from privbench.flower.codec import payloads_in
 from privbench.payloads import Payload
 
 #: Seconds to wait for a batch of replies before the run fails (a deployment's clients train on their own time).

@@ -18,8 +18,8 @@ from privbench.fl.engine import ClientSide, ClientTask
 from privbench.fl.sgd import parameters_of
 from privbench.fl.wire import Outbox
 from privbench.flower.codec import REPORT, TASK, payloads_in, put_payloads, task
-from privbench.flower.secagg import asked, fitres_reply, secagg_when_asked
 from privbench.flower.engine import ENVELOPE
+from privbench.flower.secagg import asked, fitres_reply, secagg_when_asked
 from privbench.overrides import check_received_targets
 
 app = ClientApp(mods=[secagg_when_asked])

@@ -6,9 +6,9 @@ from typing import Any
 
 from flwr.serverapp import Grid
 
+from privbench.errors import ConfigError
 from privbench.fl.engine.base import Engine, Launcher, T
 from privbench.fl.wire import Wire
-from privbench.errors import ConfigError
 from privbench.flower.capture import REPLY_TIMEOUT_S, CapturingGrid
 from privbench.flower.engine import FlowerEngine
 

@@ -14,11 +14,24 @@ from typing import Any
 import numpy as np
 import torch
 
-from privbench.metrics.reconstruction import Recovered, score
 from privbench.figures import (
-    LPIPS_CHANCE, LPIPS_GAIN, LPIPS_MEAN, PSNR_CHANCE, PSNR_CHANCE_INFORMED, PSNR_CHANCE_UNINFORMED, PSNR_GAIN,
-    PSNR_MEAN, PSNR_MEDIAN, PSNR_MEDIAN_GAIN, RECOVERED_FRACTION, RECOVERED_FRACTION_CHANCE, SSIM_CHANCE, SSIM_GAIN, SSIM_MEAN,
+    LPIPS_CHANCE,
+    LPIPS_GAIN,
+    LPIPS_MEAN,
+    PSNR_CHANCE,
+    PSNR_CHANCE_INFORMED,
+    PSNR_CHANCE_UNINFORMED,
+    PSNR_GAIN,
+    PSNR_MEAN,
+    PSNR_MEDIAN,
+    PSNR_MEDIAN_GAIN,
+    RECOVERED_FRACTION,
+    RECOVERED_FRACTION_CHANCE,
+    SSIM_CHANCE,
+    SSIM_GAIN,
+    SSIM_MEAN,
 )
+from privbench.metrics.reconstruction import Recovered, score
 
 #: The uninformed reconstructions: the mean image of the test split, and random test images (non-members).
 BASELINES = ("mean_image", "non_member")

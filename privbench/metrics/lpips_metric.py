@@ -1,10 +1,9 @@
 """LPIPS (AlexNet) with the real ImageNet backbone shipped with privbench, never random."""
 from __future__ import annotations
 
-from typing import Any
-
 import warnings
 from functools import lru_cache
+from typing import Any
 
 import torch
 import torch.nn.functional as F

@@ -1,14 +1,13 @@
 """Real ImageNet AlexNet weights for LPIPS, shipped with privbench: no download, no cache."""
 from __future__ import annotations
 
-from typing import Any
-
 import hashlib
 import importlib.util
 import io
 import pickle
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch

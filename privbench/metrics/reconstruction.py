@@ -9,11 +9,20 @@ import numpy as np
 import torch
 from scipy.optimize import linear_sum_assignment
 
+from privbench.figures import (
+    LABEL_ACCURACY,
+    LPIPS_BEST,
+    LPIPS_MEAN,
+    MSE_MEAN,
+    PSNR_BEST,
+    PSNR_MEAN,
+    PSNR_MEDIAN,
+    RECOVERED_FRACTION,
+    SSIM_BEST,
+    SSIM_MEAN,
+)
 from privbench.metrics.image import mse, psnr, ssim
 from privbench.metrics.lpips_metric import lpips_distance
-from privbench.figures import (
-    LABEL_ACCURACY, LPIPS_BEST, LPIPS_MEAN, MSE_MEAN, PSNR_BEST, PSNR_MEAN, PSNR_MEDIAN, RECOVERED_FRACTION, SSIM_BEST, SSIM_MEAN,
-)
 
 MATCH_ON = ("mse", "ssim", "lpips")
 

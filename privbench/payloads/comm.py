@@ -5,8 +5,8 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
-from privbench.payloads.kinds import kind
 from privbench.figures import DOWNLINK_BYTES, TOTAL_BYTES, TOTAL_RATIO, UPLINK_BYTES
+from privbench.payloads.kinds import kind
 
 
 def _client(record: dict[str, Any]) -> str:

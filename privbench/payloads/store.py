@@ -3,8 +3,8 @@ and the ground-truth table are signed with the results folder's key (``privbench
 from __future__ import annotations
 
 import hashlib
-import os
 import json
+import os
 import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path

@@ -10,7 +10,15 @@ import pandas as pd
 
 from privbench.figures import COMPANIONS, PSNR_GAIN
 from privbench.report.draw import (
-    REFERENCE_DASHES, Drawn, drawn, fit_x, log_scale, pyplot, spans_decades, style, ticks_at,
+    REFERENCE_DASHES,
+    Drawn,
+    drawn,
+    fit_x,
+    log_scale,
+    pyplot,
+    spans_decades,
+    style,
+    ticks_at,
 )
 from privbench.report.grouping import token
 from privbench.report.naming import Codes, facet_title, facets, key_names, series_names, setting_text

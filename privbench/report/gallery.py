@@ -11,10 +11,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from privbench.figures import PSNR_CHANCE, PSNR_GAIN, PSNR_MEAN
 from privbench.regular import RESULT_BYTES, load_arrays, read_regular, read_text, regular
 from privbench.report.grouping import token
 from privbench.report.table import cell
-from privbench.figures import PSNR_CHANCE, PSNR_GAIN, PSNR_MEAN
 
 #: Pairs shown first per setting (more when more were recovered), and how much each image is enlarged.
 PAIRS, SCALE = 4, 4

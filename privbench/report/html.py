@@ -10,8 +10,8 @@ from pathlib import Path
 import pandas as pd
 
 from privbench.figures import MISSING, RUN_TABLE
-from privbench.report.gallery import style
 from privbench.report.draw import Drawn
+from privbench.report.gallery import style
 from privbench.report.table import LABELS, caption, sort_key, to_html
 
 #: Columns of the per-run table (after the grouping keys and the seed).

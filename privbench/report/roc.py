@@ -10,8 +10,8 @@ import pandas as pd
 from privbench.figures import MIA_AUC
 from privbench.metrics.membership import tpr_at
 from privbench.regular import load_arrays, regular
-from privbench.report.gallery import members
 from privbench.report.draw import Drawn, drawn, pyplot, style
+from privbench.report.gallery import members
 from privbench.report.naming import Codes, facet_title, facets, series_names, setting_text
 
 

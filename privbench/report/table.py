@@ -6,7 +6,6 @@ import math
 
 import numpy as np
 import pandas as pd
-
 from scipy import stats
 
 from privbench.figures import FIGURES as FIGURES_SPEC

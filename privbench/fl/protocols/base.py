@@ -13,13 +13,13 @@ from torch import nn
 
 from privbench.data import FederatedData, ImageDataset
 from privbench.errors import ConfigError
-from privbench.fl.protocols.cohort import Aggregation, Cohort, Plain
 from privbench.fl.engine import ClientSide, ClientTask, Engine, InProcess, TaskReply
-from privbench.fl.sgd import State, client_accuracy, model_with, parameters_of
-from privbench.fl.reads import AUDIT_GRADIENT, LOCAL_SGD, PlannedRead
-from privbench.fl.trainer import LocalSGD, Regulariser, SGDTrainer, Trainer
+from privbench.fl.protocols.cohort import Aggregation, Cohort, Plain
 from privbench.fl.protocols.result import ProtocolResult, RoundRecord
 from privbench.fl.protocols.round import ClientRound, ClientStart, PendingUpload, Upload, VictimStep
+from privbench.fl.reads import AUDIT_GRADIENT, LOCAL_SGD, PlannedRead
+from privbench.fl.sgd import State, client_accuracy, model_with, parameters_of
+from privbench.fl.trainer import LocalSGD, Regulariser, SGDTrainer, Trainer
 from privbench.fl.vectorised import LocalJob
 from privbench.fl.wire import Wire
 from privbench.payloads import KINDS, LocalTraining, Payload

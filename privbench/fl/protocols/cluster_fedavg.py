@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from privbench.fl.engine import ClientSide
 from privbench.fl.layers import layers
-from privbench.fl.protocols.round import PendingUpload, Upload
 from privbench.fl.protocols.clustered import ClusteredProtocol, ClusterRun
+from privbench.fl.protocols.round import PendingUpload, Upload
 from privbench.fl.sgd import parameters_of
 from privbench.payloads import LocalTraining, Payload
 

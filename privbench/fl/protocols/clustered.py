@@ -13,16 +13,15 @@ from torch import nn
 
 from privbench.data import FederatedData, ImageDataset
 from privbench.errors import ConfigError
-from privbench.fl.protocols.cohort import Cohort
-from privbench.fl.layers import layers, state_names
-from privbench.fl.clustering.agnostic import AgnosticSettings
+from privbench.fl.clustering.agnostic import AgnosticSettings, finetuned_accuracy
 from privbench.fl.clustering.subspace import SUBSPACES, cluster, proximity
-from privbench.fl.reads import SUBSPACE, PlannedRead
 from privbench.fl.engine import ClientSide, ClientTask, Engine, TaskReply
-from privbench.fl.clustering.agnostic import finetuned_accuracy
+from privbench.fl.layers import layers, state_names
 from privbench.fl.protocols.base import FederatedProtocol, TaskHandler
+from privbench.fl.protocols.cohort import Cohort
 from privbench.fl.protocols.result import Clustering, ProtocolResult, RoundRecord
 from privbench.fl.protocols.round import PendingUpload, Upload
+from privbench.fl.reads import SUBSPACE, PlannedRead
 from privbench.fl.settings import settings
 from privbench.fl.sgd import State
 from privbench.fl.wire import Wire

@@ -8,9 +8,9 @@ from typing import Any
 
 from torch import nn
 
-from privbench.fl.protocols.cohort import Cohort
 from privbench.fl.engine import ClientSide, ClientTask, TaskReply
 from privbench.fl.protocols.base import FederatedProtocol
+from privbench.fl.protocols.cohort import Cohort
 from privbench.fl.protocols.result import ProtocolResult, RoundRecord
 from privbench.fl.protocols.round import PendingUpload, Upload
 from privbench.fl.sgd import State, accuracy, parameters_of

@@ -1,9 +1,8 @@
 """GENE-FL (arXiv 2504.14628): Fisher-elastic local training, learnGene uploads, per-layer aggregation."""
 from __future__ import annotations
 
-from typing import Any
-
 import math
+from typing import Any
 
 import numpy as np
 import torch
@@ -14,10 +13,10 @@ from privbench.errors import ConfigError
 from privbench.fl.engine import ClientSide, ClientTask
 from privbench.fl.genefl.fisher import GeneRegulariser
 from privbench.fl.genefl.learngene import adapt_gamma, cluster_gene, gene_size, select_by_size, select_layers, xi_scores
-from privbench.fl.layers import layers, state_names
 from privbench.fl.genefl.settings import GeneSettings
-from privbench.fl.protocols.round import ClientRound, ClientStart, PendingUpload, Upload
+from privbench.fl.layers import layers, state_names
 from privbench.fl.protocols.clustered import ClusteredProtocol, ClusterRun
+from privbench.fl.protocols.round import ClientRound, ClientStart, PendingUpload, Upload
 from privbench.fl.reads import FISHER, GAMMA_SIGNAL, LOCAL_SGD, PlannedRead
 from privbench.fl.settings import settings
 from privbench.fl.sgd import State, parameters_of

@@ -18,7 +18,6 @@ from privbench.payloads import LocalTraining, Payload
 from privbench.payloads.encoding import decode
 
 
-
 class ServerPlan(Protocol):
     """What the checks read of the server's plan (``privbench.fl.protocols.base.FederatedProtocol`` has it all)."""
 
