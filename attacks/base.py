@@ -109,6 +109,9 @@ class ActiveAttack(Attack):
     public: int = 1000
     #: how the server isolates the victim inside a secure aggregate (``attacks.isolation``; none by default).
     isolation: Isolation = Isolation()
+    #: whether each crafted row fires for few inputs (trap weights): then an isolated read drops the rows whose
+    #: change is within the secure sum's rounding (``attacks.isolation.within_noise``).
+    sparse_rows: ClassVar[bool] = False
 
     @abstractmethod
     def craft(self, model: nn.Module, public: torch.Tensor, *, seed: int, mean: tuple[float, ...],

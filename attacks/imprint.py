@@ -26,6 +26,7 @@ from torch import nn
 
 from privbench.attacks.base import ActiveAttack
 from privbench.attacks.findings import Reconstruction
+from privbench.attacks.isolation import Isolation
 from privbench.errors import AttackNotApplicableError
 
 #: Names of the imprint block's tensors in the crafted model's state.
@@ -123,17 +124,21 @@ class ImprintAttack(ActiveAttack):
         scale: the size of each entry of the block's way back to the input.
         gain: the size of the bins' measurement direction (and thresholds).
         tolerance: a region is empty when its bias difference is at most this times the largest.
+        downloads: ``same`` or ``inconsistent`` (``attacks.isolation``: the crafted download to the victim only,
+            the others' bins zeroed).
+        sybils: cohort members the server controls under secure aggregation.
     """
 
     name: ClassVar[str] = "imprint"
 
     def __init__(self, *, bins: int = 128, public: int = 1000, scale: float = 1e-3, gain: float = 1e-2,
-                 tolerance: float = 1e-4) -> None:
+                 tolerance: float = 1e-4, downloads: str = "same", sybils: int = 0) -> None:
         if bins < 1 or public < 2:
             raise ValueError("attack.bins must be >= 1 and attack.public >= 2")
         if not scale > 0 or not gain > 0 or not tolerance > 0:
             raise ValueError("attack.scale, attack.gain and attack.tolerance must be > 0")
         self.bins, self.public, self.scale, self.gain, self.tolerance = bins, public, scale, gain, tolerance
+        self.isolation = Isolation(downloads, sybils)
 
     def craft(self, model: nn.Module, public: torch.Tensor, *, seed: int, mean: tuple[float, ...] = (),
               std: tuple[float, ...] = ()) -> Imprinted:
@@ -150,6 +155,7 @@ class ImprintAttack(ActiveAttack):
             "block": f"imprint (Fowl et al. 2022): {self.bins} ReLU bins on one random direction of the input, "
                      "thresholds at equal-mass quantiles of public data, a linear way back added to the input",
             "bins": self.bins, "public_images": self.public, "scale": self.scale, "gain": self.gain},
+            **self.isolation.describe(),
             "budget": "analytic (no optimisation): one read of the reply's imprint rows"}
 
     def attack(self, view: Any, *, seed: int) -> Reconstruction:

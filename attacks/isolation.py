@@ -100,8 +100,10 @@ def within_noise(observed: dict[str, torch.Tensor], layer: str, rows: torch.Tens
 
 def victim_share(mean: torch.Tensor, sent: torch.Tensor, rows: torch.Tensor) -> float:
     """The victim's share ``w`` of the cohort's weight, from the crafted ``rows`` of a layer's aggregate ``mean``
-    (weights and bias side by side, ``[H, D + 1]``) and of what the victim was ``sent``: the median of each row's
-    least-squares ``w`` (``<mean_r, sent_r> / |sent_r|^2``), robust to the rows the victim fired.
+    (weights and bias side by side, ``[H, D + 1]``) and of what the victim was ``sent``. Each row's least-squares
+    ratio ``<mean_r, sent_r> / |sent_r|^2`` is ``w`` exactly where the victim did not fire it and something else
+    where it did, so ``w`` is the median of the densest tenth (at least 3) of the ratios: the unfired rows, whether
+    they are most rows (sparse traps) or a few (an imprint's top bins).
 
     Example:
         >>> sent = torch.tensor([[1.0, 2.0], [3.0, 1.0], [2.0, 2.0]])
@@ -115,4 +117,8 @@ def victim_share(mean: torch.Tensor, sent: torch.Tensor, rows: torch.Tensor) -> 
     ok = norms > 0
     if not bool(ok.any()):
         raise ValueError("victim_share: every crafted row the victim was sent is zero")
-    return float(((m * s).sum(1)[ok] / norms[ok]).median())
+    ratios = ((m * s).sum(1)[ok] / norms[ok]).sort().values
+    k = min(len(ratios), max(3, len(ratios) // 10))
+    widths = ratios[k - 1:] - ratios[: len(ratios) - k + 1]
+    start = int(widths.argmin())
+    return float(ratios[start: start + k].median())

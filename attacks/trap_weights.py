@@ -136,6 +136,7 @@ class TrapWeightsAttack(ActiveAttack):
     """
 
     name: ClassVar[str] = "trap_weights"
+    sparse_rows: ClassVar[bool] = True
 
     def __init__(self, *, sigma: float = 0.5, scale_factor: float = 0.95, mu: float = 0.0,
                  fire_rate: float | None = None, public: int = 1000, tolerance: float = 1e-4,

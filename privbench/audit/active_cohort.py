@@ -129,7 +129,7 @@ def secure_round(p: Plan, payload: Payload, base: Payload | None, model: nn.Modu
             observed = {n: t for n, t in observed.items() if not n.startswith(f"{layer}.")}
     if isolation.downloads == "inconsistent" and f"{layer}.weight" in observed:
         extra["victim_share_estimated"] = undo_quiet(observed, mean, sent, sent_quiet, layer, rows)
-    if isolation.isolates and f"{layer}.weight" in observed:
+    if isolation.isolates and attack.sparse_rows and f"{layer}.weight" in observed:
         extra["crafted_rows_within_noise"] = within_noise(observed, layer, rows)
     trained = sum(r.num_samples for r in records)
     word = "learnGenes" if isinstance(p.protocol, GeneFL) else "updates"

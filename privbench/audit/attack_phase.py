@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from privbench.attacks import AttackTarget, BasisView, MembershipScores, ModelView
-from privbench.attacks.views import LabelView, MembershipView, SourceView, ViewKind
+from privbench.attacks.views import ActiveView, LabelView, MembershipView, SourceView, ViewKind
 from privbench.audit.plan import Plan
 from privbench.audit.score import Scoring, Truth, score_finding
 from privbench.data import FederatedData
@@ -219,7 +219,7 @@ def attack_victims(p: Plan, store: PayloadStore, model: nn.Module, data: Federat
     scored = []
     for (payload, _), view, finding, folder, answer in zip(selected, views, findings, dirs, answers):
         records = [] if p.attack.view == "participation" else p.choice.truth(store, payload)
-        if getattr(view, "target", None) is not None:  # an active server isolated one member of the cohort
+        if isinstance(view, ActiveView) and view.target is not None:  # an active server isolated one member
             records = list(view.target)
         truth = replace(_truth(records, data), **answer)
         how = Scoring(seed=p.seed, match_on=str(p.cfg.metrics.match_on), use_lpips=bool(p.cfg.metrics.lpips),
