@@ -102,8 +102,8 @@ def victim_share(mean: torch.Tensor, sent: torch.Tensor, rows: torch.Tensor) -> 
     """The victim's share ``w`` of the cohort's weight, from the crafted ``rows`` of a layer's aggregate ``mean``
     (weights and bias side by side, ``[H, D + 1]``) and of what the victim was ``sent``. Each row's least-squares
     ratio ``<mean_r, sent_r> / |sent_r|^2`` is ``w`` exactly where the victim did not fire it and something else
-    where it did, so ``w`` is the median of the densest tenth (at least 3) of the ratios: the unfired rows, whether
-    they are most rows (sparse traps) or a few (an imprint's top bins).
+    where it did, so ``w`` is the median of the three closest ratios: three unfired rows agree to the secure sum's
+    rounding, whether they are most rows (sparse traps) or a few (an imprint's top bins), where fired rows vary.
 
     Example:
         >>> sent = torch.tensor([[1.0, 2.0], [3.0, 1.0], [2.0, 2.0]])
@@ -118,7 +118,7 @@ def victim_share(mean: torch.Tensor, sent: torch.Tensor, rows: torch.Tensor) -> 
     if not bool(ok.any()):
         raise ValueError("victim_share: every crafted row the victim was sent is zero")
     ratios = ((m * s).sum(1)[ok] / norms[ok]).sort().values
-    k = min(len(ratios), max(3, len(ratios) // 10))
+    k = min(len(ratios), 3)
     widths = ratios[k - 1:] - ratios[: len(ratios) - k + 1]
     start = int(widths.argmin())
     return float(ratios[start: start + k].median())
