@@ -103,3 +103,47 @@ def inspect_download(received: dict[str, torch.Tensor], expected: dict[str, list
             reasons.append(f"{first[0]}: its units fire on {first[1]:.1%} of the client's {len(local)} inputs on "
                            f"average (under {firing:.0%})")
     return Verdict(bool(reasons), reasons)
+
+
+def download_scores(received: dict[str, torch.Tensor], expected: dict[str, list[int]], *, model: nn.Module,
+                    local: torch.Tensor) -> dict[str, float]:
+    """Continuous scores of a download, each larger where it looks more crafted (for a ROC of the checks):
+
+    - ``architecture``: 1 when its names or shapes differ from ``expected``, else 0 (the first check);
+    - ``aligned``: the largest cosine between two rows of one weight matrix (the second check, at 0.999);
+    - ``silent``: 1 minus its first ReLU layer's mean firing rate on ``local`` (the third check, at 0.8);
+    - ``off_centre``: how far that firing rate is from 1/2, either way (a layer that always fires is linear);
+    - ``dead_rows``: the largest share of all-zero rows in one weight matrix (a unit that can never fire);
+    - ``bias_scale``: the largest bias, in units of its layer's default initialisation bound ``1/sqrt(fan_in)``.
+
+    Example:
+        >>> net = nn.Sequential(nn.Flatten(), nn.Linear(4, 2), nn.ReLU())
+        >>> with torch.no_grad():
+        ...     _ = net[1].weight.copy_(torch.tensor([[1.0, 0, 0, 0], [0, 0, 0, 0]])), net[1].bias.zero_()
+        >>> scores = download_scores(net.state_dict(), {n: list(t.shape) for n, t in net.state_dict().items()},
+        ...                          model=net, local=torch.ones(3, 4))
+        >>> scores["dead_rows"], scores["silent"], scores["off_centre"], scores["architecture"]
+        (0.5, 0.5, 0.0, 0.0)
+    """
+    same = set(received) == set(expected) and all(list(received[n].shape) == list(expected[n]) for n in received)
+    matrices = [t.detach().double().flatten(1) for t in received.values()
+                if t.is_floating_point() and t.dim() >= 2 and len(t) >= 2]
+    cosines, dead = [0.0], [0.0]
+    for rows in matrices:
+        norms = rows.norm(dim=1, keepdim=True)
+        dead.append(float((norms.flatten() == 0).double().mean()))
+        unit = rows / norms.clamp(min=1e-300)
+        similar = unit @ unit.T
+        similar.fill_diagonal_(-1.0)
+        cosines.append(float(similar.max()))
+    scale = [0.0]
+    for name, tensor in received.items():
+        weight = received.get(name.removesuffix(".bias") + ".weight")
+        if name.endswith(".bias") and weight is not None and weight.dim() >= 2:
+            fan_in = int(weight[0].numel())
+            scale.append(float(tensor.detach().abs().max()) * fan_in ** 0.5)
+    first = first_firing(model, local)
+    rate = first[1] if first is not None else 0.5
+    return {"architecture": 0.0 if same else 1.0, "aligned": max(cosines), "silent": 1.0 - rate,
+            "off_centre": abs(rate - 0.5), "dead_rows": max(dead), "bias_scale": max(scale)}
+

@@ -1,0 +1,164 @@
+"""``python -m privbench.download_roc --out DIR [--seeds 0 1 2] [--rounds 6]``: the client's check as a detector.
+
+Honest downloads: fresh initialisations of FedAvg's 2NN (``model=mlp``) and every global and cluster model FedAvg
+and GENE-FL sent over ``--rounds`` rounds on the embedded data (every round and client captured). Crafted
+downloads: each honest one as each active server crafts it (trap weights at 1 % of public images, half the rows
+trapped, the PCA trap, the imprint block; ``privbench.attacks``), and the quiet download a non-victim receives
+under model inconsistency (the half-trapped rows, or the PCA trap's second-layer rows, zeroed). Each download is
+scored on 64 of the client's images (``defenses.detector.download_scores``) and checked by the shipped check
+(``inspect_download``). The table gives, per family, the shipped check's flag rate, each score's AUROC against
+the honest downloads, and a cautious client's checks: the shipped ones or any score above ``MARGIN`` times the
+largest value an honest download of the other seeds reached (leave one seed out: the false-positive rate is that
+of the held-out seed's honest downloads).
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from privbench.attacks.base import ActiveAttack
+from privbench.attacks.imprint import ImprintAttack
+from privbench.attacks.isolation import quiet
+from privbench.attacks.trap_behind_pca import TrapBehindPCAAttack
+from privbench.attacks.trap_weights import TrapWeightsAttack
+from privbench.data.embedded import load_fashion_mnist_subset
+from privbench.defenses.detector import download_scores, inspect_download
+from privbench.io import atomic_write_text
+from privbench.metrics.membership import auc
+from privbench.models import MLP
+from privbench.pixels import normalise
+
+SCORES = ("architecture", "aligned", "silent", "off_centre", "dead_rows", "bias_scale")
+#: A cautious client flags a score above this many times the largest honest value it has seen.
+MARGIN = 2.0
+
+
+def _servers() -> dict[str, ActiveAttack]:
+    return {"trap_weights": TrapWeightsAttack(fire_rate=0.01), "trap_partial": TrapWeightsAttack(
+        fire_rate=0.01, rows_trapped=0.5), "trap_behind_pca": TrapBehindPCAAttack(),
+        "imprint": ImprintAttack(bins=128, scale=1.0)}
+
+
+def _honest(seed: int, rounds: int, inits: int, work: Path) -> list[tuple[str, dict[str, torch.Tensor]]]:
+    """Fresh initialisations and, with ``rounds``, every full model FedAvg and GENE-FL sent."""
+    out = []
+    for k in range(inits):
+        torch.manual_seed(seed * 1000 + k)
+        out.append((f"init{k}", MLP(in_channels=1, image_size=28, num_classes=10).state_dict()))
+    if rounds < 1:
+        return out
+    import privbench
+    from privbench.payloads import PayloadStore
+
+    names = set(out[0][1]) if out else set(MLP(in_channels=1, image_size=28, num_classes=10).state_dict())
+    for fl in ("fedavg", "genefl"):
+        run = privbench.run([f"fl={fl}", "model=mlp", f"fl.rounds={rounds}", "attack=none", "metrics.lpips=false",
+                             "capture.rounds=all", "capture.clients=all"], results_dir=work / fl, seed=seed)
+        store, seen = PayloadStore.open(run.payloads), set()
+        for record in store.records(direction="down", stored=True):
+            payload = store.load(record["id"])
+            key = (fl, payload.round, payload.cluster, payload.kind)
+            if payload.spec.carries == "model" and payload.tensors is not None and set(payload.tensors) == names \
+                    and key not in seen:
+                seen.add(key)
+                out.append((f"{fl} round {payload.round} {payload.kind}", dict(payload.tensors)))
+    return out
+
+
+def collect(seeds: Sequence[int], *, rounds: int, inits: int = 5, work: Path) -> list[dict[str, Any]]:
+    """One row per download: its seed, family (``honest`` or the server), source, shipped verdict and scores."""
+    train, test = load_fashion_mnist_subset(train=True), load_fashion_mnist_subset(train=False)
+    mean, std = tuple(train.mean), tuple(train.std)
+    local = normalise(train.images[:64].float() / 255, train.mean, train.std)
+    public = normalise(test.images[:1000].float() / 255, train.mean, train.std)
+    rows = []
+    for seed in seeds:
+        for source, state in _honest(seed, rounds, inits, work / f"seed{seed}"):
+            model = MLP(in_channels=1, image_size=28, num_classes=10)
+            model.load_state_dict(state)
+            expected = {n: list(t.shape) for n, t in state.items()}
+            downloads: list[tuple[str, nn.Module]] = [("honest", model)]
+            for family, server in _servers().items():
+                crafted = server.craft(model, public, seed=seed, mean=mean, std=std)
+                downloads.append((family, crafted))
+                if family in ("trap_partial", "trap_behind_pca"):
+                    layer = server.crafted_layer(crafted)
+                    downloads.append((f"quiet ({family})", quiet(crafted, layer, server.crafted_rows(crafted))))
+            for family, net in downloads:
+                sent = net.state_dict()
+                verdict = inspect_download(sent, expected, model=net, local=local)
+                rows.append({"seed": seed, "family": family, "source": source, "shipped": float(verdict.flagged),
+                             **download_scores(sent, expected, model=net, local=local)})
+    return rows
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    """Per family: downloads, the shipped check's flag rate, the cautious client's (leave one seed out), each
+    score's AUROC against the honest downloads."""
+    seeds = sorted({r["seed"] for r in rows})
+    flagged: dict[int, dict[str, float]] = {}
+    for held in seeds:  # thresholds: the largest score of any honest download of the other seeds
+        others = [r for r in rows if r["family"] == "honest" and r["seed"] != held] or \
+            [r for r in rows if r["family"] == "honest"]
+        flagged[held] = {s: MARGIN * max(r[s] for r in others) for s in SCORES}
+
+    def union(r: dict[str, Any]) -> bool:
+        return bool(r["shipped"]) or any(r[s] > flagged[r["seed"]][s] for s in SCORES)
+
+    honest = np.array([[r[s] for s in SCORES] for r in rows if r["family"] == "honest"])
+    lines = [f"| downloads | n | shipped check flags | shipped or a score over {MARGIN:g} x the honest max "
+             "(leave one seed out) | "
+             + " | ".join(f"AUROC {s}" for s in SCORES) + " |", "|---" * (4 + len(SCORES)) + "|"]
+    for family in dict.fromkeys(r["family"] for r in rows):
+        mine = [r for r in rows if r["family"] == family]
+        cells = [family, str(len(mine)), f"{np.mean([r['shipped'] for r in mine]):.2f}",
+                 f"{np.mean([union(r) for r in mine]):.2f}"]
+        for i, s in enumerate(SCORES):
+            if family == "honest":
+                cells.append("-")
+                continue
+            scores = np.r_[[r[s] for r in mine], honest[:, i]]
+            cells.append(f"{auc(scores, np.r_[np.ones(len(mine), bool), np.zeros(len(honest), bool)]):.3f}")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m privbench.download_roc", description=__doc__.split("\n")[0])
+    parser.add_argument("--out", type=Path, required=True, help="folder for table.md and scores.csv")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--rounds", type=int, default=6, help="rounds of each honest run (0: fresh inits only)")
+    parser.add_argument("--inits", type=int, default=5, help="fresh initialisations per seed")
+    args = parser.parse_args(argv)
+    if args.rounds < 0 or args.inits < 0 or len(set(args.seeds)) < 2:
+        parser.error("--rounds and --inits must be >= 0, and --seeds must name at least two seeds (leave one out)")
+    with tempfile.TemporaryDirectory() as work:
+        rows = collect(args.seeds, rounds=args.rounds, inits=args.inits, work=Path(work))
+    args.out.mkdir(parents=True, exist_ok=True)
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=list(rows[0]))
+    writer.writeheader()
+    writer.writerows(rows)
+    atomic_write_text(args.out / "scores.csv", buffer.getvalue())
+    command = (f"python -m privbench.download_roc --out {args.out} --seeds {' '.join(map(str, args.seeds))} "
+               f"--rounds {args.rounds} --inits {args.inits}")
+    text = (f"{(__doc__ or '').split(chr(10), 1)[1].strip()}\n\nWritten by `{command}`; one row per download in "
+            f"`scores.csv`. AUROC: the chance that a crafted download scores above an honest one (ties 1/2; 0.5 "
+            f"is no signal, below 0.5 the score points the other way).\n\n{table(rows)}")
+    atomic_write_text(args.out / "table.md", text)
+    sys.stdout.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
