@@ -116,6 +116,10 @@ def download_scores(received: dict[str, torch.Tensor], expected: dict[str, list[
     - ``dead_rows``: the largest share of all-zero rows in one weight matrix (a unit that can never fire);
     - ``bias_scale``: the largest bias, in units of its layer's default initialisation bound ``1/sqrt(fan_in)``.
 
+    Limits: ``silent`` and ``off_centre`` read the first ``nn.ReLU`` module (a model without one, or with a
+    functional ReLU, scores a neutral 1/2 and 0); ``bias_scale`` reads biases beside a weight of two or more
+    dimensions (normalisation layers' biases are not scored).
+
     Example:
         >>> net = nn.Sequential(nn.Flatten(), nn.Linear(4, 2), nn.ReLU())
         >>> with torch.no_grad():
@@ -125,6 +129,8 @@ def download_scores(received: dict[str, torch.Tensor], expected: dict[str, list[
         >>> scores["dead_rows"], scores["silent"], scores["off_centre"], scores["architecture"]
         (0.5, 0.5, 0.0, 0.0)
     """
+    if not len(local):
+        raise ValueError("download_scores: the client's check needs at least one of its inputs")
     same = set(received) == set(expected) and all(list(received[n].shape) == list(expected[n]) for n in received)
     matrices = [t.detach().double().flatten(1) for t in received.values()
                 if t.is_floating_point() and t.dim() >= 2 and len(t) >= 2]

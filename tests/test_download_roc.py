@@ -44,3 +44,22 @@ def test_one_seed_cannot_be_held_out(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["--out", str(tmp_path), "--seeds", "0"])
     assert "at least two seeds" in capsys.readouterr().err
+
+
+def test_a_held_out_seeds_own_downloads_never_set_its_thresholds():
+    """Hand-made rows: seed 0 holds an honest outlier (off-centre 0.3) that seeds 1 and 2 never reach (0.05). Held
+    out, it is flagged (threshold 2 x 0.05 from the other seeds); the crafted rows of seeds 1 and 2 at 0.5 stay
+    unflagged, because seed 0's outlier sets their thresholds at 0.6."""
+    from privbench.download_roc import SCORES
+
+    def row(seed, family, off_centre):
+        return {"seed": seed, "family": family, "source": "hand", "shipped": 0.0,
+                **{s: 0.0 for s in SCORES}, "off_centre": off_centre}
+
+    rows = [row(0, "honest", 0.3), row(0, "honest", 0.01), row(1, "honest", 0.05), row(2, "honest", 0.04),
+            row(1, "crafted", 0.5), row(2, "crafted", 0.5)]
+    lines = {line.split(" | ")[0].removeprefix("| "): line.split(" | ") for line in table(rows).splitlines()[2:]}
+    assert lines["honest"][3] == "0.25"  # 1 of 4 honest rows flagged: seed 0's outlier, held out
+    assert lines["crafted"][3] == "0.00"
+    with pytest.raises(ValueError, match="at least two seeds"):
+        table([row(0, "honest", 0.1), row(0, "crafted", 0.5)])
