@@ -91,7 +91,7 @@ def active_round(p: Plan, payload: Payload, base: Payload | None, model: nn.Modu
     if payload.kind == "aggregate":
         received = dict(base.tensors) if base is not None and base.tensors is not None else {}
         crafted = _crafted(p, model, received, data)
-        return secure_round(p, payload, base, model, data, members, crafted, check=_client_check,
+        return secure_round(p, payload, base, data, members, crafted, check=_client_check,
                             knowledge=functools.partial(_knowledge, p, payload),
                             what_was_sent=_what_was_sent(p, payload, crafted))
     if payload.kind == "learngene":

@@ -48,67 +48,30 @@ def change_from(tensors: dict[str, torch.Tensor], sent: dict[str, torch.Tensor])
     return {n: t - sent[n] for n, t in tensors.items() if n in sent and t.is_floating_point()}
 
 
-def secure_round(p: Plan, payload: Payload, base: Payload | None, model: nn.Module, data: FederatedData,
-                 members: Sequence[Member], crafted: nn.Module,
-                 check: Any, knowledge: Any, what_was_sent: str) -> ActiveView:
+def secure_round(p: Plan, payload: Payload, base: Payload | None, data: FederatedData, members: Sequence[Member],
+                 crafted: nn.Module, check: Any, knowledge: Any, what_was_sent: str) -> ActiveView:
     """The cohort's round on ``crafted`` (and, isolating, the quiet download), through the run's secure
     aggregation: the server's view is the aggregate's change from what it sent. ``check(model, sent, images)`` is
     a member's check of its download; ``knowledge(**facts)`` the threat model."""
     attack = p.attack
     assert isinstance(attack, ActiveAttack)
-    isolation = attack.isolation
-    if not members:
-        raise AttackNotApplicableError(f"{payload.id}: no member of the cohort was recorded")
-    victim = f"client{p.victim.client}"
-    names = [name for name, _, _ in members]
-    if isolation.isolates and victim not in names:
-        raise AttackNotApplicableError(f"{payload.id}: the server isolates {victim}, who is not in round "
-                                       f"{payload.round}'s cohort ({', '.join(names)})")
-    if isolation.sybils > len(members) - 1:
-        raise AttackNotApplicableError(f"attack.sybils={isolation.sybils}: round {payload.round}'s cohort has "
-                                       f"{len(members)} members, so at most {len(members) - 1} besides the victim")
-    device = next(model.parameters()).device
+    isolation, victim = attack.isolation, f"client{p.victim.client}"
+    names = _cohort(payload, members, victim, isolation.isolates, isolation.sybils)
     received = dict(base.tensors) if base is not None and base.tensors is not None else {}
-    sent = parameters_of(crafted)
-    layer = attack.crafted_layer(crafted)
-    rows = attack.crafted_rows(crafted)
+    sent, layer, rows = parameters_of(crafted), attack.crafted_layer(crafted), attack.crafted_rows(crafted)
     hushed = quiet(crafted, layer, rows) if isolation.downloads == "inconsistent" else crafted
     sent_quiet = parameters_of(hushed)
     sybils = [n for n in names if n != victim][: isolation.sybils]
     uploads, records, checks = [], [], []
     own_check: dict[str, Any] = {}
-    for i, (name, indices, declared) in enumerate(members):
-        own, own_sent = (crafted, sent) if name == victim or isolation.downloads == "same" else (hushed, sent_quiet)
-        if name in sybils:  # the server's own client: it uploads what it received, with its declared weight
-            message = Payload.from_tensors(kind="update", round=payload.round, sender=name, receiver="server",
-                                           tensors=dict(own_sent), base=f"{payload.base}-crafted", training=declared)
-            uploads.append(Upload(declared.num_samples, message, sorted({n.rsplit(".", 1)[0] for n in own_sent})))
-            continue
-        if isinstance(p.protocol, GeneFL):  # each member's own GENE-FL client code chooses its layers
-            upload, record, images = gene_client_round(
-                p.protocol, fresh_trainer(p), own, own_sent, data, sender=name, round_=payload.round,
-                cluster=payload.cluster, base_id=f"{payload.base}-crafted", seed=p.seed, victim=p.victim,
-                transform=p.transform)
-            uploads.append(upload)
-            records.append(record)
-            checks.append(check(own, own_sent, received, images.normalised()))
-            own_check = checks[-1] if name == victim else own_check
-            continue
-        stand_in = Payload.from_tensors(kind="update", round=payload.round, sender=name, receiver="server",
-                                        tensors={}, base=payload.base, training=declared)
-        _, training, client_data = rerun_inputs(stand_in, base, data, indices, device=device, what="an active round")
-        checks.append(check(own, own_sent, received, client_data.normalised()))
-        own_check = checks[-1] if name == victim else own_check
-        local = copy.deepcopy(own)
-        generator = torch.Generator().manual_seed(p.seed * 1_000_003 + 71 + i)
-        record = fresh_trainer(p).train(local, client_data, client=name, sgd=local_sgd(training),
-                                            generator=generator)
-        message = Payload.from_tensors(kind="update", round=payload.round, sender=name, receiver="server",
-                                       tensors=parameters_of(local), base=f"{payload.base}-crafted", training=record)
-        if p.transform is not None:
-            message = decode(p.transform.protect(message, own_sent), own_sent)
-        uploads.append(Upload(record.num_samples, message, list(message.names)))
-        records.append(record)
+    for i, member in enumerate(members):
+        mine = member[0] == victim or isolation.downloads == "same"
+        upload, record, verdict = _member_round(p, payload, base, data, i, member, crafted if mine else hushed,
+                                                received, check, sybil=member[0] in sybils)
+        uploads.append(upload)
+        records += [record] if record is not None else []
+        checks += [verdict] if verdict is not None else []
+        own_check = verdict if member[0] == victim and verdict is not None else own_check
     aggregation = p.protocol.aggregation
     with tempfile.TemporaryDirectory() as scratch:
         wire = Wire(PayloadStore(Path(scratch)), CapturePolicy(kinds=frozenset()), sends=aggregation.sends,
@@ -116,10 +79,84 @@ def secure_round(p: Plan, payload: Payload, base: Payload | None, model: nn.Modu
         mean = aggregation.combine(sent, uploads, round_=payload.round, group=payload.cluster, wire=wire, seed=p.seed)
         cost = wire.totals().uplink_bytes
     honest = [u for u in uploads if u.payload.sender not in sybils]
+    observed, extra = _server_read(p, mean, sent, sent_quiet, honest, layer, rows, victim)
+    extra = {"downloads": _downloads(isolation.downloads, victim, len(members), sent, sent_quiet), "sybils": sybils,
+             **extra}
+    word = "learnGenes" if isinstance(p.protocol, GeneFL) else "updates"
+    to = (f"sent to {victim} only (the {len(members) - 1} others: its crafted rows zeroed)"
+          if isolation.downloads == "inconsistent" else f"sent to all {len(members)} members of the cohort")
+    threat = knowledge(crafted=f"{what_was_sent}, {to}", reply_bytes=cost, training=payload.training,
+                       reply=f"the cohort's {aggregation.name} aggregate of {len(members)} {word} "
+                             f"({sum(r.num_samples for r in records)} images"
+                             f"{f'; {len(sybils)} sybil members the server controls' if sybils else ''}), each "
+                             "trained as usual on its download", **extra)
+    flagged = [c for c in checks if c[DOWNLOAD_FLAGGED.key]]  # a member that halts would stop the round
+    shown = own_check if isolation.isolates else (flagged or checks or [{}])[0]  # isolating: the victim's own
+    verdict = {DOWNLOAD_FLAGGED.key: 0.0, "download_check": [], **shown, "members_flagging": len(flagged)}
+    if CRAFTED_UPLOADED.key in extra:
+        verdict[CRAFTED_UPLOADED.key] = float(extra[CRAFTED_UPLOADED.key])
+    target = next(indices for name, indices, _ in members if name == victim) if isolation.isolates else None
+    return ActiveView(sent, observed, "update", payload.training, data.train.shape, tuple(data.train.mean),
+                      tuple(data.train.std), layer, threat, verdict, target)
+
+
+def _cohort(payload: Payload, members: Sequence[Member], victim: str, isolates: bool, sybils: int) -> list[str]:
+    """The cohort's member names, refused in one line where the server cannot play it as asked."""
+    if not members:
+        raise AttackNotApplicableError(f"{payload.id}: no member of the cohort was recorded")
+    names = [name for name, _, _ in members]
+    if isolates and victim not in names:
+        raise AttackNotApplicableError(f"{payload.id}: the server isolates {victim}, who is not in round "
+                                       f"{payload.round}'s cohort ({', '.join(names)})")
+    if sybils > len(members) - 1:
+        raise AttackNotApplicableError(f"attack.sybils={sybils}: round {payload.round}'s cohort has "
+                                       f"{len(members)} members, so at most {len(members) - 1} besides the victim")
+    return names
+
+
+def _member_round(p: Plan, payload: Payload, base: Payload | None, data: FederatedData, i: int, member: Member,
+                  own: nn.Module, received: dict[str, torch.Tensor], check: Any, *,
+                  sybil: bool) -> tuple[Upload, LocalTraining | None, dict[str, Any] | None]:
+    """One member's upload of its round on the download ``own`` it received, its training and its check of that
+    download (a sybil, the server's own client, uploads what it received and checks nothing)."""
+    name, indices, declared = member
+    own_sent = parameters_of(own)
+    if sybil:
+        message = Payload.from_tensors(kind="update", round=payload.round, sender=name, receiver="server",
+                                       tensors=dict(own_sent), base=f"{payload.base}-crafted", training=declared)
+        return Upload(declared.num_samples, message, sorted({n.rsplit(".", 1)[0] for n in own_sent})), None, None
+    if isinstance(p.protocol, GeneFL):  # each member's own GENE-FL client code chooses its layers
+        upload, record, images = gene_client_round(
+            p.protocol, fresh_trainer(p), own, own_sent, data, sender=name, round_=payload.round,
+            cluster=payload.cluster, base_id=f"{payload.base}-crafted", seed=p.seed, victim=p.victim,
+            transform=p.transform)
+        return upload, record, check(own, own_sent, received, images.normalised())
+    stand_in = Payload.from_tensors(kind="update", round=payload.round, sender=name, receiver="server",
+                                    tensors={}, base=payload.base, training=declared)
+    device = next(own.parameters()).device
+    _, training, client_data = rerun_inputs(stand_in, base, data, indices, device=device, what="an active round")
+    verdict = check(own, own_sent, received, client_data.normalised())
+    local = copy.deepcopy(own)
+    generator = torch.Generator().manual_seed(p.seed * 1_000_003 + 71 + i)
+    record = fresh_trainer(p).train(local, client_data, client=name, sgd=local_sgd(training), generator=generator)
+    message = Payload.from_tensors(kind="update", round=payload.round, sender=name, receiver="server",
+                                   tensors=parameters_of(local), base=f"{payload.base}-crafted", training=record)
+    if p.transform is not None:
+        message = decode(p.transform.protect(message, own_sent), own_sent)
+    return Upload(record.num_samples, message, list(message.names)), record, verdict
+
+
+def _server_read(p: Plan, mean: dict[str, torch.Tensor], sent: dict[str, torch.Tensor],
+                 sent_quiet: dict[str, torch.Tensor], honest: Sequence[Upload], layer: str, rows: torch.Tensor,
+                 victim: str) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """What the server reads from the aggregate ``mean``: its change from what the victim was sent on the names
+    some honest member uploaded, the victim's own change on the crafted layer when isolating; and the facts of it."""
+    attack = p.attack
+    assert isinstance(attack, ActiveAttack)
+    isolation = attack.isolation
     carried = {n for u in honest for n in u.payload.names}  # names no honest member uploaded are the server's own
     observed = {n: t for n, t in change_from(mean, sent).items() if n in carried}
-    extra: dict[str, Any] = {"downloads": _downloads(isolation.downloads, victim, len(members), sent, sent_quiet),
-                             "sybils": sybils}
+    extra: dict[str, Any] = {}
     if isinstance(p.protocol, GeneFL):
         sending_layer = sum(layer in u.layers for u in honest)
         uploaded = any(layer in u.layers for u in honest if u.payload.sender == victim) if isolation.isolates \
@@ -131,22 +168,7 @@ def secure_round(p: Plan, payload: Payload, base: Payload | None, model: nn.Modu
         extra["victim_share_estimated"] = undo_quiet(observed, mean, sent, sent_quiet, layer, rows)
     if isolation.isolates and attack.sparse_rows and f"{layer}.weight" in observed:
         extra["crafted_rows_within_noise"] = within_noise(observed, layer, rows)
-    trained = sum(r.num_samples for r in records)
-    word = "learnGenes" if isinstance(p.protocol, GeneFL) else "updates"
-    to = (f"sent to {victim} only (the {len(members) - 1} others: its crafted rows zeroed)"
-          if isolation.downloads == "inconsistent" else f"sent to all {len(members)} members of the cohort")
-    threat = knowledge(crafted=f"{what_was_sent}, {to}", reply_bytes=cost, training=payload.training,
-                       reply=f"the cohort's {aggregation.name} aggregate of {len(members)} {word} ({trained} images"
-                             f"{f'; {len(sybils)} sybil members the server controls' if sybils else ''}), each "
-                             "trained as usual on its download", **extra)
-    flagged = [c for c in checks if c[DOWNLOAD_FLAGGED.key]]  # a member that halts would stop the round
-    shown = own_check if isolation.isolates else (flagged or checks or [{}])[0]  # isolating: the victim's own
-    verdict = {DOWNLOAD_FLAGGED.key: 0.0, "download_check": [], **shown, "members_flagging": len(flagged)}
-    if CRAFTED_UPLOADED.key in extra:
-        verdict[CRAFTED_UPLOADED.key] = float(extra[CRAFTED_UPLOADED.key])
-    target = next(indices for name, indices, _ in members if name == victim) if isolation.isolates else None
-    return ActiveView(sent, observed, "update", payload.training, data.train.shape, tuple(data.train.mean),
-                      tuple(data.train.std), layer, threat, verdict, target)
+    return observed, extra
 
 
 def fresh_trainer(p: Plan) -> Trainer:
