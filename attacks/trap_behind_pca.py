@@ -20,27 +20,14 @@ al. S&P 2024, follow the same principle of leaving no structure a statistics tes
 from __future__ import annotations
 
 import copy
+import hashlib
 from typing import Any, ClassVar
 
 import torch
 from torch import nn
 
-from privbench.attacks.trap_weights import TrapWeightsAttack, trapped
+from privbench.attacks.trap_weights import TrapWeightsAttack, relu_layers, trapped
 from privbench.errors import AttackNotApplicableError
-
-
-def relu_layers(model: nn.Module) -> list[str]:
-    """The names of ``model``'s ``Linear`` layers that a ``ReLU`` follows, in order, while they follow one another
-    from the first parameterised layer (a fully connected ReLU stack on the flattened input)."""
-    named = list(model.named_modules())
-    owned = [i for i, (_, m) in enumerate(named) if next(m.parameters(recurse=False), None) is not None]
-    stack = []
-    for at in owned:
-        module, following = named[at][1], named[at + 1][1] if at + 1 < len(named) else None
-        if not isinstance(module, nn.Linear) or not isinstance(following, nn.ReLU):
-            break
-        stack.append(named[at][0])
-    return stack
 
 
 class TrapBehindPCAAttack(TrapWeightsAttack):
@@ -153,8 +140,8 @@ class TrapBehindPCAAttack(TrapWeightsAttack):
 
 
 def _key(weight: torch.Tensor) -> bytes:
-    """The bytes of a first layer's weights, by which the server recalls what it sent."""
-    return weight.detach().cpu().float().contiguous().numpy().tobytes()
+    """The digest of a first layer's weights, by which the server recalls what it sent."""
+    return hashlib.sha256(weight.detach().cpu().float().contiguous().numpy().tobytes()).digest()
 
 
 def relu_layers_from_state(state: dict[str, torch.Tensor], second: str) -> str:

@@ -36,16 +36,31 @@ from privbench.attacks.isolation import Isolation
 from privbench.errors import AttackNotApplicableError
 
 
+def owned_layers(model: nn.Module) -> list[tuple[str, nn.Module, nn.Module | None]]:
+    """``model``'s modules that hold parameters of their own, in order: name, module, and the module after it."""
+    named = list(model.named_modules())
+    return [(name, module, named[i + 1][1] if i + 1 < len(named) else None) for i, (name, module) in enumerate(named)
+            if next(module.parameters(recurse=False), None) is not None]
+
+
+def relu_layers(model: nn.Module) -> list[str]:
+    """The names of ``model``'s ``Linear`` layers that a ``ReLU`` follows, in order, while they follow one another
+    from the first parameterised layer (a fully connected ReLU stack on the flattened input)."""
+    stack = []
+    for name, module, following in owned_layers(model):
+        if not isinstance(module, nn.Linear) or not isinstance(following, nn.ReLU):
+            break
+        stack.append(name)
+    return stack
+
+
 def first_layer(model: nn.Module, features: int | None = None) -> str:
     """The name of ``model``'s first layer when it is a ``Linear`` (on ``features`` inputs, when given) followed by
     a ``ReLU``; refused in one line otherwise."""
-    named = list(model.named_modules())
-    owned = [i for i, (_, m) in enumerate(named) if next(m.parameters(recurse=False), None) is not None]
+    owned = owned_layers(model)
     if not owned:
         raise AttackNotApplicableError(f"attack=trap_weights: {type(model).__name__} has no parameters")
-    at = owned[0]
-    name, module = named[at]
-    following = named[at + 1][1] if at + 1 < len(named) else None
+    name, module, following = owned[0]
     if not isinstance(module, nn.Linear) or features not in (None, module.in_features) or \
             not isinstance(following, nn.ReLU):
         raise AttackNotApplicableError(

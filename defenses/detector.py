@@ -30,6 +30,21 @@ class Verdict:
     reasons: list[str] = field(default_factory=list)
 
 
+def row_cosines(weight: torch.Tensor) -> torch.Tensor:
+    """The cosine between every two rows of ``weight`` (one per output unit, the rest flattened); -1 on the
+    diagonal and for a zero row, which points nowhere.
+
+    Example:
+        >>> row_cosines(torch.tensor([[1.0, 0.0], [2.0, 0.0], [0.0, 0.0]])).tolist()
+        [[-1.0, 1.0, -1.0], [1.0, -1.0, -1.0], [-1.0, -1.0, -1.0]]
+    """
+    rows = weight.detach().double().flatten(1)
+    norms = rows.norm(dim=1, keepdim=True)
+    cosines = (rows / norms.clamp(min=1e-300)) @ (rows / norms.clamp(min=1e-300)).T
+    cosines.fill_diagonal_(-1.0)
+    return cosines.masked_fill(~((norms > 0) & (norms > 0).T), -1.0)
+
+
 def aligned_rows(weight: torch.Tensor, *, cosine: float = COSINE) -> int:
     """How many rows of ``weight`` (one per output unit, the rest flattened) have another row within ``cosine``.
 
@@ -37,13 +52,7 @@ def aligned_rows(weight: torch.Tensor, *, cosine: float = COSINE) -> int:
         >>> aligned_rows(torch.tensor([[1.0, 0.0], [2.0, 0.0], [0.0, 1.0]]))
         2
     """
-    rows = weight.detach().double().flatten(1)
-    norms = rows.norm(dim=1, keepdim=True)
-    unit = rows / norms.clamp(min=1e-300)
-    similar = unit @ unit.T > cosine
-    similar.fill_diagonal_(False)
-    similar &= (norms > 0) & (norms > 0).T
-    return int(similar.any(1).sum())
+    return int((row_cosines(weight) > cosine).any(1).sum())
 
 
 def first_firing(model: nn.Module, inputs: torch.Tensor) -> tuple[str, float] | None:
@@ -132,16 +141,11 @@ def download_scores(received: dict[str, torch.Tensor], expected: dict[str, list[
     if not len(local):
         raise ValueError("download_scores: the client's check needs at least one of its inputs")
     same = set(received) == set(expected) and all(list(received[n].shape) == list(expected[n]) for n in received)
-    matrices = [t.detach().double().flatten(1) for t in received.values()
-                if t.is_floating_point() and t.dim() >= 2 and len(t) >= 2]
+    matrices = [t for t in received.values() if t.is_floating_point() and t.dim() >= 2 and len(t) >= 2]
     cosines, dead = [0.0], [0.0]
-    for rows in matrices:
-        norms = rows.norm(dim=1, keepdim=True)
-        dead.append(float((norms.flatten() == 0).double().mean()))
-        unit = rows / norms.clamp(min=1e-300)
-        similar = unit @ unit.T
-        similar.fill_diagonal_(-1.0)
-        cosines.append(float(similar.max()))
+    for matrix in matrices:
+        dead.append(float((matrix.detach().flatten(1).norm(dim=1) == 0).double().mean()))
+        cosines.append(float(row_cosines(matrix).max()))
     scale = [0.0]
     for name, tensor in received.items():
         weight = received.get(name.removesuffix(".bias") + ".weight")

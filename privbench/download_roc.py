@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import hashlib
 import io
 import sys
 import tempfile
@@ -85,7 +86,7 @@ def collect(seeds: Sequence[int], *, rounds: int, inits: int = 5, work: Path) ->
     rows, seen = [], set()
     for seed in seeds:
         for source, state in _honest(seed, rounds, inits, work / f"seed{seed}"):
-            content = b"".join(t.detach().cpu().numpy().tobytes() for t in state.values())
+            content = hashlib.sha256(b"".join(t.detach().cpu().numpy().tobytes() for t in state.values())).digest()
             if content in seen:  # a model sent twice (GENE-FL clusters that agree) is one download
                 continue
             seen.add(content)

@@ -64,10 +64,10 @@ def secure_round(p: Plan, payload: Payload, base: Payload | None, data: Federate
     sybils = [n for n in names if n != victim][: isolation.sybils]
     uploads, records, checks = [], [], []
     own_check: dict[str, Any] = {}
-    for i, member in enumerate(members):
-        mine = member[0] == victim or isolation.downloads == "same"
-        upload, record, verdict = _member_round(p, payload, base, data, i, member, crafted if mine else hushed,
-                                                received, check, sybil=member[0] in sybils)
+    for i, member in enumerate(members):  # ``hushed`` is ``crafted`` itself unless the downloads differ
+        upload, record, verdict = _member_round(p, payload, base, data, i, member,
+                                                crafted if member[0] == victim else hushed, received, check,
+                                                sybil=member[0] in sybils)
         uploads.append(upload)
         records += [record] if record is not None else []
         checks += [verdict] if verdict is not None else []
