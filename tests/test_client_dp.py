@@ -69,6 +69,38 @@ def test_noise_rules_equal_flowers_own() -> None:
     assert (ada.count_stddev, ada.update_z) == pytest.approx((stddev, update_z), abs=1e-12)
 
 
+@pytest.mark.parametrize("rate", [1.0, 0.25])
+def test_rdp_epsilon_equals_flowers_own_accountant(rate: float) -> None:
+    """Flower 1.42's RdpAccountant (fixed clipping; no amplification, or Poisson at sample_size / population_size,
+    add/remove one client) gives privbench's RDP figure to 1e-6 over the same rounds."""
+    from flwr.supercore.privacy_accounting import (GaussianPrivacyEvent, NeighboringRelation, PrivacyConfig,
+                                                   SamplingMethod)
+    from flwr.supercore.privacy_accounting.rdp_accountant import RdpAccountant
+
+    population, cohort, z, rounds = 20, 5 if rate < 1 else 20, 0.9, 12
+    flower = RdpAccountant(PrivacyConfig(
+        target_delta=1e-5, population_size=population, neighboring_relation=NeighboringRelation.ADD_OR_REMOVE_ONE,
+        sampling_method=SamplingMethod.POISSON if rate < 1 else SamplingMethod.NO_AMPLIFICATION))
+    flower.compose(GaussianPrivacyEvent(noise_multiplier=z, sample_size=cohort, population_size=population), rounds)
+    ours = acct.epsilon(acct.ClientSchedule(z, rounds, rate), delta=1e-5, accountant="rdp")
+    assert ours == pytest.approx(flower.get_privacy_spent().epsilon, abs=1e-6)
+    # PLD is tighter than RDP on the same releases (privbench's default)
+    assert acct.epsilon(acct.ClientSchedule(z, rounds, rate), delta=1e-5) < ours
+
+
+def test_a_clientapp_sends_on_the_wire_of_its_aggregation() -> None:
+    """On Flower, a local-DP client clips and noises in its own ClientApp; sealing stays Flower's SecAgg+ mod's."""
+    from privbench.defenses.client_dp.wire import LocalDPWire
+    from privbench.defenses.secure_aggregation import SecAggPlus
+    from privbench.fl.trainer import SGDTrainer
+    from privbench.fl.wire import Outbox
+
+    outbox = Outbox(sends=["update"], trainer=SGDTrainer())
+    assert isinstance(DPFedAvg(mode="local").node_wire(outbox), LocalDPWire)
+    assert DPFedAvg(mode="central").node_wire(outbox) is outbox
+    assert SecAggPlus().node_wire(outbox) is outbox
+
+
 def test_clipping_scales_to_the_bound_and_leaves_small_updates() -> None:
     big = {"a": torch.tensor([6.0, 8.0])}
     out, n = clip(big, 2.0)
@@ -223,7 +255,6 @@ def test_budget_stop_ends_training_and_says_so(tmp_path) -> None:
 
 @pytest.mark.parametrize("overrides, message", [
     (["fl=local"], "aggregates no model update"),
-    (["engine=flower"], "runs in process only so far"),
     (["aggregation.target_epsilon=0.0001"], "above 1e4"),
 ])
 def test_impossible_runs_are_refused_in_one_line(compose_cfg, overrides, message) -> None:

@@ -5,6 +5,7 @@ import contextlib
 import copy
 import dataclasses
 import json
+import math
 import os
 import signal
 import socket
@@ -266,6 +267,70 @@ def test_dp_sgd_on_flower_reports_each_client_s_accounting_back_and_matches_inpr
     assert da["epsilon"] == pytest.approx(db["epsilon"], rel=1e-9)
     assert da["epsilon_covers_all_reads"] == db["epsilon_covers_all_reads"]
     assert da["reads"] == db["reads"]
+
+
+def test_local_dp_fedavg_clips_as_flowers_local_dp_mod_and_noises_at_its_scale(task_identity) -> None:
+    """Flower's LocalDpMod (clip, then Gaussian noise of std sensitivity sqrt(2 ln(1.25/delta)) / epsilon) and
+    privbench's local release: the same clipped change, and the same noise scale once the mod's epsilon is set to
+    give std z C (the mod's formula is the classical one, valid for epsilon < 1, and composes nothing)."""
+    from flwr.app import Array
+    from flwr.clientapp.mod import LocalDpMod
+
+    from privbench.defenses.client_dp import DPFedAvg
+    from privbench.defenses.client_dp.clipping import clip
+
+    gen = torch.Generator().manual_seed(0)
+    received = {"w": torch.randn(200_000, generator=gen)}
+    sent = {"w": received["w"] + 0.01 * torch.randn(200_000, generator=gen)}  # a change of norm about 4.5
+    z, c, delta = 0.8, 1.5, 1e-5
+
+    def through_mod(sensitivity: float, epsilon: float) -> torch.Tensor:
+        def inner(msg: Message, ctx: Context) -> Message:
+            return Message(RecordDict({"arrays": ArrayRecord({"w": Array(sent["w"].numpy())})}), reply_to=msg)
+
+        msg = Message(RecordDict({"arrays": ArrayRecord({"w": Array(received["w"].numpy())})}), dst_node_id=1,
+                      message_type=MessageType.TRAIN)
+        np.random.seed(1)
+        out = LocalDpMod(c, sensitivity, epsilon, delta)(msg, Context(0, 0, {}, {}, RecordDict(), {}), inner)
+        return torch.from_numpy(out.content["arrays"]["w"].numpy()) - received["w"]
+
+    change = {"w": sent["w"] - received["w"]}
+    clipped, norm = clip(change, c)
+    assert norm > c
+    torch.testing.assert_close(through_mod(0.0, 1.0), clipped["w"], atol=1e-6, rtol=0)  # sensitivity 0: no noise
+    mech = DPFedAvg(mode="local", noise_multiplier=z, clip=c)
+    mech.plan(rounds=1, participants=5, victim_round=0, uploads=["update"])
+    flower_noise = through_mod(c, math.sqrt(2 * math.log(1.25 / delta)) / z) - clipped["w"]
+    our_noise = mech.local_release(change, round_=0, who="client0")["w"] - clipped["w"]
+    assert flower_noise.std().item() == pytest.approx(z * c, rel=0.01)
+    assert our_noise.std().item() == pytest.approx(z * c, rel=0.01)
+
+
+@pytest.mark.slow  # 13 s and 11 s; tests/test_client_dp.py checks the ClientApp's wire quickly
+@pytest.mark.parametrize("mode", ["local", "central"])
+def test_dp_fedavg_on_flower_sends_what_it_sends_in_process(tmp_path, task_identity, mode):
+    """Client-level DP on the Flower engine: under local DP each ClientApp clips and noises its own upload (the
+    recorded uploads are the in-process run's, noise and all); under central DP the server does, with canary
+    clients beside them. Same bytes, same noise scale, same epsilon."""
+    overrides = ["fl=fedavg", *SMALL, "attack=none", "aggregation=dpfedavg", f"aggregation.mode={mode}",
+                 "aggregation.target_epsilon=8", "aggregation.clip=0.5", "capture.rounds=all", "capture.clients=all",
+                 *(["aggregation.canary_clients=20"] if mode == "central" else []), f"results_dir={tmp_path}"]
+    run_audit(api.compose(overrides), tmp_path / "inprocess")
+    run_audit(api.compose([*overrides, "engine=flower"]), tmp_path / "flower", launcher=FlowerGrid(LoopbackGrid(5)))
+    _same_run(tmp_path / "inprocess", tmp_path / "flower", atol=1e-6)
+    da, db = (json.loads((tmp_path / r / "metrics.json").read_text())["defense"]["aggregation"]
+              for r in ("inprocess", "flower"))
+    assert db["noise_multiplier"] == da["noise_multiplier"] > 0
+    assert db["client_epsilon"] == pytest.approx(da["client_epsilon"], rel=1e-12) and da["client_epsilon"] <= 8
+    assert db["client_epsilon_per_client"] == pytest.approx(da["client_epsilon_per_client"], rel=1e-12)
+    if mode == "central":
+        assert db["canary_estimate"]["empirical_epsilon"] == pytest.approx(da["canary_estimate"]["empirical_epsilon"],
+                                                                           rel=1e-9)
+        assert db["canary_estimate"]["verdict"] == da["canary_estimate"]["verdict"]
+    else:  # what the server recorded is the client's noisy release: its change is far from the clean one's norm
+        store = PayloadStore.open(tmp_path / "flower" / "payloads")
+        up = next(r for r in store.records() if r["kind"] == "update" and r["stored"])
+        assert "local DP-FedAvg" in str(store.load(up["id"]).protection)
 
 
 @pytest.mark.slow  # about 20 s (FedAvg) and 40 s (GENE-FL) on 2 cores

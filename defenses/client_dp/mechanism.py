@@ -39,7 +39,6 @@ class DPFedAvg(Aggregation):
     """
 
     name = "dpfedavg"
-    runs_on_flower: ClassVar[bool] = False
     #: names left unclipped: a broken mechanism for the tests to catch, never a setting.
     skip_clipping: ClassVar[tuple[str, ...]] = ()
     #: the sensitivity local noise is scaled to in place of the clip (Flower's ``LocalDpMod`` takes the two apart):

@@ -21,11 +21,14 @@ class LocalMechanism(Protocol):
 
 class LocalDPWire(Wire):
     """Sends as the run's wire does, except that a client's model upload (``update``, ``learngene``) leaves its
-    client as ``local_release`` of its change from the model it received; that is what is recorded."""
+    client as ``local_release`` of its change from the model it received; that is what is recorded (in process) or
+    put in the Flower reply (a ClientApp's outbox)."""
 
     def __init__(self, wire: Wire, mechanism: LocalMechanism) -> None:
         self.inner, self.mechanism = wire, mechanism
-        self.store, self.policy, self.sends, self.trainer = wire.store, wire.policy, wire.sends, wire.trainer
+        self.sends, self.trainer = wire.sends, wire.trainer
+        if hasattr(wire, "store"):  # a ClientApp's outbox records nothing: it has no store
+            self.store, self.policy = wire.store, wire.policy
         self.transform, self.truth_of, self.bytes, self._received = (wire.transform, wire.truth_of, wire.bytes,
                                                                      wire._received)
 

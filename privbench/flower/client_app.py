@@ -85,7 +85,8 @@ def train(message: Message, context: Context) -> Message:
     if partition != held:
         raise ValueError(f"this node holds partition {held}, not {partition} ({request.task} of {request.name})")
     protocol = s.plan.protocol
-    s.side.wire = outbox = Outbox(sends=protocol.sends, trainer=protocol.trainer, transform=s.plan.transform)
+    outbox = Outbox(sends=protocol.sends, trainer=protocol.trainer, transform=s.plan.transform)
+    s.side.wire = protocol.aggregation.node_wire(outbox)  # local DP-FedAvg: clipped and noised here, as in process
     for down in request.downloads:
         assert down.tensors is not None
         outbox.received(down.receiver, down.tensors)

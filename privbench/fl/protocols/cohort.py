@@ -56,6 +56,11 @@ class Aggregation(ABC):
         """The wire the clients send on (``wire`` itself unless the uploads are sealed)."""
         return Sealed(wire) if self.seals else wire
 
+    def node_wire(self, wire: Wire) -> Wire:
+        """The wire a client sends on in a process of its own (a Flower ClientApp): the clients' wire, except that
+        sealing is Flower's SecAgg+ mod's work there."""
+        return wire if self.seals else self.client_wire(wire)
+
     def check_cohorts(self, sizes: Sequence[int], *, weights: Sequence[int]) -> None:
         """Fail (``ConfigError``) before training where cohorts of ``sizes`` clients (clients of ``weights`` samples)
         cannot be aggregated with these settings (nothing to check by default)."""
