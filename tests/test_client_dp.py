@@ -73,8 +73,12 @@ def test_noise_rules_equal_flowers_own() -> None:
 def test_rdp_epsilon_equals_flowers_own_accountant(rate: float) -> None:
     """Flower 1.42's RdpAccountant (fixed clipping; no amplification, or Poisson at sample_size / population_size,
     add/remove one client) gives privbench's RDP figure to 1e-6 over the same rounds."""
-    from flwr.supercore.privacy_accounting import (GaussianPrivacyEvent, NeighboringRelation, PrivacyConfig,
-                                                   SamplingMethod)
+    from flwr.supercore.privacy_accounting import (
+        GaussianPrivacyEvent,
+        NeighboringRelation,
+        PrivacyConfig,
+        SamplingMethod,
+    )
     from flwr.supercore.privacy_accounting.rdp_accountant import RdpAccountant
 
     population, cohort, z, rounds = 20, 5 if rate < 1 else 20, 0.9, 12
