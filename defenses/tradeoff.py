@@ -10,7 +10,7 @@ their privacy loss distribution (Google's ``dp_accounting``, add or remove one r
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -63,16 +63,38 @@ def tpr_bound(releases: Sequence[Release], fprs: Sequence[float]) -> list[float]
     floor = gaussian_dp_tpr(math.sqrt(sum(n / s**2 for s, n in whole)), fprs) if whole else list(fprs)
     if len(whole) == len(steps) or min(floor) >= 1 - 1e-12:  # rate-1 releases alone are exactly mu-GDP
         return floor
-    from dp_accounting.pld import privacy_loss_distribution as pld_lib
     from riskcal.analysis import get_beta_from_pld
 
-    pld = None
-    for sigma, rate, count in steps:
-        one = pld_lib.from_gaussian_mechanism(standard_deviation=sigma, sampling_prob=min(rate, 1.0),
-                                              value_discretization_interval=discretisation(sigma)).self_compose(count)
-        pld = one if pld is None else pld.compose(one)
-    betas = np.atleast_1d(get_beta_from_pld(pld, alpha=np.asarray(fprs, dtype=float)))
+    betas = np.atleast_1d(get_beta_from_pld(_pld(steps), alpha=np.asarray(fprs, dtype=float)))
     out = [float(min(1.0, max(a, 1.0 - b))) for a, b in zip(fprs, betas)]
     if any(t < f - 1e-9 for t, f in zip(out, floor)):  # below a part of itself: the arithmetic failed (losses of
         return [1.0 for _ in fprs]                       # hundreds of nats); TPR 1 is the bound left that holds
     return out
+
+
+def _pld(releases: Sequence[Release]):  # type: ignore[no-untyped-def]
+    """The privacy loss distribution of ``releases`` composed (each with noise)."""
+    from dp_accounting.pld import privacy_loss_distribution as pld_lib
+
+    pld = None
+    for sigma, rate, count in releases:
+        one = pld_lib.from_gaussian_mechanism(standard_deviation=sigma, sampling_prob=min(rate, 1.0),
+                                              value_discretization_interval=discretisation(sigma)).self_compose(count)
+        pld = one if pld is None else pld.compose(one)
+    return pld
+
+
+def blow_up_inverse(releases: Sequence[Release]) -> Callable[[float], float]:
+    """``(1 - f)^-1`` of ``releases`` composed: the least FPR at which a membership test reaches a TPR, interpolated
+    on 4,000 FPRs from 1e-15 to 1 (the one-run f-DP audit's curve, ``metrics.one_run_fdp``)."""
+    from riskcal.analysis import get_beta_from_pld
+
+    fprs = np.concatenate([[0.0], np.logspace(-15, 0, 4000)])
+    tprs = 1.0 - np.atleast_1d(get_beta_from_pld(_pld(releases), alpha=fprs))
+    tprs = np.maximum.accumulate(np.maximum(tprs, fprs))  # a trade-off curve lies above chance and rises
+    return lambda y: float(np.interp(y, tprs, fprs))
+
+
+def releases_epsilon(releases: Sequence[Release], delta: float) -> float:
+    """The tight epsilon at ``delta`` of ``releases`` composed (their privacy loss distribution)."""
+    return float(_pld(releases).get_epsilon_for_delta(delta))

@@ -68,6 +68,12 @@ CRAFTED_UPLOADED = _privacy("crafted_layer_uploaded", "crafted layer uploaded", 
 EPSILON_LOWER = _privacy("epsilon_lower_bound", "empirical epsilon (one-run lower bound)", fmt="{:.2f}",
                          bounds="nonnegative")
 EPSILON_CLAIMED = _privacy("epsilon_claimed", "claimed epsilon (audited round)", fmt="{:.2f}", bounds="nonnegative")
+#: The same run read through f-DP (Mahloujifar et al. 2025), and the round's tight epsilon (its privacy loss
+#: distribution) it is measured against.
+EPSILON_LOWER_FDP = _privacy("epsilon_lower_bound_fdp", "empirical epsilon (one-run f-DP lower bound)", fmt="{:.2f}",
+                             bounds="nonnegative")
+EPSILON_TIGHT = _privacy("epsilon_claimed_tight", "tight epsilon (audited round, PLD)", fmt="{:.2f}",
+                         bounds="nonnegative")
 #: The audited round's f-DP bound: the highest TPR any test of one canary (one record) can reach against its releases.
 CANARY_TPR_BOUND_1 = _privacy("canary_tpr_bound_1pct", "TPR bound at FPR 1 % (audited round, f-DP)", fmt="{:.3f}",
                               bounds="unit")
@@ -160,8 +166,8 @@ CLIENT_EPSILON_CANARY = Figure("client_epsilon_canary", "defense", "client-level
 #: The report's figure columns, in order (NaN where a run did not measure one, never 0).
 REPORTED = (PSNR_MEAN, PSNR_CHANCE, PSNR_CHANCE_UNINFORMED, PSNR_CHANCE_INFORMED, PSNR_GAIN, PSNR_MEDIAN, PSNR_MEDIAN_GAIN,
             RECOVERED_FRACTION,
-            RECOVERED_FRACTION_CHANCE, DOWNLOAD_FLAGGED, CRAFTED_UPLOADED, EPSILON_LOWER, EPSILON_CLAIMED, CANARY_TPR_BOUND_1,
-            CANARY_TPR_BOUND_01, PSNR_BEST, SSIM_MEAN, SSIM_CHANCE, SSIM_GAIN, SSIM_BEST, LPIPS_MEAN,
+            RECOVERED_FRACTION_CHANCE, DOWNLOAD_FLAGGED, CRAFTED_UPLOADED, EPSILON_LOWER, EPSILON_CLAIMED, EPSILON_LOWER_FDP,
+            EPSILON_TIGHT, CANARY_TPR_BOUND_1, CANARY_TPR_BOUND_01, PSNR_BEST, SSIM_MEAN, SSIM_CHANCE, SSIM_GAIN, SSIM_BEST, LPIPS_MEAN,
             LPIPS_CHANCE, LPIPS_BEST, NUM_TRUE, LABEL_ACCURACY, PROJECTION_PSNR_MEAN, LABEL_SET_EXACT,
             LABEL_SET_EXACT_CHANCE, LABEL_SET_JACCARD, LABEL_SET_JACCARD_CHANCE, LABEL_COUNTS_EXACT, LABEL_COUNT_ERROR, LABEL_COUNT_ERROR_CHANCE, CLASS_PROPORTION_ERROR,
             CLASS_PROPORTION_ERROR_CHANCE, CLASS_PROPORTION_ERROR_SET, ACCURACY, PERSONAL_ACCURACY, DOWNLOADED_ACCURACY, CLUSTER_RAND_INDEX, AGNOSTIC_ACCURACY, UPLINK_BYTES, DOWNLINK_BYTES, TOTAL_BYTES,
@@ -176,7 +182,8 @@ LEAKS = "leaks"
 RUNS = "runs"
 #: ``table.md`` and the HTML summary, in order (all-missing columns are left out); the leak verdict follows the gain.
 #: Accuracy has two columns, never one: each client's own model, and the model it holds after its download.
-TABLE = (PSNR_GAIN, LEAKS, PSNR_MEDIAN_GAIN, RECOVERED_FRACTION, DOWNLOAD_FLAGGED, CRAFTED_UPLOADED, EPSILON_LOWER, EPSILON_CLAIMED, MIA_AUC, MIA_TPR_1,
+TABLE = (PSNR_GAIN, LEAKS, PSNR_MEDIAN_GAIN, RECOVERED_FRACTION, DOWNLOAD_FLAGGED, CRAFTED_UPLOADED, EPSILON_LOWER, EPSILON_CLAIMED,
+         EPSILON_LOWER_FDP, EPSILON_TIGHT, MIA_AUC, MIA_TPR_1,
          MIA_AUC_INFORMED, CANARY_TPR_BOUND_1, SOURCE_ACCURACY, SOURCE_CHANCE_INFORMED, PERSONAL_ACCURACY, DOWNLOADED_ACCURACY,
          TOTAL_BYTES, EPSILON, EPSILON_ACCOUNTED, CLIENT_EPSILON, CLIENT_EPSILON_CANARY, MIA_TPR_BOUND_1, MIA_TPR_01, CANARY_TPR_BOUND_01, MIA_TPR_BOUND_01, MIA_MEMBERS,
          MIA_TPR_1_INFORMED, SOURCE_CHANCE, PSNR_MEAN, PSNR_CHANCE,

@@ -99,6 +99,11 @@ def test_a_correct_mechanism_is_not_refuted_and_the_bound_is_tight_to_half(tmp_p
     privacy = _audit(tmp_path)
     assert privacy["canaries"] == 10000 and privacy["canary_guesses"] == 200
     assert 0.5 * privacy["epsilon_claimed"] <= privacy["epsilon_lower_bound"] <= privacy["epsilon_claimed"]
+    # through f-DP (2 rate-1 releases: mu-GDP, mu = sqrt(2) / sigma): 2.18 against the round's tight 2.89, the
+    # idealised game's 1.96 at the same 200 guesses (tests/test_one_run_fdp.py checks the test itself)
+    assert privacy["fdp_family"] == "mu-GDP" and privacy["epsilon_claimed_tight"] < privacy["epsilon_claimed"]
+    assert privacy["epsilon_lower_bound"] < privacy["epsilon_lower_bound_fdp"] <= privacy["epsilon_claimed_tight"]
+    assert privacy["epsilon_lower_bound_fdp"] >= 0.7 * privacy["epsilon_claimed_tight"]
 
 
 @pytest.mark.slow
@@ -114,6 +119,7 @@ def test_the_2nn_carries_enough_canaries_for_half_the_claim_at_target_2(tmp_path
                              "attack.guesses=1000"], results_dir=tmp_path).metrics["privacy"]
     assert privacy["canaries"] == 100000 and privacy["canary_guesses"] == 2000
     assert 0.5 * privacy["epsilon_claimed"] <= privacy["epsilon_lower_bound"] <= privacy["epsilon_claimed"]
+    assert privacy["epsilon_lower_bound"] < privacy["epsilon_lower_bound_fdp"] <= privacy["epsilon_claimed_tight"]
 
 
 @pytest.mark.slow
@@ -126,6 +132,7 @@ def test_no_noise_or_no_clipping_is_caught(tmp_path, monkeypatch):
         patch.setattr(dp, "_generate_noise", lambda std, reference, **_: torch.zeros_like(reference))
         silent = _audit(tmp_path / "no_noise")
     assert silent["epsilon_lower_bound"] > silent["epsilon_claimed"]
+    assert silent["epsilon_lower_bound_fdp"] > silent["epsilon_claimed_tight"]
 
     def unclipped(self):  # DPOptimizer.clip_and_accumulate with every clip factor 1
         for p in self.params:

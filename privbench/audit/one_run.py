@@ -23,6 +23,7 @@ then that of the round's schedule over the enlarged data.
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Collection
 from typing import Any
 
@@ -37,12 +38,14 @@ from privbench.data.dataset import ImageDataset
 from privbench.defenses.calibration import epsilon, events
 from privbench.defenses.canaries import GradientCanaries
 from privbench.defenses.dpsgd import DPSGD
-from privbench.defenses.tradeoff import tpr_bound
+from privbench.defenses.tradeoff import blow_up_inverse, releases_epsilon, tpr_bound
 from privbench.errors import AttackNotApplicableError
+from privbench.figures import EPSILON_LOWER_FDP, EPSILON_TIGHT
 from privbench.fl.protocols.genefl import GeneFL
 from privbench.fl.reads import LOCAL_SGD, PlannedRead
 from privbench.fl.sgd import parameters_of
 from privbench.fl.trainer import Trainer
+from privbench.metrics.one_run_fdp import gdp_blow_up_inverse, gdp_epsilon, largest_rejected
 from privbench.payloads import LocalTraining, Payload
 from privbench.payloads.encoding import decode
 
@@ -188,3 +191,31 @@ def round_claim(record: LocalTraining, sigma: float, *, delta: float, accountant
     [(rate, _)] = schedule
     claimed = epsilon(sigma, schedule, delta=delta, accountant=accountant) if sigma > 0 else float("inf")
     return claimed, rate, tpr_bound([(sigma, rate, record.steps)], BOUND_FPRS)
+
+
+#: delta at which the f-DP bound is stated when the audited round claims none (a trainer without noise).
+FDP_DELTA = 1e-5
+
+
+def fdp_bound(knowledge: dict[str, Any], m: int, guesses: int, right: int, *, confidence: float) -> dict[str, Any]:
+    """The one-run audit read through f-DP (Mahloujifar et al. 2025): the least private curve of the round's own
+    family the guesses refute, as epsilon at the round's delta, beside the round's tight epsilon (its privacy loss
+    distribution). The family is the round's releases at a scaled noise multiplier; at Poisson rate 1 they are
+    exactly mu-GDP (``mu = sqrt(steps) / sigma``), tested as such."""
+    sigma, rate, steps = (float(knowledge.get("sigma", 0.0)), float(knowledge.get("sample_rate", 1.0)),
+                          int(knowledge.get("steps", 1)))
+    delta = float(knowledge.get("delta") or FDP_DELTA)
+    tau = 1.0 - confidence
+    if sigma <= 0 or rate >= 1:  # mu-GDP (any curve at all for a round without noise)
+        mu = largest_rejected(gdp_blow_up_inverse, m, guesses, right, tau=tau)
+        bound, family = gdp_epsilon(mu, delta), "mu-GDP"
+        tight = gdp_epsilon(math.sqrt(steps) / sigma, delta) if sigma > 0 else math.inf
+        found = {"fdp_mu": mu}
+    else:  # the round's subsampled releases at noise 1 / t: t grows as the curve grows less private
+        t = largest_rejected(lambda t: blow_up_inverse([(1.0 / t, rate, steps)]), m, guesses, right, tau=tau,
+                             high=16.0, tol=1e-4)
+        bound = releases_epsilon([(1.0 / t, rate, steps)], delta) if t > 0 else 0.0
+        tight, family = releases_epsilon([(sigma, rate, steps)], delta), f"{steps} Gaussian releases at rate {rate:g}"
+        found = {"fdp_noise_multiplier": 1.0 / t if t > 0 else math.inf}
+    return {EPSILON_LOWER_FDP.key: bound, EPSILON_TIGHT.key: tight, "fdp_family": family,
+            "fdp_delta": delta, **found}

@@ -30,7 +30,9 @@ from privbench.figures import (
     EPSILON_ACCOUNTED,
     EPSILON_CLAIMED,
     EPSILON_LOWER,
+    EPSILON_LOWER_FDP,
     EPSILON_MAX,
+    EPSILON_TIGHT,
     LABEL_ACCURACY,
     LABEL_COUNT_ERROR,
     LABEL_COUNT_ERROR_CHANCE,
@@ -291,6 +293,10 @@ def summary(metrics: dict[str, Any]) -> str:
                                f"({privacy.get('canary_guesses_right')} of {privacy.get('canary_guesses')} guesses "
                                f"right, {privacy.get('canaries')} canaries), claimed "
                                f"{formatted(privacy.get(EPSILON_CLAIMED.key), '{:.2f}')} for the round"))
+        if privacy.get(EPSILON_LOWER_FDP.key) is not None:
+            lines.append(("", f"through f-DP ({privacy.get('fdp_family')}): epsilon >= "
+                              f"{formatted(privacy[EPSILON_LOWER_FDP.key], '{:.2f}')}, against the round's tight "
+                              f"{formatted(privacy.get(EPSILON_TIGHT.key), '{:.2f}')}"))
         if privacy.get(CANARY_TPR_BOUND_1.key) is not None:
             lines.append(("", f"the round's f-DP bound on a canary test: TPR at most "
                               f"{formatted(privacy[CANARY_TPR_BOUND_1.key], '{:.3f}')} at FPR 1 %, "

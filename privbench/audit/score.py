@@ -23,6 +23,7 @@ from privbench.attacks import (
     Reconstruction,
     SourceGuesses,
 )
+from privbench.audit.one_run import fdp_bound
 from privbench.audit.output import write_gallery, write_grid, write_roc
 from privbench.figures import (
     CANARY_TPR_BOUND_01,
@@ -249,6 +250,7 @@ def _canaries(finding: CanaryScores, view: Any, attack: Attack, truth: Truth, ho
     bound = epsilon_lower_bound(len(members), 2 * k, right, delta=float(knowledge.get("delta", 0.0)),
                                 confidence=confidence)
     bounds = knowledge.get("round_tpr_bounds", {})
+    out.update(fdp_bound(knowledge, len(members), 2 * k, right, confidence=confidence))
     out.update({EPSILON_LOWER.key: bound, EPSILON_CLAIMED.key: knowledge.get("claimed_epsilon"),
                 CANARY_TPR_BOUND_1.key: bounds.get("0.01"), CANARY_TPR_BOUND_01.key: bounds.get("0.001"),
                 "canary_guesses": 2 * k, "canary_guesses_right": right, "canaries": len(members),
