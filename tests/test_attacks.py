@@ -184,7 +184,10 @@ def test_ig_on_several_victims_at_once_equals_each_alone(fmnist, hide_head, stac
     together = attack.attack_many(many_targets, seed=3)
     assert [t.evaluations for t in many_targets] == [2 * 30] * 3
     for a, b in zip(alone, together):
-        assert torch.allclose(a.images, b.images, atol=1e-4), float((a.images - b.images).abs().max())
+        # a grouped convolution sums in another order than three alone; 30 Adam steps amplify that rounding to
+        # 0.014 of a pixel at one thread (OMP_NUM_THREADS=1), the objectives agreeing to 2e-6; another victim's
+        # images would differ by about 1
+        assert torch.allclose(a.images, b.images, atol=0.05), float((a.images - b.images).abs().max())
         assert torch.equal(a.labels, b.labels) and a.objective == pytest.approx(b.objective, abs=1e-5)
         assert [x["objective"] for x in a.attempts] == pytest.approx([x["objective"] for x in b.attempts], abs=1e-5)
 

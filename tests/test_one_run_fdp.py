@@ -59,21 +59,21 @@ def test_the_papers_idealised_game_and_the_reference_vectors() -> None:
     mu, eps = gdp_lower_bound(100_000, 1500, 1429, delta=1e-5)
     assert mu == pytest.approx(0.7818, abs=1e-3) and eps == pytest.approx(3.2997, abs=2e-3)
     assert epsilon_lower_bound(100_000, 1500, 1429, delta=1e-5) == pytest.approx(2.67, abs=0.01)
-    assert eps < gdp_epsilon(1.0, 1e-5)  # below the mechanism's own 4.38
+    assert eps < gdp_epsilon(1.0, delta=1e-5)  # below the mechanism's own 4.38
     mu, eps = gdp_lower_bound(100, 80, 70, delta=1e-6)
     assert 1 / 1.421 <= mu < 1 / 1.411 and eps == pytest.approx(3.29, abs=0.01)
     assert gdp_lower_bound(1000, 100, 50, delta=1e-5) == (0.0, 0.0)  # a coin's score refutes nothing
 
 
 def test_gdp_epsilon_meets_its_delta_and_the_releases_family_is_gdp_at_rate_one() -> None:
-    eps = gdp_epsilon(1.0, 1e-5)
+    eps = gdp_epsilon(1.0, delta=1e-5)
     assert gdp_delta(1.0, eps) == pytest.approx(1e-5, rel=1e-6)
     assert eps == pytest.approx(4.3772, abs=1e-4)
     # two rate-1 releases at sigma 2 are exactly mu-GDP with mu = sqrt(2) / 2
     family, gdp = blow_up_inverse([(2.0, 1.0, 2)]), gdp_blow_up_inverse(math.sqrt(2) / 2)
     for y in (1e-3, 0.05, 0.5, 0.95):
         assert gdp(y) / 1.01 <= family(y) <= gdp(y) * (1 + 1e-4)  # rounded down to its grid, never up
-    assert releases_epsilon([(2.0, 1.0, 2)], 1e-5) == pytest.approx(gdp_epsilon(math.sqrt(2) / 2, 1e-5), rel=1e-4)
+    assert releases_epsilon([(2.0, 1.0, 2)], 1e-5) == pytest.approx(gdp_epsilon(math.sqrt(2) / 2, delta=1e-5), rel=1e-4)
     # subsampling makes the curve more private: at a TPR the least FPR is higher
     assert blow_up_inverse([(2.0, 0.25, 2)])(0.5) > family(0.5)
 

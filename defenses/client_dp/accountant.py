@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from privbench.errors import ConfigError
+from privbench.metrics.one_run_fdp import gdp_epsilon
 
 if TYPE_CHECKING:
     import dp_accounting
@@ -141,39 +142,6 @@ def rounds_within(budget: float, *, noise_multiplier: float, rounds: int, delta:
         else:
             high = mid - 1
     return low
-
-
-def gdp_epsilon(mu: float, *, delta: float) -> float:
-    """Epsilon at ``delta`` of mu-GDP (Dong, Roth and Su 2022): the root of
-    ``delta = Phi(-eps/mu + mu/2) - e^eps Phi(-eps/mu - mu/2)``; 0 for ``mu <= 0``.
-
-    Example:
-        >>> round(gdp_epsilon(1.0, delta=1e-5), 2)
-        4.38
-    """
-    from scipy.optimize import brentq
-    from scipy.stats import norm
-
-    if math.isnan(mu):
-        return math.nan
-    if not mu > 0:
-        return 0.0
-    if math.isinf(mu):
-        return math.inf
-
-    def excess(eps: float) -> float:
-        first = norm.cdf(-eps / mu + mu / 2)
-        second = math.exp(min(eps + norm.logcdf(-eps / mu - mu / 2), 700.0))
-        return float(first - second) - delta
-
-    if excess(0.0) <= 0:
-        return 0.0
-    high = 1.0
-    while excess(high) > 0:
-        high *= 2
-        if high > 1e7:
-            return math.inf
-    return float(brentq(excess, 0.0, high, xtol=1e-10))
 
 
 def _gdp_mu(epsilon_: float, *, delta: float) -> float:

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from privbench.defenses.client_dp.accountant import gdp_epsilon
+from privbench.metrics.one_run_fdp import gdp_epsilon
 
 State = dict[str, torch.Tensor]
 #: Canary directions generated together (rows of one matrix).

@@ -208,8 +208,8 @@ def fdp_bound(knowledge: dict[str, Any], m: int, guesses: int, right: int, *, co
     tau = 1.0 - confidence
     if sigma <= 0 or rate >= 1:  # mu-GDP (any curve at all for a round without noise)
         mu = largest_rejected(gdp_blow_up_inverse, m, guesses, right, tau=tau)
-        bound, family = gdp_epsilon(mu, delta), "mu-GDP"
-        tight = gdp_epsilon(math.sqrt(steps) / sigma, delta) if sigma > 0 else math.inf
+        bound, family = gdp_epsilon(mu, delta=delta), "mu-GDP"
+        tight = gdp_epsilon(math.sqrt(steps) / sigma, delta=delta) if sigma > 0 else math.inf
         found = {"fdp_mu": mu}
     else:  # the round's subsampled releases at noise 1 / t: t grows as the curve grows less private
         t = largest_rejected(lambda t: blow_up_inverse([(1.0 / t, rate, steps)]), m, guesses, right, tau=tau,

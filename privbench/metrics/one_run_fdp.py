@@ -54,26 +54,36 @@ def gdp_blow_up_inverse(mu: float) -> BlowUpInverse:
 
 
 def gdp_delta(mu: float, epsilon: float) -> float:
-    """delta at ``epsilon`` of mu-GDP (Dong, Roth and Su 2022, Corollary 2.13)."""
-    return float(norm.cdf(-epsilon / mu + mu / 2) - math.exp(epsilon) * norm.cdf(-epsilon / mu - mu / 2))
+    """delta at ``epsilon`` of mu-GDP (Dong, Roth and Su 2022, Corollary 2.13):
+    ``Phi(-eps/mu + mu/2) - e^eps Phi(-eps/mu - mu/2)`` (the second term in logs, so a large epsilon stays finite)."""
+    first = norm.cdf(-epsilon / mu + mu / 2)
+    second = math.exp(min(epsilon + norm.logcdf(-epsilon / mu - mu / 2), 700.0))
+    return float(first - second)
 
 
-def gdp_epsilon(mu: float, delta: float) -> float:
-    """The least epsilon at which mu-GDP is (epsilon, delta)-DP, by bisection to 1e-9.
+def gdp_epsilon(mu: float, *, delta: float) -> float:
+    """The least epsilon at which mu-GDP is (epsilon, delta)-DP: 0 for ``mu <= 0``, inf for ``mu`` inf.
 
     Example:
-        >>> round(gdp_epsilon(1.0, 1e-5), 4)  # the Gaussian mechanism at noise 1, sensitivity 1
+        >>> round(gdp_epsilon(1.0, delta=1e-5), 4)  # the Gaussian mechanism at noise 1, sensitivity 1
         4.3772
     """
-    if mu <= 0 or gdp_delta(mu, 0.0) <= delta:
+    from scipy.optimize import brentq
+
+    if math.isnan(mu):
+        return math.nan
+    if not mu > 0:
         return 0.0
-    low, high = 0.0, 1.0
+    if math.isinf(mu):
+        return math.inf
+    if gdp_delta(mu, 0.0) <= delta:
+        return 0.0
+    high = 1.0
     while gdp_delta(mu, high) > delta:
-        low, high = high, 2 * high
-    while high - low > 1e-9:
-        mid = (low + high) / 2
-        low, high = (mid, high) if gdp_delta(mu, mid) > delta else (low, mid)
-    return high
+        high *= 2
+        if high > 1e7:
+            return math.inf
+    return float(brentq(lambda eps: gdp_delta(mu, eps) - delta, 0.0, high, xtol=1e-10))
 
 
 def largest_rejected(family: Callable[[float], BlowUpInverse], m: int, guesses: int, right: int, *,
@@ -103,4 +113,4 @@ def gdp_lower_bound(m: int, guesses: int, right: int, *, delta: float, confidenc
         (0.782, 3.3)
     """
     mu = largest_rejected(gdp_blow_up_inverse, m, guesses, right, tau=1.0 - confidence)
-    return mu, gdp_epsilon(mu, delta)
+    return mu, gdp_epsilon(mu, delta=delta)
