@@ -153,6 +153,12 @@ class ClippingSkippedOnOneLayer(DPFedAvg):
     skip_clipping = ("w1",)
 
 
+class SamplingRateMisreported(DPFedAvg):
+    """The cohort is drawn at rate 0.25; the accountant is told 0.01 (a population 25 times the real one)."""
+
+    reported_rate = 0.01
+
+
 class LocalNoiseAtAnotherSensitivity(DPFedAvg):
     """Flower's LocalDpMod given clip 1 and sensitivity 1e-4: the noise is 1e-4 of what the accountant assumes."""
 
@@ -394,6 +400,18 @@ def test_a_poisson_run_reports_its_amplified_epsilon(tmp_path) -> None:
     per_client = agg["client_epsilon_per_client"]
     assert per_client.pop("client0") == pytest.approx(victim)
     assert list(per_client.values()) == pytest.approx([others] * len(per_client))
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_a_sampling_rate_misreported_to_the_accountant_is_caught(seed: int) -> None:
+    """Canary clients drawn by the cohort's own sampler join at its true rate 0.25; the claim amplified by a
+    reported 0.01 is refuted, and the canaries' shift names the defect."""
+    est = _audit(SamplingRateMisreported(noise_multiplier=0.8, canary_clients=200, seed=seed), rounds=10, rate=0.25)
+    honest = DPFedAvg(noise_multiplier=0.8)
+    honest.plan(rounds=10, participants=5, victim_round=0, uploads=["update"], sample_rate=0.25)
+    assert est["claimed"] < honest.claimed(10)  # the accountant's figure is the misreported rate's
+    assert est["epsilon_alarm"] > est["claimed"], est["verdict"]
+    assert est["verdict"].startswith("BROKEN") and "sampled more often" in est["verdict"], est["verdict"]
 
 
 def test_canaries_that_join_at_the_clients_rate_stay_under_the_amplified_claim() -> None:

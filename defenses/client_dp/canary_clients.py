@@ -192,10 +192,12 @@ def estimate(z_in: np.ndarray, z_out: np.ndarray, s_in: np.ndarray, s_out: np.nd
                     float(off.mean()) if off.size else 0.0, len(z_in), z_in.shape[1])
 
 
-def verdict(est: Estimate, *, claimed: float, planned_noise: float, shared_noise: float = 0.0) -> str:
+def verdict(est: Estimate, *, claimed: float, planned_noise: float, shared_noise: float = 0.0,
+            rate: float = 1.0) -> str:
     """One line: the estimate against the claim (BROKEN where the bootstrap's 0.5 % quantile passes it), and then the
     defect class its diagnostics point to
-    (``shared_noise``: the mean cosine of two unseen canary clients' uploads in a round, under local DP)."""
+    (``shared_noise``: the mean cosine of two unseen canary clients' uploads in a round, under local DP; ``rate``:
+    the Poisson rate the accountant was told, so a canary moves a round's release by about ``rate`` clip norms)."""
     low, high = est.epsilon_interval
     if math.isnan(est.epsilon) or math.isnan(est.epsilon_alarm):
         return "undetermined: the canaries' scores gave no estimate (no noise and no signal, or a failed fit)"
@@ -208,6 +210,10 @@ def verdict(est: Estimate, *, claimed: float, planned_noise: float, shared_noise
     if est.shift > 1.25:
         return (f"{head}; a canary of norm above the clip moved the release by {est.shift:.2f} clip norms a round "
                 "(clipped, at most 1): clipping skipped on part of the update")
+    if rate < 1 and est.shift > 1.5 * rate + 0.1:
+        return (f"{head}; canaries moved the release by {est.shift:.2f} clip norms a round where joining at the "
+                f"accounted rate {rate:g} moves it by about {rate:g}: clients sampled more often than the accountant "
+                "is told (or clipping skipped)")
     if shared_noise > 0.3:
         return (f"{head}; two clients' noise in one round points the same way (cosine {shared_noise:.2f}): noise "
                 "reused across clients")

@@ -44,6 +44,9 @@ class DPFedAvg(Aggregation):
     #: the sensitivity local noise is scaled to in place of the clip (Flower's ``LocalDpMod`` takes the two apart):
     #: a broken mechanism for the tests to catch, never a setting.
     noise_sensitivity: ClassVar[float | None] = None
+    #: the Poisson rate told to the accountant in place of the one the cohort is drawn at: a broken mechanism for
+    #: the tests to catch, never a setting.
+    reported_rate: ClassVar[float | None] = None
 
     def __init__(self, *, mode: str = "central", clip: float = 1.0, noise_multiplier: float | None = 1.0,
                  target_epsilon: float | None = None, delta: float = 1e-5, accountant: str = "pld",
@@ -120,8 +123,12 @@ class DPFedAvg(Aggregation):
         """The accountant's client-level epsilon after ``rounds`` rounds (joined, or run under Poisson sampling;
         ``forced``: one of them joined whatever the draw, a victim's audited round, so not amplified)."""
         unamplified = 1 if forced and self.sample_rate < 1 and rounds else 0
-        return epsilon(ClientSchedule(self.z, rounds - unamplified, self.sample_rate, unamplified), delta=self.delta,
-                       accountant=accountant or self.accountant)
+        return epsilon(ClientSchedule(self.z, rounds - unamplified, self.accounted_rate(), unamplified),
+                       delta=self.delta, accountant=accountant or self.accountant)
+
+    def accounted_rate(self) -> float:
+        """The sampling rate the accountant is told (the cohort's own, unless a test breaks it)."""
+        return self.sample_rate if self.reported_rate is None or self.sample_rate == 1 else self.reported_rate
 
     # -- the mechanism ---------------------------------------------------------------------------------------
     def noise_generator(self, round_: int, who: str) -> torch.Generator:
@@ -280,7 +287,7 @@ class DPFedAvg(Aggregation):
             claim = claims[(ran, False)] if (ran, False) in claims else self.claimed(ran)
             out["canary_estimate"] = {**est.as_dict(), "claimed": claim, "planned_noise": planned,
                                       "verdict": verdict(est, claimed=claim, planned_noise=planned,
-                                                         shared_noise=shared)}
+                                                         shared_noise=shared, rate=self.accounted_rate())}
             if self.shared_noise:
                 out["canary_estimate"]["client_noise_cosine"] = shared
             summary.append(f"canary clients ({est.canaries} in, {est.canaries} unseen): "
