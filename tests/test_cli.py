@@ -31,7 +31,7 @@ def test_help_lists_groups_and_options(tmp_path):
                  "payload: aggregate, cluster_gene, cluster_model, gene_gradient, global_model, gradient, learngene, "
                  "masked_upload, secagg_forwarded_shares, secagg_key_shares, secagg_neighbour_keys, secagg_public_keys, "
                  "secagg_unmask_request, secagg_unmask_shares, subspace, update",
-                 "aggregation: dpfedavg, plain, secagg",
+                 "aggregation: dpfedavg, dpfedavg_secagg, plain, secagg",
                  "model: convnet, lenet, mlp, resnet18, torchvision", "fl: cluster_fedavg, fedavg, genefl, local",
                  "defense: dpsgd, noise, none, prune, quantize, topk",
                  "experiment: active_genefl, active_server, adaptive_server, bytes_curve, client_dp, comm_accounting, dlg_batch, dlg_paper, dp_coverage, dp_curve, fedavg_leakage, idlg_paper, "

@@ -266,12 +266,14 @@ def test_budget_stop_ends_training_and_says_so(tmp_path) -> None:
 @pytest.mark.parametrize("overrides, message", [
     (["fl=local"], "aggregates no model update"),
     (["aggregation.target_epsilon=0.0001"], "above 1e4"),
+    (["aggregation=dpfedavg_secagg", "engine=flower"], "runs in process only so far"),
 ])
 def test_impossible_runs_are_refused_in_one_line(compose_cfg, overrides, message) -> None:
     from privbench.audit.plan import plan, prepare
 
+    fast = [o for o in FAST if not any(o.split("=")[0] == x.split("=")[0] for x in overrides)]
     with pytest.raises(ConfigError, match=message):
-        prepare(plan(compose_cfg(*FAST, *overrides)))
+        prepare(plan(compose_cfg(*fast, *overrides)))
 
 
 class TextbookClaim(DPFedAvg):
@@ -418,3 +420,62 @@ def test_canaries_that_join_at_the_clients_rate_stay_under_the_amplified_claim()
     """The test never learns which rounds a canary joined (the adversary of the amplified claim does not either)."""
     est = _audit(DPFedAvg(noise_multiplier=0.8, canary_clients=200, seed=0), rounds=10, rate=0.25)
     assert est["verdict"].startswith("consistent") and est["epsilon_interval"][1] < est["claimed"]
+
+
+def test_dp_fedavg_over_secagg_releases_what_central_dp_fedavg_releases(tmp_path) -> None:
+    """Clients clip, SecAgg+ sums (uniformly: each client weighs 1, not its sample count), the server adds the
+    same noise central DP-FedAvg would: the model equals central DP-FedAvg's up to SecAgg+'s quantisation, while the
+    store holds masked vectors and the cohort's aggregate, never an upload."""
+    from privbench.defenses.client_dp import SecureDPFedAvg
+    from privbench.defenses.secure_aggregation import SecAggPlus
+    from privbench.fl.trainer import SGDTrainer
+    from privbench.fl.wire import Wire
+    from privbench.payloads import CapturePolicy, PayloadStore
+
+    base = {n: torch.zeros(s) for n, s in SHAPES.items()}
+    policy = CapturePolicy.build(kinds="all", rounds="all", clients="all", victim_round=0, victim_client=0)
+    wire = Wire(PayloadStore(tmp_path), policy, sends=("update", *SecAggPlus.sends), trainer=SGDTrainer())
+    ups = _uploads(base, 0, torch.Generator().manual_seed(0))
+    ups = [Upload(10 * (i + 1), u.payload, []) for i, u in enumerate(ups)]  # sample counts that must not weigh
+    central, secure = DPFedAvg(noise_multiplier=2.0, clip=0.5), SecureDPFedAvg(noise_multiplier=2.0, clip=0.5)
+    for mech in (central, secure):
+        mech.plan(rounds=1, participants=5, victim_round=0, uploads=["update"])
+    want = central.combine(base, ups, round_=0, group=None, wire=None, seed=0)  # type: ignore[arg-type]
+    got = secure.combine(base, ups, round_=0, group=None, wire=wire, seed=0)
+    for n in SHAPES:
+        assert torch.allclose(got[n], want[n], atol=1e-5), n  # 2^22 levels over [-8, 8]: 4e-6 a client
+    kinds = {r["kind"] for r in wire.store.records()}
+    assert "aggregate" in kinds and "masked_upload" in kinds and "update" not in kinds
+    aggregate = next(r for r in wire.store.records() if r["kind"] == "aggregate")
+    clipped = {n: sum(clip({m: u.tensors[m] - base[m] for m in SHAPES}, 0.5)[0][n] for u in ups) / 5 for n in SHAPES}
+    seen = wire.store.load(aggregate["id"]).tensors
+    for n in SHAPES:  # the server's view: the clean mean of the clipped updates, before its noise
+        assert torch.allclose(seen[n], clipped[n], atol=1e-5)
+    assert secure.describe()["server_sees"].startswith("each cohort's mean of clipped updates through SecAgg+")
+
+
+@pytest.mark.parametrize("setting, message", [
+    (dict(mode="local"), "noises the secure sum"),
+    (dict(adaptive=True), "never sees which updates were clipped"),
+])
+def test_dp_fedavg_over_secagg_refuses_what_it_cannot_hide(setting: dict, message: str) -> None:
+    from privbench.defenses.client_dp import SecureDPFedAvg
+
+    with pytest.raises(ConfigError, match=message):
+        SecureDPFedAvg(**setting)
+    with pytest.raises(ConfigError, match="known cohort size"):
+        SecureDPFedAvg().plan(rounds=2, participants=5, victim_round=0, uploads=["update"], sample_rate=0.25)
+
+
+def test_a_run_of_dp_fedavg_over_secagg_is_measured_by_its_canary_clients(tmp_path) -> None:
+    from privbench import api
+
+    result = api.run(["fl=fedavg", "fl.rounds=3", "fl.local_epochs=1", "attack=none", "metrics.lpips=false",
+                      "aggregation=dpfedavg_secagg", "aggregation.noise_multiplier=1.0", "aggregation.clip=0.5",
+                      "aggregation.canary_clients=200"], results_dir=str(tmp_path))
+    agg = result.metrics["defense"]["aggregation"]
+    assert agg["mode"] == "central, over SecAgg+" and agg["client_epsilon"] == pytest.approx(
+        acct.epsilon(acct.ClientSchedule(1.0, 3), delta=1e-5))
+    assert agg["canary_estimate"]["verdict"].startswith("consistent"), agg["canary_estimate"]["verdict"]
+    comm = result.metrics["bytes"]
+    assert comm["uplink_bytes"] > 0 and "masked_upload" in (result.run_dir / "comm.json").read_text()

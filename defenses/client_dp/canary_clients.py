@@ -16,6 +16,7 @@ never of the protocol's other releases.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -116,6 +117,30 @@ class CanaryClients:
                 row[start:stop] = [float(u[j - start] @ released[j]) / bound for j in range(start, stop)]
         self.rows.append(row)
         self.signs.append(np.array([self.sign(j, round_) for j in range(2 * self.count)]))
+
+    def observe_release(self, out: dict[str, torch.Tensor], base: dict[str, torch.Tensor], counts: dict[str, int],
+                        bound: float, round_: int, *, central: bool, rate: float,
+                        local_release: Callable[..., dict[str, torch.Tensor]]) -> float | None:
+        """Observe one round's release. Central: the noisy sum the model change and the public ``counts`` give back,
+        less the inserted canaries' known part. Local: each canary's own upload by ``local_release``, less the
+        unseen canaries' mean; returns the mean cosine of two unseen canaries' uploads (noise shared between
+        clients shows there), None centrally."""
+        if central:
+            released = {n: (out[n].double() - base[n].double()) * counts[n] for n in self.shapes}
+            self.observe(self.flat(released) - self.known(bound, round_, rate), bound, round_, rate)
+            return None
+        zero = {n: torch.zeros(s) for n, s in self.shapes.items()}
+        sent = [self.flat(local_release(ch, round_=round_, who=f"canary{j}"))
+                for j, ch in enumerate(self.updates(bound, round_, 1.0))]
+        sent += [self.flat(local_release(zero, round_=round_, who=f"canary{self.count + j}"))
+                 for j in range(self.count)]
+        unseen = torch.stack(sent[self.count:])
+        pairs = torch.nn.functional.cosine_similarity(unseen[0::2][:len(unseen) // 2], unseen[1::2], dim=1)
+        total, k = unseen.sum(0), len(unseen)
+        differenced = [s - total / k for s in sent[:self.count]]
+        differenced += [s - (total - s) / (k - 1) for s in sent[self.count:]]
+        self.observe(differenced, bound, round_)
+        return float(pairs.mean())
 
     def estimate(self, *, delta: float, seed: int, resamples: int = 1000) -> Estimate:
         """The empirical epsilon of the rounds observed so far."""

@@ -156,7 +156,6 @@ class DPFedAvg(Aggregation):
                 seed: int, truth: Mapping[str, Sequence[int]] | None = None) -> State:
         """Clip (central), sum, add the server's noise (central), average uniformly per name; observe canaries."""
         self.step_clip(round_)
-        bound = self.clip
         changes = []
         for u in uploads:
             tensors = decode(u.payload, base).tensors or {}
@@ -165,16 +164,24 @@ class DPFedAvg(Aggregation):
         unclipped = []
         if self.mode == "central":
             for i, ch in enumerate(changes):
-                changes[i], norm = clip(ch, bound, skip=self.skip_clipping)
-                unclipped.append(norm <= bound)
+                changes[i], norm = clip(ch, self.clip, skip=self.skip_clipping)
+                unclipped.append(norm <= self.clip)
         shapes = {n: t.shape for n, t in base.items() if t.is_floating_point()}
-        if self.canary_count and self.canaries is None:
-            self.canaries = CanaryClients(self.canary_count, shapes=shapes, seed=self.seed, scale=self.canary_scale)
         sums = {n: torch.zeros_like(base[n], dtype=torch.float64) for n in shapes}
-        counts = {n: self.denominator or sum(n in ch for ch in changes) for n in shapes}
         for ch in changes:
             for n, t in ch.items():
                 sums[n] += t.double()
+        counts = {n: self.denominator or sum(n in ch for ch in changes) for n in shapes}
+        return self.release(base, sums, counts, round_=round_, group=group, cohort=len(uploads), unclipped=unclipped)
+
+    def release(self, base: State, sums: dict[str, torch.Tensor], counts: dict[str, int], *, round_: int,
+                group: int | None, cohort: int, unclipped: list[bool]) -> State:
+        """A cohort's model from the sums of its clipped changes: the canaries' updates and the server's noise
+        added (central), each name averaged over ``counts``; canaries observed in the release."""
+        bound = self.clip
+        shapes = {n: t.shape for n, t in base.items() if t.is_floating_point()}
+        if self.canary_count and self.canaries is None:
+            self.canaries = CanaryClients(self.canary_count, shapes=shapes, seed=self.seed, scale=self.canary_scale)
         canaries_join = self.canaries is not None and round_ not in self.canary_rounds  # one cohort a round
         if canaries_join:
             self.canary_rounds.add(round_)
@@ -196,7 +203,7 @@ class DPFedAvg(Aggregation):
         if canaries_join:
             self.observe(out, base, counts, bound, round_)
         self.unclipped.setdefault(round_, []).extend(unclipped)
-        self.history.append({"round": round_, "clip": bound, "cohort": len(uploads),
+        self.history.append({"round": round_, "clip": bound, "cohort": cohort,
                              "noise_std_on_sum": self.update_z * bound if self.mode == "central" else 0.0,
                              "unclipped": float(np.mean(unclipped)) if unclipped else float("nan")})
         return out
@@ -212,27 +219,13 @@ class DPFedAvg(Aggregation):
                                            denominator=self.participants)
 
     def observe(self, out: State, base: State, counts: dict[str, int], bound: float, round_: int) -> None:
-        """Record the canaries' projections on this round's release (central: the noisy sum the model change and
-        the public counts give back; local: each canary's own upload, less the unseen canaries' mean)."""
+        """Record the canaries' projections on this round's release (``CanaryClients.observe_release``)."""
         if self.canaries is None:
             return
-        c = self.canaries
-        if self.mode == "central":
-            released = {n: (out[n].double() - base[n].double()) * counts[n] for n in c.shapes}
-            c.observe(c.flat(released) - c.known(bound, round_, self.sample_rate), bound, round_, self.sample_rate)
-            return
-        inserted = c.updates(bound, round_, 1.0)
-        zero = {n: torch.zeros(s) for n, s in c.shapes.items()}
-        sent = [c.flat(self.local_release(ch, round_=round_, who=f"canary{j}")) for j, ch in enumerate(inserted)]
-        sent += [c.flat(self.local_release(zero, round_=round_, who=f"canary{c.count + j}")) for j in range(c.count)]
-        unseen = torch.stack(sent[c.count:])
-        pairs = torch.nn.functional.cosine_similarity(unseen[0::2][:len(unseen) // 2], unseen[1::2], dim=1)
-        self.shared_noise.append(float(pairs.mean()))
-        total = unseen.sum(0)
-        k = len(unseen)
-        differenced = [s - total / k for s in sent[:c.count]]
-        differenced += [s - (total - s) / (k - 1) for s in sent[c.count:]]
-        c.observe(differenced, bound, round_)
+        shared = self.canaries.observe_release(out, base, counts, bound, round_, central=self.mode == "central",
+                                               rate=self.sample_rate, local_release=self.local_release)
+        if shared is not None:
+            self.shared_noise.append(shared)
 
     # -- what it claims and measured -------------------------------------------------------------------------
     def describe(self) -> dict[str, Any]:

@@ -83,6 +83,7 @@ class SecAggPlus(Aggregation):
         modulus_range: the masks' modulus, a power of 2 above ``quantization_range`` (at most 2^32).
         max_weight: the largest sample count a client may weigh (weights are ``num_samples / max_weight``).
         seed: the run's seed (the ring's order and the stochastic rounding).
+        uniform: every client weighs 1 (DP-FedAvg's uniform mean; ``num_samples`` is not used).
     """
 
     name = "secagg"
@@ -92,14 +93,14 @@ class SecAggPlus(Aggregation):
 
     def __init__(self, *, num_shares: int | float = 1.0, reconstruction_threshold: int | float = 0.5,
                  clipping_range: float = 8.0, quantization_range: int = 2**22, modulus_range: int = 2**32,
-                 max_weight: float = 1000.0, seed: int = 0) -> None:
+                 max_weight: float = 1000.0, seed: int = 0, uniform: bool = False) -> None:
         num_shares, reconstruction_threshold = checked_settings(
             num_shares=num_shares, reconstruction_threshold=reconstruction_threshold, clipping_range=clipping_range,
             quantization_range=quantization_range, modulus_range=modulus_range, max_weight=max_weight)
         self.num_shares, self.threshold = num_shares, reconstruction_threshold
         self.clip, self.levels, self.modulus, self.max_weight = float(clipping_range), quantization_range, \
             modulus_range, float(max_weight)
-        self.seed = seed
+        self.seed, self.uniform = seed, uniform
 
     def describe(self) -> dict[str, Any]:
         return {"aggregation": self.name, "protocol": "SecAgg+ (Bell et al. 2020), the stages of Flower's "
@@ -116,7 +117,8 @@ class SecAggPlus(Aggregation):
         """Refuse, before training, settings that break SecAgg+ for a cohort of any of ``sizes`` clients
         (``settings.check_cohorts``)."""
         check_cohorts(self.num_shares, self.threshold, levels=self.levels, modulus=self.modulus,
-                      max_weight=self.max_weight, sizes=sizes, weights=weights)
+                      max_weight=self.max_weight, sizes=sizes,
+                      weights=[int(self.max_weight) + 1] * len(weights) if self.uniform else weights)
 
     def ring(self, names: Sequence[str], shares: int, *, round_: int, group: int | None) -> dict[str, list[str]]:
         """Each client's neighbours (itself included): ``shares`` consecutive places of a seeded shuffle."""
@@ -130,7 +132,7 @@ class SecAggPlus(Aggregation):
     def _encode(self, member: _Member, names: Sequence[str], base: State, *, round_: int, client: int) -> np.ndarray:
         """``[q(w 1[n sent]) for n] + [q(w theta_n) for n]`` (weights as integers, values stochastically rounded)."""
         tensors = member.upload.tensors
-        q_ratio = round(member.upload.num_samples / self.max_weight * self.levels)
+        q_ratio = self.levels if self.uniform else round(member.upload.num_samples / self.max_weight * self.levels)
         dq_ratio = q_ratio / self.levels
         factors = np.array([q_ratio if n in tensors else 0 for n in names], dtype=np.int64)
         values = np.concatenate([(dq_ratio * tensors[n].double().cpu().numpy().ravel()) if n in tensors
