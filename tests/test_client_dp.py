@@ -266,7 +266,7 @@ def test_budget_stop_ends_training_and_says_so(tmp_path) -> None:
 @pytest.mark.parametrize("overrides, message", [
     (["fl=local"], "aggregates no model update"),
     (["aggregation.target_epsilon=0.0001"], "above 1e4"),
-    (["aggregation=dpfedavg_secagg", "engine=flower"], "runs in process only so far"),
+    (["aggregation=dpfedavg_secagg", "fl=genefl", "engine=flower"], "sums one layout"),
 ])
 def test_impossible_runs_are_refused_in_one_line(compose_cfg, overrides, message) -> None:
     from privbench.audit.plan import plan, prepare
@@ -469,6 +469,7 @@ def test_dp_fedavg_over_secagg_refuses_what_it_cannot_hide(setting: dict, messag
 
 def test_a_run_of_dp_fedavg_over_secagg_is_measured_by_its_canary_clients(tmp_path) -> None:
     from privbench import api
+    from privbench.payloads import PayloadStore
 
     result = api.run(["fl=fedavg", "fl.rounds=3", "fl.local_epochs=1", "attack=none", "metrics.lpips=false",
                       "aggregation=dpfedavg_secagg", "aggregation.noise_multiplier=1.0", "aggregation.clip=0.5",
@@ -479,3 +480,5 @@ def test_a_run_of_dp_fedavg_over_secagg_is_measured_by_its_canary_clients(tmp_pa
     assert agg["canary_estimate"]["verdict"].startswith("consistent"), agg["canary_estimate"]["verdict"]
     comm = result.metrics["bytes"]
     assert comm["uplink_bytes"] > 0 and "masked_upload" in (result.run_dir / "comm.json").read_text()
+    kinds = {r["kind"] for r in PayloadStore.open(result.run_dir / "payloads").records()}
+    assert "aggregate" in kinds and not kinds & {"update", "gradient"}  # no upload reaches the server's store

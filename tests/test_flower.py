@@ -665,6 +665,30 @@ def test_secagg_on_flower_runs_flowers_own_workflow_and_gives_the_inprocess_aggr
     assert mb["run"]["aggregation"] == "secagg" and mb["bytes"]["uplink_bytes"] > ma["bytes"]["uplink_bytes"]
 
 
+@pytest.mark.slow  # 5 s; tests/test_client_dp.py covers the in-process path quickly
+def test_dp_fedavg_over_secagg_on_flower_clips_on_the_node_and_releases_the_inprocess_model(tmp_path, task_identity):
+    """aggregation=dpfedavg_secagg on Flower: each ClientApp clips before Flower's SecAgg+ mod masks its upload
+    (weight 1), the server noises the unmasked sum as in process: the same messages, the same aggregates and the same
+    released models within quantisation, and the same epsilon."""
+    overrides = ["fl=fedavg", *SMALL, "aggregation=dpfedavg_secagg", "aggregation.noise_multiplier=1.0",
+                 "aggregation.clip=0.5", "attack=none", "capture.rounds=all", "capture.clients=all",
+                 f"results_dir={tmp_path}"]
+    run_audit(api.compose(overrides), tmp_path / "inprocess")
+    run_audit(api.compose([*overrides, "engine=flower"]), tmp_path / "flower", launcher=FlowerGrid(LoopbackGrid(5)))
+    ids = {r: sorted(x["id"] for x in _records(tmp_path / r)) for r in ("inprocess", "flower")}
+    assert ids["inprocess"] == ids["flower"]
+    sa, sb = (PayloadStore.open(tmp_path / r / "payloads") for r in ("inprocess", "flower"))
+    for round_ in (0, 1):
+        a, b = (s.load(f"r{round_:04d}-aggregate-cohort0-server") for s in (sa, sb))
+        assert all(torch.allclose(a.tensors[n], b.tensors[n], atol=3e-5) for n in a.names)
+    a, b = (s.load("r0001-global_model-server-client0") for s in (sa, sb))  # round 0's noisy release
+    assert all(torch.allclose(a.tensors[n], b.tensors[n], atol=3e-5) for n in a.names)
+    da, db = (json.loads((tmp_path / r / "metrics.json").read_text())["defense"]["aggregation"]
+              for r in ("inprocess", "flower"))
+    assert db["client_epsilon"] == pytest.approx(da["client_epsilon"], rel=1e-12)
+    assert db["client_epsilon_per_client"] == da["client_epsilon_per_client"]
+
+
 @pytest.mark.slow
 def test_flower_simulation_runs_secagg_with_clientapps_in_other_processes(tmp_path):
     """SecAgg+ on Flower's Ray simulation (every stage's message serialised between processes): the same messages

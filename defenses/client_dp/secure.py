@@ -7,14 +7,16 @@ updates, which is all SecAgg+ lets it see of any one client.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 
 from privbench.defenses.client_dp.clipping import clip
 from privbench.defenses.client_dp.mechanism import DPFedAvg
+from privbench.defenses.client_dp.wire import LocalDPWire
 from privbench.defenses.secure_aggregation import SecAggPlus
 from privbench.errors import ConfigError
+from privbench.fl.protocols.cohort import Sealed
 from privbench.fl.protocols.round import Upload
 from privbench.fl.sgd import State
 from privbench.fl.wire import Wire
@@ -32,7 +34,6 @@ class SecureDPFedAvg(DPFedAvg):
     name = "dpfedavg_secagg"
     sends = SecAggPlus.sends
     seals = True
-    runs_on_flower: ClassVar[bool] = False
 
     def __init__(self, *, num_shares: int | float = 1.0, reconstruction_threshold: int | float = 0.5,
                  clipping_range: float = 8.0, quantization_range: int = 2**22, modulus_range: int = 2**32,
@@ -47,6 +48,29 @@ class SecureDPFedAvg(DPFedAvg):
         self.secure = SecAggPlus(num_shares=num_shares, reconstruction_threshold=reconstruction_threshold,
                                  clipping_range=clipping_range, quantization_range=quantization_range,
                                  modulus_range=modulus_range, seed=seed, uniform=True)
+
+    def secure_sum(self) -> SecAggPlus:
+        return self.secure
+
+    def client_wire(self, wire: Wire) -> Wire:
+        return Sealed(wire)  # held for SecAgg+, never recorded
+
+    def node_wire(self, wire: Wire) -> Wire:
+        """On Flower, a ClientApp clips its upload before Flower's SecAgg+ mod masks it."""
+        return LocalDPWire(wire, _ClientClip(self.clip, self.skip_clipping))
+
+    def combine_aggregate(self, base: State, uploads: Sequence[Upload], *, round_: int, group: int | None) -> State:
+        """Flower's SecAgg+ ran over the clients' clipped models (each weighing 1): its mean back to a sum over the
+        cohort's members, then the canaries and the server's noise."""
+        made = uploads[0].tensors
+        for u in {u.payload.id: u for u in uploads}.values():
+            for part in (u.payload.training.parts if u.payload.training else ()):
+                self.joined[part.client] = self.joined.get(part.client, 0) + 1
+        shapes = [n for n, t in base.items() if t.is_floating_point()]
+        counts = {n: len(uploads) for n in shapes}
+        sums = {n: (made[n].double() - base[n].double()) * counts[n] if n in made
+                else torch.zeros_like(base[n], dtype=torch.float64) for n in shapes}
+        return self.release(base, sums, counts, round_=round_, group=group, cohort=len(uploads), unclipped=[])
 
     def check_cohorts(self, sizes: Sequence[int], *, weights: Sequence[int]) -> None:
         self.secure.check_cohorts(sizes, weights=weights)
@@ -89,3 +113,16 @@ class SecureDPFedAvg(DPFedAvg):
         if "summary" in out:
             out["summary"][0] = out["summary"][0].replace("central DP-FedAvg", "central DP-FedAvg over SecAgg+")
         return out
+
+
+class _ClientClip:
+    """A client's part of DP-FedAvg over SecAgg+ on its own node: its change clipped to ``C``, no noise."""
+
+    def __init__(self, bound: float, skip: tuple[str, ...]) -> None:
+        self.bound, self.skip = bound, skip
+
+    def local_release(self, change: State, *, round_: int, who: str) -> State:
+        return clip(change, self.bound, skip=self.skip)[0]
+
+    def local_note(self) -> str:
+        return f"DP-FedAvg over SecAgg+: change clipped to {self.bound:g} by the client"

@@ -96,8 +96,8 @@ def train(message: Message, context: Context) -> Message:
         np.random.seed(int(np.random.SeedSequence([s.plan.seed, request.round, request.client, 131])
                            .generate_state(1)[0]))  # the mod's stochastic rounding, fixed by the run
         state = s.side.model.state_dict()
-        return Message(fitres_reply(reply, [n for n, t in state.items() if t.is_floating_point()]),
-                       reply_to=message)
+        return Message(fitres_reply(reply, [n for n, t in state.items() if t.is_floating_point()],
+                                    uniform=protocol.aggregation.secure_sum().uniform), reply_to=message)
     out: dict[str, Any] = {**reply.fields, REPORT: protocol.trainer.take_report(request.name)}
     if reply.payload is not None:
         out["payload"] = next(i for i, p in enumerate(outbox.sent) if p is reply.payload)

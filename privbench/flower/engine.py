@@ -105,8 +105,9 @@ class FlowerEngine(Engine):
                     raise FlowerClientError(f"{requests[i].name} (node {messages[i].metadata.dst_node_id}) sent a "
                                             f"reply the server refuses: {exc}") from None
 
+            assert aggregation is not None
             try:
-                return secure_round(self.grid, self.grid.wire, requests, messages, aggregation=aggregation,
+                return secure_round(self.grid, self.grid.wire, requests, messages, aggregation=aggregation.secure_sum(),
                                     names=names, base=state, check=sealed)
             except (ValueError, KeyError, TypeError) as exc:
                 raise FlowerClientError(f"a secure round's reply was refused: {exc}") from None

@@ -56,9 +56,10 @@ def secagg_when_asked(message: Message, context: Context, call_next: ClientAppCa
     return secaggplus_mod(message, context, call_next)
 
 
-def fitres_reply(reply: TaskReply, names: Sequence[str]) -> RecordDict:
+def fitres_reply(reply: TaskReply, names: Sequence[str], *, uniform: bool = False) -> RecordDict:
     """A round's reply as the legacy ``FitRes`` Flower's mod masks: the upload's tensors (every name of ``names``,
-    in order), its sample count, and the reply's fields and training record as metrics (in the clear)."""
+    in order), its sample count (1 where the cohort is ``uniform``ly averaged), and the reply's fields and training
+    record as metrics (in the clear)."""
     upload = reply.payload
     if upload is None or upload.tensors is None:
         raise ValueError("a secure round's reply names no upload")
@@ -68,7 +69,8 @@ def fitres_reply(reply: TaskReply, names: Sequence[str]) -> RecordDict:
     arrays = [upload.tensors[n].detach().double().cpu().numpy() for n in names]
     fields = {**reply.fields, "training": json.dumps(upload.training.to_dict() if upload.training else None),
               "base": upload.base or "", "id": upload.id}
-    res = FitRes(Status(Code.OK, ""), ndarrays_to_parameters(arrays), int(reply.fields.get("num_samples", 0)),
+    weight = 1 if uniform else int(reply.fields.get("num_samples", 0))
+    res = FitRes(Status(Code.OK, ""), ndarrays_to_parameters(arrays), weight,
                  {FIELDS: json.dumps(fields)})
     return fitres_to_recorddict(res, keep_input=False)
 
@@ -200,7 +202,8 @@ def secure_round(grid: CapturingGrid, wire: Wire, requests: Sequence[ClientTask]
             ndarrays_to_parameters([np.zeros(1)]), keep_input=True)
         workflow = _Workflow({int(messages[i].metadata.dst_node_id): messages[i].content for i in members},
                              num_shares=aggregation.num_shares, reconstruction_threshold=aggregation.threshold,
-                             max_weight=aggregation.max_weight, clipping_range=aggregation.clip,
+                             max_weight=1.0 if aggregation.uniform else aggregation.max_weight,
+                             clipping_range=aggregation.clip,
                              quantization_range=aggregation.levels, modulus_range=aggregation.modulus)
         index = {int(messages[i].metadata.dst_node_id): i for i in members}
         sealed: SealedCheck | None = None if check is None else (lambda node, fields: check(index[node], fields))

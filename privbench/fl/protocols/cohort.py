@@ -56,6 +56,16 @@ class Aggregation(ABC):
         """The wire the clients send on (``wire`` itself unless the uploads are sealed)."""
         return Sealed(wire) if self.seals else wire
 
+    def secure_sum(self) -> Any:
+        """The SecAgg+ a sealed cohort runs (its settings; on Flower, its workflow's): this aggregation's own."""
+        return self
+
+    def combine_aggregate(self, base: State, uploads: Sequence[Upload], *, round_: int, group: int | None) -> State:
+        """A group's model from the engine's secure aggregate (Flower's SecAgg+ ran; each member's upload is the
+        cohort's ``aggregate``): the aggregate itself."""
+        made = uploads[0].tensors
+        return {n: (made[n] if n in made else t).clone().to(t.device) for n, t in base.items()}
+
     def node_wire(self, wire: Wire) -> Wire:
         """The wire a client sends on in a process of its own (a Flower ClientApp): the clients' wire, except that
         sealing is Flower's SecAgg+ mod's work there."""
@@ -116,8 +126,7 @@ class Cohort:
     def combine(self, base: State, uploads: Sequence[Upload], *, round_: int, group: int | None = None) -> State:
         """``aggregation.combine`` of one group's uploads."""
         if uploads and all(u.payload.kind == "aggregate" for u in uploads):  # the engine aggregated securely (Flower)
-            made = uploads[0].tensors
-            return {n: (made[n] if n in made else t).clone().to(t.device) for n, t in base.items()}
+            return self.aggregation.combine_aggregate(base, uploads, round_=round_, group=group)
         held = self.clients.held if isinstance(self.clients, Sealed) else {}
         return self.aggregation.combine(base, uploads, round_=round_, group=group, wire=self.wire, seed=self.seed,
                                         truth=held)
