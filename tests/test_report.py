@@ -461,3 +461,26 @@ def test_membership_runs_get_a_log_log_roc_and_no_gallery(tmp_path):
     assert (out / "membership_roc.png").exists() and not (out / "gallery.html").exists()
     page = (out / "audit.html").read_text()
     assert "Membership ROC" in page and "n=2" in page and "gallery.html" not in page
+
+
+def test_the_client_dp_trade_off_marks_each_point_with_its_epsilon() -> None:
+    """Two protocols through no DP, clipping alone and two epsilons: a line each, every point marked with its
+    claimed epsilon and the canaries' measure, chance drawn; runs without a client-level epsilon get no such plot."""
+    from privbench.report.dp_tradeoff import applies, dp_tradeoff_figure
+
+    rows = []
+    for fl, shift in (("fedavg", 0.0), ("genefl", 0.05)):
+        for eps, canary, auc, acc in ((None, None, 0.74, 0.80), (math.inf, None, 0.56, 0.77), (16.0, 15.2, 0.50, 0.15),
+                                      (4.0, 3.72, 0.48, 0.10)):
+            rows.append({"fl": fl, "aggregation.target_epsilon": eps, "client_epsilon": eps,
+                         "client_epsilon_canary": canary, "mia_auc": auc - shift, "mia_auc_lo": auc - shift - 0.02,
+                         "mia_auc_hi": auc - shift + 0.02, "downloaded_accuracy": acc + shift,
+                         "mia_auc_informed": 0.49})
+    table = pd.DataFrame(rows)
+    assert applies(table) and not applies(table.assign(client_epsilon=float("nan")))
+    drawn = dp_tradeoff_figure(table, ["fl", "aggregation.target_epsilon"])
+    assert drawn is not None and drawn.png.startswith(b"\x89PNG")
+    assert {"fl=fedavg", "fl=genefl", "chance"} <= set(drawn.legend)
+    assert drawn.notes.count("no DP") == 2 and drawn.notes.count("eps inf") == 2
+    assert "eps 4 (canaries 3.7)" in drawn.notes and "eps 16 (canaries 15)" in drawn.notes
+    assert any("accuracy" in a for a in drawn.axes) and any("AUC" in a for a in drawn.axes)

@@ -26,6 +26,7 @@ import pandas as pd
 
 from privbench.figures import AUDIT_PLOTS, LEAKAGE_PLOTS, PSNR_GAIN, UTILITY_PLOTS
 from privbench.io import atomic_write_bytes
+from privbench.report import dp_tradeoff
 from privbench.report.curves import KEY_LABELS, curve, swept_keys
 from privbench.report.draw import Drawn, pyplot
 from privbench.report.grouping import token, training_keys
@@ -38,7 +39,8 @@ LEAKAGE = [(f.key, f.label) for f in LEAKAGE_PLOTS]
 UTILITY = [(f.key, f.label) for f in UTILITY_PLOTS]
 AUDIT = [(f.key, f.label) for f in AUDIT_PLOTS]
 #: The files ``write_plots`` writes (an earlier report's that the runs no longer get are removed).
-WRITTEN = ("leakage_vs_*.png", "utility_vs_*.png", "audit_vs_*.png", "leakage.png", "bytes.png", "pareto.png")
+WRITTEN = ("leakage_vs_*.png", "utility_vs_*.png", "audit_vs_*.png", "leakage.png", "bytes.png", "pareto.png",
+           "dp_tradeoff.png")
 
 
 def one_per_training(runs: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
@@ -85,6 +87,8 @@ def write_plots(runs: pd.DataFrame, table: pd.DataFrame, out: Path) -> dict[str,
     figures["Bytes"] = ("bytes.png", bytes_figure(runs, keys, train))
     if chosen.pareto:
         figures["Pareto"] = ("pareto.png", pareto_figure(table, keys))
+    if dp_tradeoff.applies(table):
+        figures["Client-level DP trade-off"] = ("dp_tradeoff.png", dp_tradeoff.dp_tradeoff_figure(table, keys))
     paths = {}
     for title, (file, drawn) in figures.items():
         if drawn is not None:
