@@ -95,6 +95,10 @@ class Attack(ABC):
                 f"({', '.join(readable)}); {kind} carries a {spec.carries}")
 
 
+#: The client's checks of a download an active attack may be built to pass (``defenses.detector``).
+CLIENT_CHECKS = ("architecture", "aligned_rows", "first_relu_firing")
+
+
 class ActiveAttack(Attack):
     """An active server's attack: it crafts the victim's download of the audited round (``craft``), the victim
     trains on it as usual, and the attack reads the reply (an ``ActiveView``, ``privbench.audit.active``).
@@ -126,6 +130,11 @@ class ActiveAttack(Attack):
     @abstractmethod
     def describe(self) -> dict[str, Any]:
         """What the server changed and the attack's budget, for ``threat_model.json``."""
+
+    def designed_against(self) -> dict[str, str]:
+        """What the crafted download assumes of the client's checks (``defenses.detector.inspect_download``): for
+        each, whether it was built to pass it, and why (``threat_model.json``'s ``client_checks``)."""
+        return {check: "not designed to pass" for check in CLIENT_CHECKS}
 
     def crafted_rows(self, crafted: nn.Module) -> torch.Tensor:
         """The output units of ``crafted_layer`` the server crafted (all of them by default)."""

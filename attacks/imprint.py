@@ -149,13 +149,18 @@ class ImprintAttack(ActiveAttack):
         """The imprint block's bins."""
         return BLOCK
 
+    def designed_against(self) -> dict[str, str]:
+        return {"architecture": "not designed to pass: it adds a block the agreed architecture lacks",
+                "aligned_rows": "not designed to pass: its bins share one direction",
+                "first_relu_firing": "not designed to pass"}
+
     def describe(self) -> dict[str, Any]:
         """What the server changed, for ``threat_model.json``."""
         return {"server": "active", "changed": "architecture", "crafted": {
             "block": f"imprint (Fowl et al. 2022): {self.bins} ReLU bins on one random direction of the input, "
                      "thresholds at equal-mass quantiles of public data, a linear way back added to the input",
             "bins": self.bins, "public_images": self.public, "scale": self.scale, "gain": self.gain},
-            **self.isolation.describe(),
+            **self.isolation.describe(), "client_checks": self.designed_against(),
             "budget": "analytic (no optimisation): one read of the reply's imprint rows"}
 
     def attack(self, view: Any, *, seed: int) -> Reconstruction:

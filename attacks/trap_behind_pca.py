@@ -138,6 +138,11 @@ class TrapBehindPCAAttack(TrapWeightsAttack):
                                "inverted through the first layer")
         return described
 
+    def designed_against(self) -> dict[str, str]:
+        return {"architecture": "designed to pass: the architecture is unchanged",
+                "aligned_rows": "designed to pass: principal directions are orthogonal, trap rows random",
+                "first_relu_firing": "designed to pass: the first layer's ReLU is always on"}
+
 
 def _key(weight: torch.Tensor) -> bytes:
     """The digest of a first layer's weights, by which the server recalls what it sent."""

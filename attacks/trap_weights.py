@@ -224,7 +224,16 @@ class TrapWeightsAttack(ActiveAttack):
                      f"magnitudes on the other half, {rows}",
             "sigma": self.sigma, "scale_factor": self.scale_factor, "mu": self.mu, "fire_rate": self.fire_rate,
             "public_images": self.public if self.fire_rate else 0, "rows_trapped": self.rows_trapped},
-            **self.isolation.describe(), "budget": "analytic (no optimisation): one read of the reply's trapped rows"}
+            **self.isolation.describe(), "client_checks": self.designed_against(),
+            "budget": "analytic (no optimisation): one read of the reply's trapped rows"}
+
+    def designed_against(self) -> dict[str, str]:
+        firing = (f"designed to pass: {self.rows_trapped:.3g} of the rows trapped keep the layer's mean firing rate "
+                  "in the honest range" if self.rows_trapped < 1
+                  else "not designed to pass: every row trapped fires on few inputs")
+        return {"architecture": "designed to pass: the architecture is unchanged",
+                "aligned_rows": "designed to pass: each row's signs and magnitudes are drawn at random",
+                "first_relu_firing": firing}
 
     def to_inputs(self, reads: torch.Tensor, view: Any) -> torch.Tensor:
         """The flattened model inputs ``[n, D]`` behind the trapped layer's reads (its inputs: here the image)."""

@@ -271,3 +271,20 @@ def test_an_imprint_block_sent_to_the_victim_only_is_read_through_secure_aggrega
     assert abs(threat["victim_share_estimated"] - 8 / 152) < 0.003
     assert "crafted_rows_within_noise" not in threat  # an imprint's bins are not sparse: none dropped
     assert privacy["num_true"] == 8 and privacy["recovered_fraction"] >= 0.5
+
+
+def test_each_active_attack_states_which_client_checks_its_download_was_built_to_pass() -> None:
+    """threat_model.json's client_checks: the imprint block is built to pass none of the three checks, full traps
+    the architecture and aligned-row checks only, partial traps the firing rate too, traps behind PCA all three."""
+    from privbench.attacks.base import CLIENT_CHECKS
+    from privbench.attacks.imprint import ImprintAttack
+
+    def passes(attack) -> set[str]:
+        checks = attack.describe()["client_checks"]
+        assert set(checks) == set(CLIENT_CHECKS)
+        return {c for c, how in checks.items() if how.startswith("designed to pass")}
+
+    assert passes(ImprintAttack()) == set()
+    assert passes(TrapWeightsAttack()) == {"architecture", "aligned_rows"}
+    assert passes(TrapWeightsAttack(rows_trapped=0.5)) == set(CLIENT_CHECKS)
+    assert passes(TrapBehindPCAAttack()) == set(CLIENT_CHECKS)

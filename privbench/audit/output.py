@@ -228,6 +228,8 @@ def summary(metrics: dict[str, Any]) -> str:
         crafted = threat.get("crafted", {})
         bins = f", {crafted['bins']} bins" if crafted.get("bins") else ""
         lines.append(("server", f"ACTIVE, crafted the download: {str(crafted.get('block', '')).split(':')[0]}{bins}"))
+        passes = [c for c, how in (threat.get("client_checks") or {}).items() if str(how).startswith("designed")]
+        lines.append(("", f"built to pass the client's checks: {', '.join(passes) or 'none'}"))
         if DOWNLOAD_FLAGGED.key in privacy:
             reasons = privacy.get("download_check") or []
             lines.append(("", "the victim's check of the download: " + (f"flagged ({reasons[0]})" if reasons
