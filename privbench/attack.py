@@ -194,7 +194,8 @@ def attack_file(args: argparse.Namespace) -> dict[str, Any]:
         _leave_no_refusal_behind(out, exc)
         raise
     metrics["timing"] = {"attack_s": time.perf_counter() - start}
-    from privbench.audit.output import summary, write_metrics
+    from privbench.audit.output import write_metrics
+    from privbench.audit.summary import summary
 
     write_metrics(out, metrics)
     print(summary(metrics))

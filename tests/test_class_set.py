@@ -8,7 +8,7 @@ import torch
 import privbench
 from privbench.attacks.class_set import SubspaceClassSet, captured_energy, proportions_fit, subspace_distance
 from privbench.attacks.views import BasisView
-from privbench.audit.output import summary
+from privbench.audit.summary import summary
 from privbench.fl.clustering.subspace import client_subspace, per_class_subspace
 from privbench.metrics.labels import class_set_scores, proportion_scores
 

@@ -152,7 +152,7 @@ def test_genefl_audit_writes_comm_and_agnostic_results(tmp_path):
 
 
 def test_run_summary_wraps_long_settings_at_80_columns():
-    from privbench.audit.output import summary
+    from privbench.audit.summary import summary
 
     metrics = {"run": {"fl": "cluster_fedavg", "payload": "cluster_model", "attack": "projection",
                        "defense": "dpsgd", "seed": 123456, "victim_client": 10, "victim_round": 99},
@@ -180,7 +180,7 @@ def test_descriptions_come_from_comments_then_docstrings():
 
 
 def test_an_epsilon_with_uncovered_reads_is_printed_unbounded_with_the_reads_named():
-    from privbench.audit.output import summary
+    from privbench.audit.summary import summary
 
     metrics = {"run": {"fl": "genefl", "payload": "learngene", "attack": "none", "defense": "dpsgd", "seed": 0,
                        "victim_client": 0, "victim_round": 0},

@@ -336,7 +336,7 @@ def test_client_level_dp_composes_with_clusters_and_record_level_dp(tmp_path) ->
     assert defense["epsilon_accounted"] > 0  # the record-level figure beside it
     assert agg["canary_estimate"]["rounds"] == 3
     assert len(set(agg["clip_history"])) <= 3 and agg["clip_history"][0] == 1.0
-    from privbench.audit.output import summary
+    from privbench.audit.summary import summary
 
     assert "client-level epsilon" in summary(result.metrics)
 

@@ -161,7 +161,7 @@ def test_the_audit_reads_a_genefl_learngene_and_names_the_uncovered_reads(tmp_pa
     on its recorded layers: every canary lands on an uploaded layer, the bound stays under the claim, the round's
     f-DP bound is mu-GDP's by hand (rate-1 steps), and the victim's epsilon is unbounded with the reads named."""
     import privbench
-    from privbench.audit.output import summary
+    from privbench.audit.summary import summary
     from privbench.defenses.tradeoff import gaussian_dp_tpr
 
     result = privbench.run(["fl=genefl", "fl.agnostic.fedavg_reference=false", "payload=learngene", "defense=dpsgd",

@@ -7,7 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from privbench.audit.output import summary, write_metrics
+from privbench.audit.output import write_metrics
+from privbench.audit.summary import summary
 from privbench.errors import ConfigError
 from privbench.metrics.reconstruction import Recovered
 from privbench.rescore import main, rescore

@@ -14,10 +14,11 @@ from torch import nn
 
 from privbench.audit.agnostic import evaluate_agnostic
 from privbench.audit.attack_phase import attack_victims
-from privbench.audit.output import summary, write_metrics
+from privbench.audit.output import write_metrics
 from privbench.audit.plan import Plan, plan, prepare
 from privbench.audit.reference import fedavg_reference
 from privbench.audit.resume import config_key, config_lock, finished, finished_runs, trained, training_key
+from privbench.audit.summary import summary
 from privbench.data import FederatedData
 from privbench.device import choose_threads, forward_macs
 from privbench.errors import PrivbenchError
