@@ -35,13 +35,13 @@ def epsilon_label(row: pd.Series) -> str:
     """A point's mark: the claimed epsilon (``inf``: clipping without noise), the canary clients' measure beside it.
 
     Example:
-        >>> epsilon_label(pd.Series({"client_epsilon": 4.0, "client_epsilon_canary": 3.72}))
+        >>> epsilon_label(pd.Series({"client_epsilon": 3.9992, "client_epsilon_canary": 3.72}))
         'eps 4 (canaries 3.7)'
     """
     claimed = row.get(CLIENT_EPSILON.key)
     if claimed is None or (isinstance(claimed, float) and math.isnan(claimed)):
         return NO_DP
-    text = "eps inf" if math.isinf(float(claimed)) else f"eps {float(claimed):g}"
+    text = "eps inf" if math.isinf(float(claimed)) else f"eps {float(claimed):.2g}"  # a calibrated 63.99 is 64
     measured = row.get(CLIENT_EPSILON_CANARY.key)
     if measured is not None and not (isinstance(measured, float) and math.isnan(measured)):
         text += f" (canaries {float(measured):.2g})"
@@ -85,8 +85,8 @@ def dp_tradeoff_figure(table: pd.DataFrame, keys: list[str]) -> Drawn | None:
         ax.errorbar(x, y, xerr=_spread(rows, accuracy.key), yerr=_spread(rows, MIA_AUC.key), label=name,
                     color=look["color"], marker=look["marker"], linestyle=look["linestyle"], capsize=3, ms=6)
         for (_, row), xi, yi in zip(rows.iterrows(), x, y):
-            ax.annotate(epsilon_label(row), (float(xi), float(yi)), textcoords="offset points", xytext=(6, 5),
-                        fontsize=7, color=look["color"])
+            ax.annotate(epsilon_label(row), (float(xi), float(yi)), textcoords="offset points", fontsize=7,
+                        xytext=(6, 6) if i % 2 == 0 else (6, -12), color=look["color"])  # series apart
     ax.axhline(0.5, color="0.4", linestyle=":", linewidth=1, label="chance")
     if MIA_AUC_INFORMED.key in table and table[MIA_AUC_INFORMED.key].notna().any():
         ax.axhline(float(table[MIA_AUC_INFORMED.key].max()), color="0.6", linestyle=(0, (2, 2)), linewidth=1,
