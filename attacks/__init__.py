@@ -23,6 +23,7 @@ from privbench.attacks.none import NoAttack
 from privbench.attacks.one_run import OneRunAudit
 from privbench.attacks.participation import ParticipationInference
 from privbench.attacks.projection import SubspaceProjection
+from privbench.attacks.rmia import RMIA
 from privbench.attacks.source import SourceInference
 from privbench.attacks.target import AttackTarget, observed_gradient
 from privbench.attacks.trap_weights import TrapWeightsAttack
@@ -45,4 +46,4 @@ __all__ = ["SourceGuesses", "SourceInference", "SourceView", "DLG", "IDLG", "Act
            "GradientView", "ImprintAttack", "InferredLabels", "InferredProperty", "InvertingGradients", "LabelCounts", "LabelView", "LiRA",
            "MembershipInference", "MembershipScores",
            "MembershipView", "ModelView",
-           "NoAttack", "ParticipationInference", "ParticipationRound", "ParticipationView", "Reconstruction", "SubspaceClassSet", "SubspaceProjection", "TrapWeightsAttack", "View", "observed_gradient", "recover_labels"]
+           "NoAttack", "ParticipationInference", "ParticipationRound", "ParticipationView", "RMIA", "Reconstruction", "SubspaceClassSet", "SubspaceProjection", "TrapWeightsAttack", "View", "observed_gradient", "recover_labels"]

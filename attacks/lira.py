@@ -21,6 +21,7 @@ augmented copies of each record; this version queries the record alone.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 import torch
@@ -137,23 +138,36 @@ class LiRA(Attack):
 
     def attack(self, view: MembershipView, *, seed: int) -> MembershipScores:
         """One score per candidate, in the pool's order; shadows' data and batch orders drawn from ``seed``."""
+        scored = self.confidences(view, seed=seed)
+        m = len(view.candidates)
+        target_phi, all_phi, inside = scored.target[:m], scored.shadows[:, :m], scored.inside
+        if self.variant == "online":
+            scores = likelihood_ratio(target_phi, all_phi, inside, fixed_variance=self.fixed_variance)
+        else:
+            scores = offline_score(target_phi, all_phi, fixed_variance=self.fixed_variance)
+        return MembershipScores(scores=scores.cpu(), candidates=list(range(len(scores))),
+                                info={"test": f"lira_{self.variant}", **scored.info})
+
+    def confidences(self, view: MembershipView, *, seed: int, population: int = 0) -> "Confidences":
+        """Train the shadows and score the candidates, then the first ``population`` population records, under the
+        target and every shadow (``phi``, logit-scaled confidence)."""
         if view.base is None or view.training is None:
-            raise AttackNotApplicableError(f"attack=lira needs the weights {view.knowledge.get('payload')} started "
-                                           "from and its declared training")
+            raise AttackNotApplicableError(f"attack={self.name} needs the weights {view.knowledge.get('payload')} "
+                                           "started from and its declared training")
         plan = ShadowTraining.of(view.training)
         samples = int(view.training.num_samples)
         if plan.steps(samples) != view.training.steps:
             raise AttackNotApplicableError(
                 f"the record declares {view.training.steps} steps, but {plan.epochs} epochs of batch "
                 f"{plan.batch_size} over {samples} samples are {plan.steps(samples)}: shadows cannot repeat it")
-        population = view.population if view.population is not None else view.candidates[:0]
-        population_labels = view.population_labels if view.population_labels is not None else view.labels[:0]
+        pool = view.population if view.population is not None else view.candidates[:0]
+        pool_labels = view.population_labels if view.population_labels is not None else view.labels[:0]
         generator = torch.Generator().manual_seed(seed * 7919 + 53)
-        datasets, inside = shadow_datasets(view.labels.cpu(), population_labels.cpu(), samples, self.shadows,
+        datasets, inside = shadow_datasets(view.labels.cpu(), pool_labels.cpu(), samples, self.shadows,
                                            online=self.variant == "online", generator=generator)
         device = view.candidates.device
-        images = torch.cat([view.candidates, population])
-        labels = torch.cat([view.labels, population_labels]).long()
+        images = torch.cat([view.candidates, pool])
+        labels = torch.cat([view.labels, pool_labels]).long()
         trained = train_shadows(view.model, view.base, plan, images, labels, datasets.to(device), generator)
         visible = set(view.weights)  # what the server forms from an upload: the base with its layers in place
         released = {n: t if n in visible else view.base[n].to(t).unsqueeze(0).expand_as(t)
@@ -161,28 +175,32 @@ class LiRA(Attack):
         target = at_weights(view.model, view.weights).eval()
         stack = StackedModel.from_stacked(view.model, released)
         stack.module.eval()
+        queried = len(view.candidates) + min(population, len(pool))
         phi, shadow_phi = [], []
-        batches = math.ceil(len(view.candidates) / self.batch_size)
-        with torch.no_grad(), phase(f"lira: candidates under {self.shadows} shadows", total=batches,
+        batches = math.ceil(queried / self.batch_size)
+        with torch.no_grad(), phase(f"{self.name}: records under {self.shadows} shadows", total=batches,
                                     unit="batch") as bar:
-            for first in range(0, len(view.candidates), self.batch_size):
-                x = view.candidates[first:first + self.batch_size]
-                y = view.labels[first:first + self.batch_size].long()
+            for first in range(0, queried, self.batch_size):
+                x = images[first:min(first + self.batch_size, queried)]
+                y = labels[first:first + len(x)]
                 phi.append(logit_confidence(target(x), y).double())
                 out = stack(x.unsqueeze(0).expand(self.shadows, *x.shape))
                 shadow_phi.append(logit_confidence(out, y.unsqueeze(0).expand(self.shadows, -1)).double())
                 bar.update(1)
-        target_phi, all_phi = torch.cat(phi), torch.cat(shadow_phi, dim=1)
-        inside = inside.to(device)
-        if self.variant == "online":
-            scores = likelihood_ratio(target_phi, all_phi, inside, fixed_variance=self.fixed_variance)
-        else:
-            scores = offline_score(target_phi, all_phi, fixed_variance=self.fixed_variance)
-        return MembershipScores(scores=scores.cpu(), candidates=list(range(len(scores))),
-                                info={"test": f"lira_{self.variant}", "candidates": len(scores),
-                                      "shadows": self.shadows, "shadow_samples": samples,
-                                      "shadow_steps": plan.steps(samples),
-                                      "population": int(len(population))})
+        info = {"candidates": len(view.candidates), "shadows": self.shadows, "shadow_samples": samples,
+                "shadow_steps": plan.steps(samples), "population": int(len(pool))}
+        return Confidences(torch.cat(phi), torch.cat(shadow_phi, dim=1), inside.to(device), info)
+
+
+@dataclass(frozen=True)
+class Confidences:
+    """Records' logit-scaled confidences under the target (``[N]``) and the shadows (``[K, N]``): the candidates,
+    then any population records queried; ``inside[k, i]``: shadow ``k`` trained on candidate ``i``."""
+
+    target: torch.Tensor
+    shadows: torch.Tensor
+    inside: torch.Tensor
+    info: dict[str, Any]
 
 
 def shadow_datasets(labels: torch.Tensor, population_labels: torch.Tensor, samples: int, shadows: int, *,
