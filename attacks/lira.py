@@ -178,7 +178,8 @@ class LiRA(Attack):
         queried = len(view.candidates) + min(population, len(pool))
         phi, shadow_phi = [], []
         batches = math.ceil(queried / self.batch_size)
-        with torch.no_grad(), phase(f"{self.name}: records under {self.shadows} shadows", total=batches,
+        what = "candidates" if queried == len(view.candidates) else "candidates and population records"
+        with torch.no_grad(), phase(f"{self.name}: {what} under {self.shadows} shadows", total=batches,
                                     unit="batch") as bar:
             for first in range(0, queried, self.batch_size):
                 x = images[first:min(first + self.batch_size, queried)]

@@ -19,6 +19,8 @@ from privbench.report.draw import Drawn, drawn, pyplot, style
 from privbench.report.naming import Codes, series_names
 from privbench.report.pareto import utility_figure
 
+#: The dotted line of the test's AUC knowing only each client's classes (its highest over the settings).
+CLASS_PRIOR = "class prior"
 #: What a point without a client-level epsilon is: no DP-FedAvg at all.
 NO_DP = "no DP"
 
@@ -90,7 +92,7 @@ def dp_tradeoff_figure(table: pd.DataFrame, keys: list[str]) -> Drawn | None:
     ax.axhline(0.5, color="0.4", linestyle=":", linewidth=1, label="chance")
     if MIA_AUC_INFORMED.key in table and table[MIA_AUC_INFORMED.key].notna().any():
         ax.axhline(float(table[MIA_AUC_INFORMED.key].max()), color="0.6", linestyle=(0, (2, 2)), linewidth=1,
-                   label="knowing only the classes (highest)")
+                   label=CLASS_PRIOR)
     ax.set_xlabel(accuracy.label)
     ax.set_ylabel(f"{MIA_AUC.label} (lower is more private)")
     ax.set_title("Privacy vs accuracy under client-level DP: each point's claimed epsilon (canary clients' measure)",

@@ -17,7 +17,7 @@ REFERENCE_DASHES = [(0, (6, 2)), (0, (2, 2)), (0, (6, 2, 1, 2)), (0, (1, 1)), (0
 FAILED = "attack failed (gain <= 0 dB): no leak measured"
 #: Legend entries that name no setting (marks, references, bars): never counted as a panel's series.
 SEED, MEAN, FRONT, OTHERS = "each seed", "mean, 95% t-interval", "Pareto front (labelled)", "other settings"
-AUXILIARY = ("chance", "uplink", "downlink", SEED, MEAN, FRONT, OTHERS)
+AUXILIARY = ("chance", "class prior", "uplink", "downlink", SEED, MEAN, FRONT, OTHERS)
 
 
 @dataclass
