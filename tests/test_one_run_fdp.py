@@ -101,3 +101,13 @@ def test_a_subsampled_round_is_tested_against_its_own_family() -> None:
     mu, eps = gdp_lower_bound(10_000, 200, 179, delta=1e-5)
     assert near_one["fdp_noise_multiplier"] == pytest.approx(math.sqrt(2) / mu, rel=0.01)
     assert near_one["epsilon_lower_bound_fdp"] == pytest.approx(eps, rel=0.01)
+
+
+def test_a_curve_from_failed_arithmetic_claims_no_privacy(monkeypatch) -> None:
+    """Where the PLD's trade-off comes back below what the first release alone allows (the arithmetic failed), the
+    family's curve is taken as a perfect test, which no guesses refute: the bound never rises on a failure."""
+    import riskcal.analysis
+
+    monkeypatch.setattr(riskcal.analysis, "get_beta_from_pld", lambda pld, alpha: 1.0 - alpha)  # chance: too private
+    inverse = blow_up_inverse([(0.5, 0.25, 4)])
+    assert inverse(0.5) == 0.0 and not rejects(inverse, 10_000, 200, 200)

@@ -235,7 +235,7 @@ def verdict(est: Estimate, *, claimed: float, planned_noise: float, shared_noise
     if est.shift > 1.25:
         return (f"{head}; a canary of norm above the clip moved the release by {est.shift:.2f} clip norms a round "
                 "(clipped, at most 1): clipping skipped on part of the update")
-    if rate < 1 and est.shift > 1.5 * rate + 0.1:
+    if rate < 1 and est.shift > 1.25 * rate + 0.05:
         return (f"{head}; canaries moved the release by {est.shift:.2f} clip norms a round where joining at the "
                 f"accounted rate {rate:g} moves it by about {rate:g}: clients sampled more often than the accountant "
                 "is told (or clipping skipped)")

@@ -95,12 +95,12 @@ class DPFedAvg(Aggregation):
         self.denominator = participants if sample_rate < 1 else None
         self.forced = set(victims)  # joined their round whatever the draw: that round is not amplified for them
         if self.target_epsilon is not None:
-            self.z = noise_for(self.target_epsilon, rounds=rounds, delta=self.delta, sample_rate=sample_rate,
-                               accountant=self.accountant)
+            self.z = noise_for(self.target_epsilon, rounds=rounds, delta=self.delta,
+                               sample_rate=self.accounted_rate(), accountant=self.accountant)
         self.allowed = rounds
         if self.budget is not None:
             self.allowed = rounds_within(self.budget, noise_multiplier=self.z, rounds=rounds, delta=self.delta,
-                                         sample_rate=sample_rate, accountant=self.accountant)
+                                         sample_rate=self.accounted_rate(), accountant=self.accountant)
             if self.allowed == 0:
                 raise ConfigError(f"aggregation.budget={self.budget}: not one round fits it at noise multiplier "
                                   f"{self.z:.4g} (epsilon of one round: {self.claimed(1):.3g})")

@@ -71,6 +71,8 @@ def dp_tradeoff_figure(table: pd.DataFrame, keys: list[str]) -> Drawn | None:
     if not applies(table):
         return None
     accuracy = _accuracy(table)
+    if accuracy.key not in table:
+        return None
     table = table.dropna(subset=[accuracy.key])
     outside = [k for k in keys if not k.startswith("aggregation.") and k != "aggregation"]
     groups = list(table.groupby(outside, dropna=False, sort=False)) if outside else [((), table)]
