@@ -467,6 +467,7 @@ def test_dp_fedavg_over_secagg_refuses_what_it_cannot_hide(setting: dict, messag
         SecureDPFedAvg().plan(rounds=2, participants=5, victim_round=0, uploads=["update"], sample_rate=0.25)
 
 
+@pytest.mark.slow  # 5 s; test_dp_fedavg_over_secagg_releases_what_central_dp_fedavg_releases checks the mechanism quickly
 def test_a_run_of_dp_fedavg_over_secagg_is_measured_by_its_canary_clients(tmp_path) -> None:
     from privbench import api
     from privbench.payloads import PayloadStore
