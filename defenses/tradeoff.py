@@ -90,7 +90,6 @@ def blow_up_inverse(releases: Sequence[Release]) -> Callable[[float], float]:
     privacy than the releases have, so a curve the one-run f-DP audit (``metrics.one_run_fdp``) refutes with it is
     refuted."""
     from riskcal.analysis import get_beta_from_pld
-
     from scipy.stats import norm
 
     fprs = np.concatenate([[0.0], np.logspace(-15, 0, 4000)])
