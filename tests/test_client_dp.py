@@ -36,6 +36,7 @@ def test_pld_epsilon_is_the_gaussian_composition_in_closed_form() -> None:
         assert acct.epsilon(acct.ClientSchedule(z, rounds), delta=1e-5, accountant="rdp") >= eps  # RDP is looser
 
 
+@pytest.mark.slow  # 4 s of accountant bisection; the quick suite sits at its 4-minute budget
 def test_sampling_amplifies_and_calibration_meets_its_target() -> None:
     full = acct.epsilon(acct.ClientSchedule(1.0, 50), delta=1e-5)
     sampled = acct.epsilon(acct.ClientSchedule(1.0, 50, sample_rate=0.1), delta=1e-5)
@@ -356,6 +357,7 @@ def test_poisson_sampling_draws_each_client_at_its_rate_and_the_victim_in_its_ro
     assert proto.sample_rate(20) == 0.25 and fixed.sample_rate(20) == 1.0
 
 
+@pytest.mark.slow  # 4 s of accountant bisection; the quick suite sits at its 4-minute budget
 def test_poisson_rounds_are_amplified_centrally_and_not_for_local_dp() -> None:
     central = DPFedAvg(noise_multiplier=1.0)
     central.plan(rounds=10, participants=5, victim_round=0, uploads=["update"], sample_rate=0.25)
