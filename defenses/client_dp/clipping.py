@@ -11,6 +11,11 @@ from privbench.errors import ConfigError
 State = dict[str, torch.Tensor]
 
 
+def change_from(tensors: State, base: State) -> State:
+    """A client's update: each floating tensor it sends less the model it received."""
+    return {n: t - base[n] for n, t in tensors.items() if n in base and t.is_floating_point()}
+
+
 def update_norm(change: State) -> float:
     """The L2 norm of an update over all its floating tensors (float64).
 

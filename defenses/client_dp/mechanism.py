@@ -19,7 +19,7 @@ import torch
 
 from privbench.defenses.client_dp.accountant import ClientSchedule, epsilon, noise_for, rounds_within
 from privbench.defenses.client_dp.canary_clients import CanaryClients, verdict
-from privbench.defenses.client_dp.clipping import QuantileClip, clip, split_noise
+from privbench.defenses.client_dp.clipping import QuantileClip, change_from, clip, split_noise
 from privbench.defenses.client_dp.settings import checked
 from privbench.defenses.client_dp.wire import LocalDPWire
 from privbench.figures import CLIENT_EPSILON, CLIENT_EPSILON_CANARY
@@ -159,7 +159,7 @@ class DPFedAvg(Aggregation):
         changes = []
         for u in uploads:
             tensors = decode(u.payload, base).tensors or {}
-            changes.append({n: t - base[n] for n, t in tensors.items() if n in base and t.is_floating_point()})
+            changes.append(change_from(tensors, base))
             self.joined[u.payload.sender] = self.joined.get(u.payload.sender, 0) + 1
         unclipped = []
         if self.mode == "central":

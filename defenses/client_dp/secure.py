@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from privbench.defenses.client_dp.clipping import clip
+from privbench.defenses.client_dp.clipping import change_from, clip
 from privbench.defenses.client_dp.mechanism import DPFedAvg
 from privbench.defenses.client_dp.wire import LocalDPWire
 from privbench.defenses.secure_aggregation import SecAggPlus
@@ -90,8 +90,7 @@ class SecureDPFedAvg(DPFedAvg):
         clipped = []
         for u in uploads:
             tensors = decode(u.payload, base).tensors or {}
-            change = {n: t - base[n] for n, t in tensors.items() if n in base and t.is_floating_point()}
-            change, _ = clip(change, self.clip, skip=self.skip_clipping)
+            change, _ = clip(change_from(tensors, base), self.clip, skip=self.skip_clipping)
             clipped.append(Upload(u.num_samples, u.payload.with_tensors({n: base[n] + t for n, t in change.items()}),
                                   u.layers))
             self.joined[u.payload.sender] = self.joined.get(u.payload.sender, 0) + 1

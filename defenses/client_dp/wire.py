@@ -6,6 +6,7 @@ from typing import Protocol
 
 import torch
 
+from privbench.defenses.client_dp.clipping import change_from
 from privbench.defenses.transform import transform
 from privbench.fl.wire import Wire
 from privbench.payloads import Payload
@@ -38,9 +39,8 @@ class LocalDPWire(Wire):
         if prepared.spec.client_own and prepared.spec.carries == "model" and prepared.direction == "up":
             if base is None:
                 raise ValueError(f"{prepared.id}: local DP needs the model its client received")
-            change = {n: t - base[n] for n, t in (prepared.tensors or {}).items()
-                      if n in base and t.is_floating_point()}
-            noisy = self.mechanism.local_release(change, round_=prepared.round, who=prepared.sender)
+            noisy = self.mechanism.local_release(change_from(prepared.tensors or {}, base), round_=prepared.round,
+                                                 who=prepared.sender)
             prepared = transform(prepared, base, lambda name, t: noisy.get(name, t),
                                  protection=self.mechanism.local_note())
         return self.inner.record(prepared, truth=truth)
