@@ -18,7 +18,7 @@ from privbench.overrides import GROUPS, check_overrides, options
 from privbench.payloads.select import PayloadChoice
 from privbench.payloads.transform import MessageTransform
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+CONFIGS = Path(__file__).resolve().parents[1] / "privbench" / "conf"
 OPTIONS = [(group, option) for group in GROUPS for option in options(group)]
 
 

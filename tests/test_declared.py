@@ -147,7 +147,7 @@ def test_the_file_attack_s_help_names_every_attack_that_reads_one_message_and_it
     from privbench.attack import parser
     from privbench.attacks import GradientInversion
 
-    folder = Path(__file__).resolve().parents[1] / "configs" / "attack"
+    folder = Path(__file__).resolve().parents[1] / "privbench" / "conf" / "attack"
     readers = set()
     for path in folder.glob("*.yaml"):
         target = str(compose_cfg(f"attack={path.stem}").attack.get("_target_", ""))

@@ -64,7 +64,7 @@ def test_the_help_lists_every_option_of_every_group(help_text):
     for group in GROUPS:
         assert f"{group}: {', '.join(options(group))}\n" in help_text, group
     assert all(f" {attack}," in help_text or f" {attack}\n" in help_text
-               for attack in (p.stem for p in (ROOT / "configs" / "attack").glob("*.yaml")))
+               for attack in (p.stem for p in (ROOT / "privbench" / "conf" / "attack").glob("*.yaml")))
 
 
 def test_the_footer_names_every_group_and_only_real_options(help_text):
@@ -83,7 +83,7 @@ def test_the_help_has_its_examples(help_text):
     assert len(commands) >= 5 and [] in commands and any("-m" in c for c in commands)
 
 
-@pytest.mark.parametrize("args", _commands((ROOT / "configs" / "hydra" / "help" / "privbench.yaml").read_text()),
+@pytest.mark.parametrize("args", _commands((ROOT / "privbench" / "conf" / "hydra" / "help" / "privbench.yaml").read_text()),
                          ids=" ".join)
 def test_each_example_of_the_help_composes_and_plans(args):
     check_overrides([a for a in args if a not in ("--help", "-m", "--multirun")])

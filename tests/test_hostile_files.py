@@ -25,7 +25,7 @@ from privbench.report.collect import collect
 from privbench.schema import BOOLEANS
 from privbench.tensor_files import MAX_RATIO, model_bound, named_tensors
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+CONFIGS = Path(__file__).resolve().parents[1] / "privbench" / "conf"
 
 
 @pytest.fixture

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-#: source folder -> the installed package it becomes (pyproject's package-dir)
-SOURCES = {"privbench": "privbench", "attacks": "privbench.attacks", "defenses": "privbench.defenses"}
+#: source folder -> the installed package it is
+SOURCES = {"privbench": "privbench"}
 PACKAGES = ("privbench",)
 
 

@@ -18,22 +18,28 @@ from privbench.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "own_model_and_data"
-SOURCES = {"privbench": "privbench", "attacks": "privbench.attacks", "defenses": "privbench.defenses",
-           "configs": "privbench.conf"}
 TINY = ["fl=fedavg", "payload=gradient", "fl.rounds=1", "fl.participants=2", "data.num_clients=4",
         "data.partition=iid", "fl.local_epochs=1", "attack.iterations=20", "attack.restarts=1", "metrics.lpips=false"]
 
 
-def test_pyproject_lists_every_package_folder_under_its_installed_name():
-    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
-    found = set()
-    for folder, name in SOURCES.items():
-        for d in [ROOT / folder, *(p for p in (ROOT / folder).rglob("*") if p.is_dir())]:
-            if "__pycache__" in d.parts or not any(f.suffix in (".py", ".yaml", ".npz", ".safetensors")
-                                                   for f in d.iterdir()):
-                continue
-            found.add(".".join([name, *d.relative_to(ROOT / folder).parts]))
-    assert listed == found
+def test_packages_are_found_not_listed_and_cover_every_source_folder():
+    """pyproject.toml names no package: setuptools finds every folder under privbench/ that holds code, configs or
+    assets (and nothing outside it), with no symlinked folder or package-dir remapping in the tree."""
+    from setuptools import find_namespace_packages
+
+    tool = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert set(tool["packages"]) == {"find"} and "package-dir" not in tool
+    find = tool["packages"]["find"]
+    assert find.pop("namespaces") is True
+    found = set(find_namespace_packages(where=str(ROOT), **find))
+    expected = set()
+    for d in [ROOT / "privbench", *(ROOT / "privbench").rglob("*")]:
+        assert not d.is_symlink(), d
+        if d.is_dir() and "__pycache__" not in d.parts and any(
+                f.suffix in (".py", ".yaml", ".npz", ".safetensors") for f in d.iterdir()):
+            expected.add(".".join(d.relative_to(ROOT).parts))
+    assert expected <= found and {"privbench.attacks", "privbench.defenses.client_dp", "privbench.conf.experiment"} <= found
+    assert all(name == "privbench" or name.startswith("privbench.") for name in found)
 
 
 @pytest.mark.slow
