@@ -20,8 +20,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from privbench.attacks import DLG, IDLG, AttackTarget
-from privbench.attacks.ig import InvertingGradients
+from privbench.attacks.reconstruction.dlg import DLG
+from privbench.attacks.reconstruction.idlg import IDLG
+from privbench.attacks.reconstruction.ig import InvertingGradients
+from privbench.attacks.target import AttackTarget
 from privbench.data import FederatedData
 from privbench.fl.sgd import batch_gradient
 from privbench.models import ConvNet, LeNet

@@ -20,10 +20,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from privbench.attacks.fedavg_inversion import FedAvgInversion
-from privbench.attacks.ig import InvertingGradients
+from privbench.attacks.labels.views import LabelView
+from privbench.attacks.reconstruction.fedavg_inversion import FedAvgInversion
+from privbench.attacks.reconstruction.ig import InvertingGradients
 from privbench.attacks.target import AttackTarget, Part, Unroll
-from privbench.attacks.views import LabelView
 from privbench.data.embedded import load_fashion_mnist_subset
 from privbench.metrics.reconstruction import score
 from privbench.models import MLP

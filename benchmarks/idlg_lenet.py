@@ -14,7 +14,8 @@ import time
 
 import torch
 
-from privbench.attacks import IDLG, AttackTarget
+from privbench.attacks.reconstruction.idlg import IDLG
+from privbench.attacks.target import AttackTarget
 from privbench.data import FederatedData, denormalise
 from privbench.fl.sgd import batch_gradient
 from privbench.metrics.image import psnr, ssim

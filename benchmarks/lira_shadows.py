@@ -17,7 +17,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from privbench.attacks.shadows import ShadowTraining, train_shadows
+from privbench.attacks.membership.shadows import ShadowTraining, train_shadows
 from privbench.data.embedded import load_fashion_mnist_subset
 from privbench.models import MLP, ConvNet, LeNet
 from privbench.pixels import normalise

@@ -14,8 +14,8 @@ import time
 
 import torch
 
-from privbench.attacks import AttackTarget
-from privbench.attacks.ig import InvertingGradients
+from privbench.attacks.reconstruction.ig import InvertingGradients
+from privbench.attacks.target import AttackTarget
 from privbench.data import FederatedData
 from privbench.fl.sgd import batch_gradient
 from privbench.models import ConvNet, LeNet

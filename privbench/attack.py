@@ -97,7 +97,7 @@ class Prepared:
 
 def prepare(args: argparse.Namespace) -> Prepared:
     """Compose the config and check every file against it and against what it is declared to be."""
-    from privbench.attacks import GradientInversion
+    from privbench.attacks.reconstruction.base import GradientInversion
     from privbench.audit.memory import check_memory, check_unrolled_steps, inversion_bytes
     from privbench.build import build
     from privbench.declared import check_kind, check_truth_count
@@ -218,8 +218,8 @@ def _leave_no_refusal_behind(out: Path, exc: BaseException) -> None:
 
 def _play(args: argparse.Namespace, p: Prepared, out: Path, chance: dict[str, Any]) -> dict[str, Any]:
     """Attack the message and score it against the truth, logging progress to the terminal and ``run.log``."""
-    from privbench.attacks import AttackTarget
-    from privbench.attacks.views import LabelView
+    from privbench.attacks.labels.views import LabelView
+    from privbench.attacks.target import AttackTarget
     from privbench.audit.score import score_reconstruction
     from privbench.io import atomic_write_text
     from privbench.metrics.reconstruction import Recovered

@@ -27,11 +27,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from privbench.attacks.base import ActiveAttack
-from privbench.attacks.imprint import ImprintAttack
-from privbench.attacks.isolation import quiet
-from privbench.attacks.trap_behind_pca import TrapBehindPCAAttack
-from privbench.attacks.trap_weights import TrapWeightsAttack
+from privbench.attacks.active.base import ActiveAttack
+from privbench.attacks.active.imprint import ImprintAttack
+from privbench.attacks.active.isolation import quiet
+from privbench.attacks.active.trap_behind_pca import TrapBehindPCAAttack
+from privbench.attacks.active.trap_weights import TrapWeightsAttack
 from privbench.data.embedded import load_fashion_mnist_subset
 from privbench.defenses.detector import download_scores, inspect_download
 from privbench.io import atomic_write_text

@@ -17,7 +17,7 @@ torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS") or max(1, min(2, os.
 
 @pytest.fixture
 def compose_cfg():
-    """Compose ``configs/config.yaml`` with overrides, as the CLI does."""
+    """Compose ``privbench/conf/config.yaml`` with overrides, as the CLI does."""
 
     def _compose(*overrides: str):
         GlobalHydra.instance().clear()

@@ -8,10 +8,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from privbench.attacks.isolation import Isolation, quiet, victim_share
-from privbench.attacks.trap_behind_pca import TrapBehindPCAAttack
-from privbench.attacks.trap_weights import TrapWeightsAttack, trapped
-from privbench.attacks.views import ActiveView
+from privbench.attacks.active.isolation import Isolation, quiet, victim_share
+from privbench.attacks.active.trap_behind_pca import TrapBehindPCAAttack
+from privbench.attacks.active.trap_weights import TrapWeightsAttack, trapped
+from privbench.attacks.active.views import ActiveView
 from privbench.audit.active_cohort import undo_quiet
 from privbench.data.embedded import load_fashion_mnist_subset
 from privbench.defenses.detector import FIRING, first_firing, inspect_download
@@ -276,8 +276,8 @@ def test_an_imprint_block_sent_to_the_victim_only_is_read_through_secure_aggrega
 def test_each_active_attack_states_which_client_checks_its_download_was_built_to_pass() -> None:
     """threat_model.json's client_checks: the imprint block is built to pass none of the three checks, full traps
     the architecture and aligned-row checks only, partial traps the firing rate too, traps behind PCA all three."""
-    from privbench.attacks.base import CLIENT_CHECKS
-    from privbench.attacks.imprint import ImprintAttack
+    from privbench.attacks.active.base import CLIENT_CHECKS
+    from privbench.attacks.active.imprint import ImprintAttack
 
     def passes(attack) -> set[str]:
         checks = attack.describe()["client_checks"]

@@ -9,7 +9,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from privbench.attacks import DLG, IDLG, AttackTarget, SubspaceProjection, observed_gradient, recover_labels
+from privbench.attacks.labels.recovery import recover_labels
+from privbench.attacks.reconstruction.dlg import DLG
+from privbench.attacks.reconstruction.idlg import IDLG
+from privbench.attacks.reconstruction.projection import SubspaceProjection
+from privbench.attacks.target import AttackTarget, observed_gradient
 from privbench.errors import AttackNotApplicableError
 from privbench.fl.sgd import batch_gradient
 from privbench.models import ConvNet, LeNet
@@ -132,8 +136,8 @@ def test_lbfgs_stops_when_steps_stop_changing_anything_and_records_evaluations(f
 ])
 @pytest.mark.parametrize("hide_head", [False, True])
 def test_batched_ig_restarts_equal_running_them_one_by_one(fmnist, hide_head, model_cls, stacked, monkeypatch):
-    from privbench.attacks import ig
-    from privbench.attacks.ig import InvertingGradients
+    from privbench.attacks.reconstruction import ig
+    from privbench.attacks.reconstruction.ig import InvertingGradients
 
     monkeypatch.setattr(ig, "STACKED", stacked)
     torch.manual_seed(4)
@@ -160,8 +164,8 @@ def test_batched_ig_restarts_equal_running_them_one_by_one(fmnist, hide_head, mo
 @pytest.mark.parametrize("stacked", [True, False], ids=["stacked", "vmap"])
 @pytest.mark.parametrize("hide_head", [pytest.param(False, marks=pytest.mark.slow), True])  # 4-5 s each with the head
 def test_ig_on_several_victims_at_once_equals_each_alone(fmnist, hide_head, stacked, monkeypatch):
-    from privbench.attacks import ig
-    from privbench.attacks.ig import InvertingGradients
+    from privbench.attacks.reconstruction import ig
+    from privbench.attacks.reconstruction.ig import InvertingGradients
 
     monkeypatch.setattr(ig, "STACKED", stacked)
     def targets() -> list[AttackTarget]:

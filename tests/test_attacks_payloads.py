@@ -5,11 +5,12 @@ import numpy as np
 import pytest
 import torch
 
-from privbench.attacks import IDLG, AttackTarget
-from privbench.attacks.ig import InvertingGradients
-from privbench.attacks.matching import candidate_gradient
-from privbench.attacks.objectives import cosine_distance, total_variation
-from privbench.attacks.projection import SubspaceProjection
+from privbench.attacks.reconstruction.idlg import IDLG
+from privbench.attacks.reconstruction.ig import InvertingGradients
+from privbench.attacks.reconstruction.matching import candidate_gradient
+from privbench.attacks.reconstruction.objectives import cosine_distance, total_variation
+from privbench.attacks.reconstruction.projection import SubspaceProjection
+from privbench.attacks.target import AttackTarget
 from privbench.audit.run import plan
 from privbench.data import denormalise
 from privbench.errors import AttackNotApplicableError

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import privbench
-from privbench.attacks.class_set import SubspaceClassSet, captured_energy, proportions_fit, subspace_distance
+from privbench.attacks.property.class_set import SubspaceClassSet, captured_energy, proportions_fit, subspace_distance
 from privbench.attacks.views import BasisView
 from privbench.audit.summary import summary
 from privbench.fl.clustering.subspace import client_subspace, per_class_subspace

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from privbench.attacks.matching import clipped_mean_gradient
+from privbench.attacks.reconstruction.matching import clipped_mean_gradient
 from privbench.audit.run import run_audit
 from privbench.defenses.dpsgd import DPSGD
 from privbench.fl.sgd import per_sample_gradients

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from privbench.attacks import Attack
+from privbench.attacks.base import Attack
 from privbench.audit.plan import plan
 from privbench.build import build
 from privbench.errors import AttackNotApplicableError, ConfigError, DatasetNotFoundError
@@ -71,9 +71,9 @@ def test_torchvision_data_options_compose_and_say_how_to_get_missing_data(compos
 
 def test_experiment_pins_a_setting(compose_cfg):
     cfg = compose_cfg("experiment=dlg_paper")
-    assert cfg.attack._target_ == "privbench.attacks.dlg.DLG" and cfg.fl.rounds == 1 and cfg.victim.num_images == 1
+    assert cfg.attack._target_ == "privbench.attacks.reconstruction.dlg.DLG" and cfg.fl.rounds == 1 and cfg.victim.num_images == 1
     batch = compose_cfg("experiment=dlg_batch")  # DLG's setting at a batch of 8 random images, iDLG with counts
-    assert batch.attack._target_ == "privbench.attacks.idlg.IDLG" and batch.attack.labels == "auto"
+    assert batch.attack._target_ == "privbench.attacks.reconstruction.idlg.IDLG" and batch.attack.labels == "auto"
     assert (batch.victim.num_images, batch.data.partition, batch.attack.restarts) == (8, "iid", 8)
 
 

@@ -7,7 +7,10 @@ import dataclasses
 import pytest
 import torch
 
-from privbench.attacks import DLG, IDLG, InvertingGradients, SubspaceProjection
+from privbench.attacks.reconstruction.dlg import DLG
+from privbench.attacks.reconstruction.idlg import IDLG
+from privbench.attacks.reconstruction.ig import InvertingGradients
+from privbench.attacks.reconstruction.projection import SubspaceProjection
 from privbench.data import FederatedData
 from privbench.defenses.dpsgd import DPSGD
 from privbench.errors import ConfigError

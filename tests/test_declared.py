@@ -145,7 +145,7 @@ def test_the_file_attack_s_help_names_every_attack_that_reads_one_message_and_it
     from hydra.utils import get_object
 
     from privbench.attack import parser
-    from privbench.attacks import GradientInversion
+    from privbench.attacks.reconstruction.base import GradientInversion
 
     folder = Path(__file__).resolve().parents[1] / "privbench" / "conf" / "attack"
     readers = set()

@@ -64,3 +64,35 @@ def test_the_manual_states_the_corpus_size_truthfully():
 
     stated = re.search(r"`tests/test_invalid_corpus.py`\s+holds (\d+) such invocations", (ROOT / "docs" / "running.md").read_text())
     assert stated and int(stated[1]) == len(CORPUS)
+
+
+def _design_tree() -> str:
+    text = (ROOT / "docs" / "design.md").read_text()
+    start = text.index("```\nprivbench/")
+    return text[start:text.index("```", start + 3)]
+
+
+def _unnamed(tree: str) -> list[str]:
+    """Folders (as ``name/``) and modules (by file name) under privbench/ (configs aside) that ``tree`` leaves out."""
+    package = ROOT / "privbench"
+    unnamed = []
+    for path in sorted(package.rglob("*")):
+        parts = path.relative_to(package).parts
+        if "__pycache__" in parts or parts[0] == "conf" or path.name in ("__init__.py", "__main__.py"):
+            continue
+        if path.is_dir() and not re.search(rf"(?<![\w/]){re.escape(path.name)}/", tree):
+            unnamed.append(f"{path.relative_to(ROOT)}/")
+        elif path.suffix == ".py" and not re.search(rf"(?<![\w.]){re.escape(path.name)}", tree):
+            unnamed.append(str(path.relative_to(ROOT)))
+    return unnamed
+
+
+def test_the_design_tree_names_every_folder_and_module_of_the_package():
+    """docs/design.md's tree against the real one."""
+    assert not _unnamed(_design_tree())
+
+
+def test_the_design_tree_check_catches_a_module_or_folder_left_out():
+    tree = _design_tree()
+    assert _unnamed(tree.replace("mlp.py", "two_layers.py")) == ["privbench/models/mlp.py"]
+    assert "privbench/attacks/one_run/" in _unnamed(tree.replace("one_run/", "one_go/"))

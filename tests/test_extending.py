@@ -13,8 +13,9 @@ import torch
 from omegaconf import OmegaConf
 
 from privbench import api
-from privbench.attacks import Attack, InferredLabels, ModelView
-from privbench.attacks.views import ViewKind
+from privbench.attacks.base import Attack
+from privbench.attacks.labels.findings import InferredLabels
+from privbench.attacks.views import ModelView, ViewKind
 from privbench.models import classifier_head
 from privbench.payloads.kinds import Carries
 

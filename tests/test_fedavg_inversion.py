@@ -9,7 +9,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from privbench.attacks.fedavg_inversion import (
+from privbench.attacks.labels.views import LabelView
+from privbench.attacks.reconstruction.fedavg_inversion import (
     FedAvgInversion,
     epoch_prior,
     epoch_schedule,
@@ -18,10 +19,9 @@ from privbench.attacks.fedavg_inversion import (
     matched_prior,
     merge_copies,
 )
-from privbench.attacks.ig import InvertingGradients
-from privbench.attacks.matching import candidate_gradient
+from privbench.attacks.reconstruction.ig import InvertingGradients
+from privbench.attacks.reconstruction.matching import candidate_gradient
 from privbench.attacks.target import AttackTarget, Part, Unroll
-from privbench.attacks.views import LabelView
 from privbench.data.embedded import load_fashion_mnist_subset
 from privbench.errors import AttackNotApplicableError
 from privbench.fl.fisher import fisher_diagonal

@@ -201,8 +201,8 @@ def test_a_zip_bomb_and_a_file_larger_than_its_model_are_refused(tmp_path):
 
 
 def test_an_attack_working_set_is_estimated_from_its_settings(monkeypatch):
-    from privbench.attacks.imprint import ImprintAttack
-    from privbench.attacks.lira import LiRA
+    from privbench.attacks.active.imprint import ImprintAttack
+    from privbench.attacks.membership.lira import LiRA
     from privbench.audit import memory
 
     monkeypatch.setattr(memory, "available_memory", lambda: 8 * 2**30)  # half of it, 4 GiB, may be taken

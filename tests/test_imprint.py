@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from privbench.attacks.imprint import BINS_BIAS, BINS_WEIGHT, craft, expected_fraction, read_bins
+from privbench.attacks.active.imprint import BINS_BIAS, BINS_WEIGHT, craft, expected_fraction, read_bins
 from privbench.data.embedded import load_fashion_mnist_subset
 from privbench.models import LeNet
 from privbench.pixels import normalise
@@ -102,7 +102,7 @@ def test_a_cautious_client_flags_every_crafted_download_and_no_honest_one(fmnist
     GENE-FL sent in a 4-round run, and fresh LeNet/ConvNet initialisations (seeds 0-4); and on crafted ones (64,
     256, 1,024 bins, seeds 0-4), also when the client accepts the new architecture and only checks the weights."""
     import privbench
-    from privbench.attacks.imprint import craft
+    from privbench.attacks.active.imprint import craft
     from privbench.defenses.detector import inspect_download
     from privbench.models import ConvNet
     from privbench.payloads import PayloadStore

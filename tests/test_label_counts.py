@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from privbench.attacks.label_counts import counts_from_bias, counts_from_head, head_inputs, largest_remainder
+from privbench.attacks.labels.counts import counts_from_bias, counts_from_head, head_inputs, largest_remainder
 from privbench.audit.run import run_audit
 from privbench.data.embedded import load_fashion_mnist_subset
 from privbench.errors import AttackNotApplicableError
@@ -60,9 +60,9 @@ def test_an_audit_counts_the_victims_batch_and_says_what_it_was_given(compose_cf
 
 
 def test_a_message_without_the_head_bias_is_refused_in_one_line(compose_cfg, tmp_path):
-    from privbench.attacks.label_counts import LabelCounts
+    from privbench.attacks.labels.counts import LabelCounts
+    from privbench.attacks.labels.views import LabelView
     from privbench.attacks.target import AttackTarget
-    from privbench.attacks.views import LabelView
     from privbench.models import LeNet
 
     model = LeNet(in_channels=1, image_size=28, num_classes=10)
@@ -126,12 +126,12 @@ def test_the_head_estimator_on_a_multi_step_upload_is_refused_before_training(tm
 def test_idlg_and_ig_take_a_batch_s_labels_from_the_counts_where_the_sign_rule_repeats_wrong():
     """A LeNet batch of 6 images with a class three times: the head's counts give every label; iDLG's sign rule,
     repeating the negative rows in turn, cannot. With public data both inversions use the counts; without, the rule."""
-    from privbench.attacks.idlg import IDLG
-    from privbench.attacks.ig import InvertingGradients
-    from privbench.attacks.label_counts import with_counted_labels
-    from privbench.attacks.labels import recover_labels
+    from privbench.attacks.labels.counts import with_counted_labels
+    from privbench.attacks.labels.recovery import recover_labels
+    from privbench.attacks.labels.views import LabelView
+    from privbench.attacks.reconstruction.idlg import IDLG
+    from privbench.attacks.reconstruction.ig import InvertingGradients
     from privbench.attacks.target import AttackTarget
-    from privbench.attacks.views import LabelView
 
     train, test = load_fashion_mnist_subset(train=True), load_fashion_mnist_subset(train=False)
     labels = train.labels

@@ -168,4 +168,4 @@ def test_entry_points_are_imported_by_no_module_of_the_package():
 def test_the_graph_sees_lazy_imports():
     # privbench.cli imports the audit inside a function; the graph must still see it.
     assert "privbench.audit.run" in _reachable(GRAPH, "privbench.cli")
-    assert "privbench.pixels" in GRAPH["privbench.attacks.projection"] and "privbench.pixels" in GRAPH["privbench.data.dataset"]
+    assert "privbench.pixels" in GRAPH["privbench.attacks.reconstruction.projection"] and "privbench.pixels" in GRAPH["privbench.data.dataset"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from privbench.attacks.lbfgs import LBFGS
+from privbench.attacks.reconstruction.lbfgs import LBFGS
 
 
 def _two_loop(pairs: list[tuple[torch.Tensor, torch.Tensor]], g: torch.Tensor, gamma: float) -> torch.Tensor:

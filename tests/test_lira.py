@@ -13,8 +13,8 @@ from scipy import stats
 
 import privbench
 from privbench.api import preflight
-from privbench.attacks.lira import likelihood_ratio, logit_confidence, offline_score, shadow_datasets
-from privbench.attacks.shadows import ShadowTraining, train_shadows
+from privbench.attacks.membership.lira import likelihood_ratio, logit_confidence, offline_score, shadow_datasets
+from privbench.attacks.membership.shadows import ShadowTraining, train_shadows
 from privbench.data.embedded import load_fashion_mnist_subset
 from privbench.errors import AttackNotApplicableError
 from privbench.fl.fisher import fisher_diagonal

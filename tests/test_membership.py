@@ -46,7 +46,7 @@ def test_auc_and_low_fpr_tpr_by_hand():
 
 
 def test_the_game_is_class_matched_shuffled_and_keeps_its_answer(tmp_path):
-    from privbench.attacks import MembershipView
+    from privbench.attacks.membership.views import MembershipView
 
     result = privbench.run(GAME, results_dir=tmp_path)
     game = np.load(result.run_dir / "membership.npz")

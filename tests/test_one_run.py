@@ -147,8 +147,8 @@ def test_no_noise_or_no_clipping_is_caught(tmp_path, monkeypatch):
 
 
 def test_a_canary_on_a_layer_the_upload_does_not_carry_scores_zero():
-    from privbench.attacks.one_run import OneRunAudit
-    from privbench.attacks.views import CanaryView
+    from privbench.attacks.one_run.auditor import OneRunAudit
+    from privbench.attacks.one_run.views import CanaryView
 
     view = CanaryView({"a": torch.tensor([[-0.5, 0.25]])}, [("a", 0), ("b", 3), ("a", 1)], {})
     finding = OneRunAudit(canaries=4, guesses=1).attack(view, seed=0)

@@ -50,7 +50,7 @@ def test_the_wheel_holds_only_privbench_with_configs_and_weights(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     assert {n.split("/")[0] for n in names} == {"privbench", wheel.name.split("-py")[0] + ".dist-info"}
     for needed in ("privbench/conf/config.yaml", "privbench/conf/experiment/dp_curve/arm/sigma0_01.yaml",
-                   "privbench/attacks/idlg.py", "privbench/defenses/dpsgd.py", "privbench/conf/hydra/help/privbench.yaml",
+                   "privbench/attacks/reconstruction/idlg.py", "privbench/defenses/dpsgd.py", "privbench/conf/hydra/help/privbench.yaml",
                    "privbench/data/assets/lpips_alex_backbone.safetensors",
                    "privbench/data/assets/fashion_mnist_subset.npz"):
         assert needed in names

@@ -7,9 +7,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from privbench.attacks.findings import MembershipScores
-from privbench.attacks.participation import ParticipationInference
-from privbench.attacks.views import ParticipationRound, ParticipationView
+from privbench.attacks.membership.findings import MembershipScores
+from privbench.attacks.membership.participation import ParticipationInference
+from privbench.attacks.membership.views import ParticipationRound, ParticipationView
 
 
 def _view() -> ParticipationView:

@@ -41,8 +41,8 @@ def test_lira_s_shadow_training_speaks_off_a_terminal(monkeypatch, caplog):
     import torch
     from torch import nn
 
-    from privbench.attacks.lira import LiRA
-    from privbench.attacks.views import MembershipView
+    from privbench.attacks.membership.lira import LiRA
+    from privbench.attacks.membership.views import MembershipView
     from privbench.payloads import LocalTraining
 
     monkeypatch.setattr(progress, "on_terminal", lambda: False)

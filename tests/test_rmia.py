@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import privbench
-from privbench.attacks.rmia import RMIA, rmia_scores
+from privbench.attacks.membership.rmia import RMIA, rmia_scores
 from privbench.metrics.membership import auc
 
 #: An overfit client (tests/test_lira.py's setting): 30 local epochs of batch 8 on all its images.

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from privbench.attacks import AttackTarget
-from privbench.attacks.matching import candidate_gradient
+from privbench.attacks.reconstruction.matching import candidate_gradient
+from privbench.attacks.target import AttackTarget
 from privbench.audit.plan import plan
 from privbench.defenses.secure_aggregation import SecAggPlus
 from privbench.defenses.secure_aggregation.shamir import combine_shares, create_shares

@@ -6,9 +6,9 @@ import pytest
 import torch
 from torch import nn
 
-from privbench.attacks.findings import SourceGuesses
-from privbench.attacks.source import SourceInference
-from privbench.attacks.views import SourceView
+from privbench.attacks.membership.findings import SourceGuesses
+from privbench.attacks.membership.source import SourceInference
+from privbench.attacks.membership.views import SourceView
 
 
 def _view(client_classes=None) -> SourceView:

@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from privbench.attacks.trap_weights import TrapWeightsAttack, read_rows
+from privbench.attacks.active.trap_weights import TrapWeightsAttack, read_rows
 from privbench.data.embedded import load_fashion_mnist_subset
 from privbench.defenses.detector import FIRING, first_firing, inspect_download
 from privbench.errors import AttackNotApplicableError

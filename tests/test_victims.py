@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from privbench.attacks import IDLG, AttackTarget
+from privbench.attacks.reconstruction.idlg import IDLG
+from privbench.attacks.target import AttackTarget
 from privbench.audit.run import run_audit
 from privbench.data import FederatedData
 from privbench.fl.protocols.fedavg import FedAvg
@@ -139,7 +140,7 @@ def test_recovered_fraction_counts_true_images_by_hand():
         other = score(recon, truth, recon_labels=torch.zeros(3), truth_labels=torch.zeros(4), use_lpips=False,
                       recovered=Recovered(psnr=psnr, ssim=0.0))
         assert other["recovered_fraction"] == fraction
-    assert Recovered() == Recovered(psnr=20.0, ssim=0.0)  # Dimitrov et al.'s rule, configs/config.yaml's default
+    assert Recovered() == Recovered(psnr=20.0, ssim=0.0)  # Dimitrov et al.'s rule, privbench/conf/config.yaml's default
     assert Recovered.of({"recovered_psnr": 30}) == Recovered(psnr=30.0, ssim=0.0)
     assert Recovered(25.0, 0.8).text() == "PSNR >= 25 dB and SSIM >= 0.8"
 

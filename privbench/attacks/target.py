@@ -8,8 +8,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from privbench.attacks.im2col import with_im2col
-from privbench.attacks.labels import recover_labels
+from privbench.attacks.labels.recovery import recover_labels
+from privbench.attacks.reconstruction.im2col import with_im2col
 from privbench.errors import AttackNotApplicableError
 from privbench.models import classifier_head
 from privbench.payloads import LocalTraining, Payload

@@ -20,8 +20,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from privbench.attacks.base import ActiveAttack
-from privbench.attacks.views import ActiveView, at_weights
+from privbench.attacks.active.base import ActiveAttack
+from privbench.attacks.active.views import ActiveView
+from privbench.attacks.views import at_weights
 from privbench.audit.active_cohort import Member, change_from, fresh_trainer, secure_round
 from privbench.audit.plan import Plan
 from privbench.audit.rerun import gene_client_round, local_sgd, rerun_inputs

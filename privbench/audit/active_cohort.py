@@ -1,7 +1,7 @@
 """An active server's round through secure aggregation: it crafts the cohort's downloads, reads only their sum.
 
 As Fowl et al. do, the server may send every member the same crafted download and read the crafted rows from the
-aggregate of the whole cohort. A server that aims at one member isolates it (``attacks.isolation``): with
+aggregate of the whole cohort. A server that aims at one member isolates it (``attacks.active.isolation``): with
 ``downloads=inconsistent`` the victim alone gets the crafted download and every other member a quiet one (the
 crafted rows zeroed), and the server undoes its own downloads' weighted mean with the victim's share estimated from
 the sum; with ``sybils`` it controls that many members, which upload what they received. Every member's round runs
@@ -19,9 +19,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from privbench.attacks.base import ActiveAttack
-from privbench.attacks.isolation import quiet, victim_share, within_noise
-from privbench.attacks.views import ActiveView
+from privbench.attacks.active.base import ActiveAttack
+from privbench.attacks.active.isolation import quiet, victim_share, within_noise
+from privbench.attacks.active.views import ActiveView
 from privbench.audit.plan import Plan
 from privbench.audit.rerun import gene_client_round, local_sgd, rerun_inputs
 from privbench.data import FederatedData

@@ -13,8 +13,12 @@ import numpy as np
 import torch
 from torch import nn
 
-from privbench.attacks import AttackTarget, BasisView, MembershipScores, ModelView
-from privbench.attacks.views import ActiveView, LabelView, MembershipView, SourceView, ViewKind
+from privbench.attacks.active.views import ActiveView
+from privbench.attacks.labels.views import LabelView
+from privbench.attacks.membership.findings import MembershipScores
+from privbench.attacks.membership.views import MembershipView, SourceView
+from privbench.attacks.target import AttackTarget
+from privbench.attacks.views import BasisView, ModelView, ViewKind
 from privbench.audit.plan import Plan
 from privbench.audit.score import Scoring, Truth, score_finding
 from privbench.data import FederatedData

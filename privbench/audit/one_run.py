@@ -4,7 +4,7 @@ Like the active round (``audit/active.py``) the federated run stays as it was; t
 the download the victim received, on the same images, with the same local training its update declares, by a
 copy of the run's DP-SGD trainer (its planned noise; the copy's releases never reach the run's accounting), with
 ``attack.canaries`` Dirac gradient canaries (10 C high) on distinct coordinates, each included with probability 1/2
-(``defenses/canaries.py``). The server's view is the uploaded change; which canaries were included is the
+(``privbench/defenses/canaries.py``). The server's view is the uploaded change; which canaries were included is the
 evaluator's. The claim the audit tests is the accountant's epsilon for this round's releases: noise multiplier
 ``sigma``, Poisson rate ``1 / ceil(n / B)`` and the round's steps, at the trainer's delta; beside it the f-DP
 bound of those releases on any membership test's TPR (``defenses.tradeoff``).
@@ -30,7 +30,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from privbench.attacks.views import CanaryView, at_weights
+from privbench.attacks.one_run.views import CanaryView
+from privbench.attacks.views import at_weights
 from privbench.audit.plan import Plan
 from privbench.audit.rerun import gene_client_round, local_sgd, rerun_inputs
 from privbench.data import FederatedData

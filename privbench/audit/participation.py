@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from privbench.attacks.views import ParticipationRound, ParticipationView
+from privbench.attacks.membership.views import ParticipationRound, ParticipationView
 from privbench.audit.plan import Plan
 from privbench.data import FederatedData
 from privbench.errors import AttackNotApplicableError

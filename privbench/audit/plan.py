@@ -7,7 +7,8 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
-from privbench.attacks import Attack, NoAttack
+from privbench.attacks.base import Attack
+from privbench.attacks.none import NoAttack
 from privbench.audit.memory import check_memory, check_unrolled_steps, check_working_set, inversion_bytes
 from privbench.build import build
 from privbench.data import FederatedData

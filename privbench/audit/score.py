@@ -13,16 +13,13 @@ from typing import Any, TypeVar
 import numpy as np
 import torch
 
-from privbench.attacks import (
-    Attack,
-    CanaryScores,
-    Finding,
-    InferredLabels,
-    InferredProperty,
-    MembershipScores,
-    Reconstruction,
-    SourceGuesses,
-)
+from privbench.attacks.base import Attack
+from privbench.attacks.findings import Finding
+from privbench.attacks.labels.findings import InferredLabels
+from privbench.attacks.membership.findings import MembershipScores, SourceGuesses
+from privbench.attacks.one_run.findings import CanaryScores
+from privbench.attacks.property.findings import InferredProperty
+from privbench.attacks.reconstruction.findings import Reconstruction
 from privbench.audit.one_run import fdp_bound
 from privbench.audit.output import write_gallery, write_grid, write_roc
 from privbench.figures import (

@@ -31,7 +31,7 @@ from privbench.payloads.encoding import decode
 
 
 class DPFedAvg(Aggregation):
-    """Client-level DP-FedAvg around each cohort (``aggregation=dpfedavg``); settings in ``configs/aggregation``.
+    """Client-level DP-FedAvg around each cohort (``aggregation=dpfedavg``); settings in ``privbench/conf/aggregation``.
 
     Example:
         >>> DPFedAvg(noise_multiplier=1.0, clip=0.5).describe()["mode"]

@@ -24,7 +24,7 @@ from privbench.payloads.encoding import decode
 
 
 class SecureDPFedAvg(DPFedAvg):
-    """Central DP-FedAvg whose sum is SecAgg+'s; settings of both in ``configs/aggregation/dpfedavg_secagg.yaml``.
+    """Central DP-FedAvg whose sum is SecAgg+'s; settings of both in ``privbench/conf/aggregation/dpfedavg_secagg.yaml``.
 
     Example:
         >>> SecureDPFedAvg(noise_multiplier=1.0, clip=0.5).describe()["mode"]

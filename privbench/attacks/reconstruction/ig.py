@@ -8,14 +8,15 @@ from typing import Any, ClassVar
 import torch
 import torch.nn.functional as F
 
-from privbench.attacks.base import Attempt, GradientInversion
 from privbench.attacks.findings import Finding
-from privbench.attacks.label_counts import check_label_rule, counted, with_counted_labels
-from privbench.attacks.matching import candidate_gradient
-from privbench.attacks.objectives import cosine_distance, total_variation
-from privbench.attacks.stacked import StackedModel, unstackable
+from privbench.attacks.labels.counts import check_label_rule, counted, with_counted_labels
+from privbench.attacks.labels.views import LabelView
+from privbench.attacks.reconstruction.base import Attempt, GradientInversion
+from privbench.attacks.reconstruction.matching import candidate_gradient
+from privbench.attacks.reconstruction.objectives import cosine_distance, total_variation
+from privbench.attacks.reconstruction.stacked import StackedModel, unstackable
 from privbench.attacks.target import AttackTarget
-from privbench.attacks.views import LabelView, ViewKind
+from privbench.attacks.views import ViewKind
 
 #: Batched restarts run on a stacked model where the model allows it (else ``torch.func.vmap``).
 STACKED = True
@@ -104,7 +105,7 @@ class InvertingGradients(GradientInversion):
         return Attempt(images.detach(), self._labels(labels, logits), value, status, self.iterations)
 
     def batched_attempts(self, target: AttackTarget, *, generators: list[torch.Generator]) -> list[Attempt] | None:
-        """Every restart in one batched optimisation (``attacks/stacked.py``, else vmap): Adam and clamping
+        """Every restart in one batched optimisation (``privbench/attacks/reconstruction/stacked.py``, else vmap): Adam and clamping
         act elementwise, so each restart follows exactly the path it would alone; a restart that turns NaN
         keeps its state from then on."""
         together = self._batched([target], generators=generators)
@@ -233,7 +234,7 @@ class InvertingGradients(GradientInversion):
         """The same step by ``torch.func.vmap`` over a functional model (any model without buffers)."""
         from torch.func import functional_call, grad_and_value, vmap
 
-        from privbench.attacks.matching import _loss
+        from privbench.attacks.reconstruction.matching import _loss
 
         watched = list(observed)
         params = {k: torch.stack([p[k].detach() for p in named]) for k, _ in model.named_parameters()}

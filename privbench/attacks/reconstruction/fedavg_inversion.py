@@ -2,7 +2,7 @@
 
 A client's update comes from several epochs of SGD whose batch order the server does not know. The attack
 simulates the declared local training differentiably on candidate images and matches the update it would give
-(``attacks.matching``, with the Fisher-elastic term of a GENE-FL record replayed on the candidates). As in the
+(``attacks.reconstruction.matching``, with the Fisher-elastic term of a GENE-FL record replayed on the candidates). As in the
 paper, every epoch has its own copy of the client's images, so each epoch's batches may hold different images;
 the copies are tied by an order-invariant prior (the paper's: the epochs' mean images agree; or ours, the default:
 each epoch's copies matched to the first epoch's and pulled together image by image) and at the end each copy is
@@ -23,13 +23,14 @@ import numpy as np
 import torch
 from scipy.optimize import linear_sum_assignment
 
-from privbench.attacks.base import Attempt, GradientInversion
-from privbench.attacks.findings import Reconstruction
-from privbench.attacks.label_counts import estimate_counts
-from privbench.attacks.matching import candidate_gradient
-from privbench.attacks.objectives import cosine_distance, total_variation
+from privbench.attacks.labels.counts import estimate_counts
+from privbench.attacks.labels.views import LabelView
+from privbench.attacks.reconstruction.base import Attempt, GradientInversion
+from privbench.attacks.reconstruction.findings import Reconstruction
+from privbench.attacks.reconstruction.matching import candidate_gradient
+from privbench.attacks.reconstruction.objectives import cosine_distance, total_variation
 from privbench.attacks.target import AttackTarget, Part
-from privbench.attacks.views import LabelView, ViewKind
+from privbench.attacks.views import ViewKind
 from privbench.errors import AttackNotApplicableError
 from privbench.payloads.kinds import Carries
 

@@ -15,9 +15,10 @@ from typing import Any, ClassVar
 import torch
 
 from privbench.attacks.base import Attack
-from privbench.attacks.findings import SourceGuesses
-from privbench.attacks.membership import record_losses
-from privbench.attacks.views import SourceView, ViewKind, at_weights
+from privbench.attacks.membership.findings import SourceGuesses
+from privbench.attacks.membership.record import record_losses
+from privbench.attacks.membership.views import SourceView
+from privbench.attacks.views import ViewKind, at_weights
 from privbench.payloads.kinds import Carries
 from privbench.progress import phase
 

@@ -24,9 +24,9 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from privbench.attacks.base import ActiveAttack
-from privbench.attacks.findings import Reconstruction
-from privbench.attacks.isolation import Isolation
+from privbench.attacks.active.base import ActiveAttack
+from privbench.attacks.active.isolation import Isolation
+from privbench.attacks.reconstruction.findings import Reconstruction
 from privbench.errors import AttackNotApplicableError
 
 #: Names of the imprint block's tensors in the crafted model's state.
@@ -124,7 +124,7 @@ class ImprintAttack(ActiveAttack):
         scale: the size of each entry of the block's way back to the input.
         gain: the size of the bins' measurement direction (and thresholds).
         tolerance: a region is empty when its bias difference is at most this times the largest.
-        downloads: ``same`` or ``inconsistent`` (``attacks.isolation``: the crafted download to the victim only,
+        downloads: ``same`` or ``inconsistent`` (``attacks.active.isolation``: the crafted download to the victim only,
             the others' bins zeroed).
         sybils: cohort members the server controls under secure aggregation.
     """

@@ -3,7 +3,7 @@ Principles", IEEE S&P 2022) on one client's model upload.
 
 The server knows the weights the victim started from and its declared local training (epochs, batch, lr,
 momentum, samples, GENE-FL's penalty). It trains ``shadows`` client-rounds of its own from those weights
-(``privbench.attacks.shadows``, all at once) and, for every candidate record, fits a Gaussian to the record's
+(``privbench.attacks.membership.shadows``, all at once) and, for every candidate record, fits a Gaussian to the record's
 logit-scaled confidence ``phi = log p_y / (1 - p_y)`` under the shadows:
 
 - ``online``: shadows in complementary pairs, each of a pair training on one random half of the candidates
@@ -27,10 +27,11 @@ from typing import Any, ClassVar, Literal
 import torch
 
 from privbench.attacks.base import Attack
-from privbench.attacks.findings import MembershipScores
-from privbench.attacks.shadows import ShadowTraining, train_shadows
-from privbench.attacks.stacked import StackedModel, unstackable
-from privbench.attacks.views import MembershipView, ViewKind, at_weights
+from privbench.attacks.membership.findings import MembershipScores
+from privbench.attacks.membership.shadows import ShadowTraining, train_shadows
+from privbench.attacks.membership.views import MembershipView
+from privbench.attacks.reconstruction.stacked import StackedModel, unstackable
+from privbench.attacks.views import ViewKind, at_weights
 from privbench.errors import AttackNotApplicableError
 from privbench.payloads import kind as payload_kind
 from privbench.payloads.kinds import Carries

@@ -7,7 +7,7 @@ import numpy as np
 import torch
 
 from privbench.attacks.base import Attack
-from privbench.attacks.findings import Reconstruction
+from privbench.attacks.reconstruction.findings import Reconstruction
 from privbench.attacks.views import BasisView, ViewKind
 from privbench.figures import PROJECTION_PSNR_MEAN
 from privbench.metrics.image import psnr, ssim

@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call, grad, vmap
 
-from privbench.attacks.stacked import StackedModel
+from privbench.attacks.reconstruction.stacked import StackedModel
 from privbench.errors import AttackNotApplicableError
 from privbench.payloads import LocalTraining
 from privbench.progress import phase

@@ -5,12 +5,14 @@ from typing import Any, ClassVar
 
 import torch
 
-from privbench.attacks.base import Attempt, Reconstruction
-from privbench.attacks.dlg import DLG
-from privbench.attacks.label_counts import check_label_rule, counted, with_counted_labels
-from privbench.attacks.matching import candidate_gradient, lbfgs_match
+from privbench.attacks.labels.counts import check_label_rule, counted, with_counted_labels
+from privbench.attacks.labels.views import LabelView
+from privbench.attacks.reconstruction.base import Attempt
+from privbench.attacks.reconstruction.dlg import DLG
+from privbench.attacks.reconstruction.findings import Reconstruction
+from privbench.attacks.reconstruction.matching import candidate_gradient, lbfgs_match
 from privbench.attacks.target import AttackTarget
-from privbench.attacks.views import LabelView, ViewKind
+from privbench.attacks.views import ViewKind
 
 
 class IDLG(DLG):

@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from privbench.attacks.base import Attack
-from privbench.attacks.findings import CanaryScores
+from privbench.attacks.one_run.findings import CanaryScores
 from privbench.attacks.views import at_weights
 from privbench.payloads.kinds import Carries
 

@@ -30,9 +30,9 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from privbench.attacks.base import ActiveAttack
-from privbench.attacks.findings import Reconstruction
-from privbench.attacks.isolation import Isolation
+from privbench.attacks.active.base import ActiveAttack
+from privbench.attacks.active.isolation import Isolation
+from privbench.attacks.reconstruction.findings import Reconstruction
 from privbench.errors import AttackNotApplicableError
 
 
@@ -146,7 +146,7 @@ class TrapWeightsAttack(ActiveAttack):
         same: rows whose reads are within this relative L2 distance are one input.
         rows_trapped: the share of the layer's rows trapped (the first ones of a fixed random order); the rest keep
             the downloaded weights.
-        downloads: ``same`` or ``inconsistent`` (``attacks.isolation``: the crafted download to the victim only).
+        downloads: ``same`` or ``inconsistent`` (``attacks.active.isolation``: the crafted download to the victim only).
         sybils: cohort members the server controls under secure aggregation.
     """
 

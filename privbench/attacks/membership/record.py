@@ -23,8 +23,9 @@ from torch import nn
 from torch.func import functional_call, grad, vmap
 
 from privbench.attacks.base import Attack
-from privbench.attacks.findings import MembershipScores
-from privbench.attacks.views import MembershipView, ViewKind, at_weights
+from privbench.attacks.membership.findings import MembershipScores
+from privbench.attacks.membership.views import MembershipView
+from privbench.attacks.views import ViewKind, at_weights
 from privbench.errors import AttackNotApplicableError
 from privbench.payloads import kind as payload_kind
 from privbench.payloads.kinds import Carries

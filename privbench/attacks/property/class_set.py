@@ -25,7 +25,7 @@ from typing import Any, ClassVar, Literal
 import torch
 
 from privbench.attacks.base import Attack
-from privbench.attacks.findings import InferredProperty
+from privbench.attacks.property.findings import InferredProperty
 from privbench.attacks.views import BasisView, ViewKind
 from privbench.errors import AttackNotApplicableError
 from privbench.payloads.kinds import Carries

@@ -17,9 +17,10 @@ from typing import Any, ClassVar
 import torch
 
 from privbench.attacks.base import Attack
-from privbench.attacks.findings import MembershipScores
-from privbench.attacks.membership import record_losses
-from privbench.attacks.views import ParticipationView, ViewKind, at_weights
+from privbench.attacks.membership.findings import MembershipScores
+from privbench.attacks.membership.record import record_losses
+from privbench.attacks.membership.views import ParticipationView
+from privbench.attacks.views import ViewKind, at_weights
 from privbench.payloads import kind as payload_kind
 from privbench.payloads.kinds import Carries
 from privbench.progress import phase

@@ -34,9 +34,10 @@ from torch import nn
 from torch.func import functional_call
 
 from privbench.attacks.base import Attack
-from privbench.attacks.findings import InferredLabels
+from privbench.attacks.labels.findings import InferredLabels
+from privbench.attacks.labels.views import LabelView
 from privbench.attacks.target import AttackTarget
-from privbench.attacks.views import LabelView, ViewKind
+from privbench.attacks.views import ViewKind
 from privbench.errors import AttackNotApplicableError
 from privbench.payloads import kind as payload_kind
 from privbench.payloads.kinds import Carries

@@ -2,7 +2,7 @@
 membership inference attacks", ICML 2024) on one client's model upload.
 
 RMIA compares a candidate ``x`` with population records ``z`` through the target model ``theta`` and reference
-models (here LiRA's shadow client-rounds, ``attacks.lira``, trained from the weights the victim started from):
+models (here LiRA's shadow client-rounds, ``attacks.membership.lira``, trained from the weights the victim started from):
 
     LR(x, z) = (p(x | theta) / p(x)) / (p(z | theta) / p(z)),    score(x) = share of z with LR(x, z) >= gamma
 
@@ -18,9 +18,9 @@ from typing import Any
 
 import torch
 
-from privbench.attacks.findings import MembershipScores
-from privbench.attacks.lira import VARIANTS, LiRA, Variant
-from privbench.attacks.views import MembershipView
+from privbench.attacks.membership.findings import MembershipScores
+from privbench.attacks.membership.lira import VARIANTS, LiRA, Variant
+from privbench.attacks.membership.views import MembershipView
 
 
 def rmia_scores(target: torch.Tensor, references: torch.Tensor, inside: torch.Tensor | None, *, candidates: int,

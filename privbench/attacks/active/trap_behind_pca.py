@@ -5,7 +5,7 @@ rows fire rarely by design), and GENE-FL's paper setting keeps the 2NN's first l
 architecture and moves the trap: the first fully connected layer becomes the top principal directions ``U`` of
 its public images (rows orthonormal), with each unit's bias set to the lowest value its direction takes anywhere in
 the pixel box, so the ReLU is always on and the layer is the linear map ``h = U (x - m) + beta``; the second
-fully connected ReLU layer holds trap rows (``attacks.trap_weights``) drawn in pixel space and carried into ``h``'s
+fully connected ReLU layer holds trap rows (``attacks.active.trap_weights``) drawn in pixel space and carried into ``h``'s
 space (``v = w U^T``), each biased to fire on ``fire_rate`` of the public images. A unit of the second layer fired
 by one input gives ``h`` verbatim (``dW_i / db_i``). The read is a ratio, so the server scales both layers to keep
 every value within ``bound`` (the range a secure aggregation clips to): the first layer sent is ``W = s U``, and
@@ -26,14 +26,14 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from privbench.attacks.trap_weights import TrapWeightsAttack, relu_layers, trapped
+from privbench.attacks.active.trap_weights import TrapWeightsAttack, relu_layers, trapped
 from privbench.errors import AttackNotApplicableError
 
 
 class TrapBehindPCAAttack(TrapWeightsAttack):
     """Trap weights in the second fully connected ReLU layer, the first made an always-on PCA map.
 
-    Takes ``attacks.trap_weights``' settings (``fire_rate`` required: the rows' biases are placed on public images)
+    Takes ``attacks.active.trap_weights``' settings (``fire_rate`` required: the rows' biases are placed on public images)
     and reads what those would read, mapped back through the first layer.
     """
 

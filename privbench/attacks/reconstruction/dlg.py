@@ -5,8 +5,8 @@ from typing import Any
 
 import torch
 
-from privbench.attacks.base import Attempt, GradientInversion
-from privbench.attacks.matching import candidate_gradient, lbfgs_match
+from privbench.attacks.reconstruction.base import Attempt, GradientInversion
+from privbench.attacks.reconstruction.matching import candidate_gradient, lbfgs_match
 from privbench.attacks.target import AttackTarget
 
 

@@ -8,8 +8,8 @@ import torch
 import torch.nn.functional as F
 from torch.func import functional_call
 
-from privbench.attacks.lbfgs import LBFGS
-from privbench.attacks.objectives import squared_l2, squared_norm
+from privbench.attacks.reconstruction.lbfgs import LBFGS
+from privbench.attacks.reconstruction.objectives import squared_l2, squared_norm
 from privbench.attacks.target import AttackTarget, Unroll
 
 #: A step that moves no leaf and changes the objective by at most this (relative) ends the loop.
@@ -159,7 +159,7 @@ def lbfgs_match(
 ) -> tuple[float, str, int]:
     """Minimise the squared-L2 gradient distance over ``leaves`` with L-BFGS.
 
-    An outer step runs L-BFGS (``attacks.lbfgs``: torch's rules, a cheaper direction) for up to
+    An outer step runs L-BFGS (``attacks.reconstruction.lbfgs``: torch's rules, a cheaper direction) for up to
     20 evaluations and stops early at torch's tolerances.
     The loop ends as ``stationary`` when a step changes neither the objective (relative
     ``TOLERANCE``) nor any leaf (``TOLERANCE``): from then on every step would repeat itself,
