@@ -25,7 +25,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from privbench.attacks.labels.counts import counts_from_bias, counts_from_head, estimate_counts
+from privbench.attacks.labels.bias import counts_from_bias, estimate_counts
+from privbench.attacks.labels.head import counts_from_head
 from privbench.attacks.target import AttackTarget
 from privbench.data.embedded import load_fashion_mnist_subset
 from privbench.metrics.labels import prior_counts

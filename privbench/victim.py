@@ -75,3 +75,22 @@ class Victim:
         if self.num_images > num_samples:
             raise ConfigError(f"victim.num_images={self.num_images} exceeds client {self.client}'s {num_samples} samples")
         return np.sort(np.random.default_rng([seed, 7919]).permutation(num_samples)[: self.num_images])
+
+    def check_fits(self, *, client_sizes: Sequence[int], participants: int, rounds: int) -> None:
+        """Refuse (``ConfigError``, one line) a victim the run cannot audit: a client, listed client or round
+        outside the run, more listed clients than a round's participants, or a batch a client cannot fill
+        (``client_sizes``: each known client's number of images)."""
+        num_clients = len(client_sizes)
+        if not 0 <= self.client < num_clients:
+            raise ConfigError(f"victim.client={self.client} must be in 0..{num_clients - 1}")
+        outside = [c for c in self.listed if not 0 <= c < num_clients]
+        if outside:
+            raise ConfigError(f"victim.clients: {outside[0]} is not one of 0..{num_clients - 1}")
+        if len(self.listed) > participants:
+            raise ConfigError(f"victim.clients names {len(self.listed)} clients (victim.client included) but only "
+                              f"fl.participants={participants} take part in a round")
+        for c in self.listed[1:]:
+            self.alone(c).batch_positions(client_sizes[c], seed=0)
+        if not 0 <= self.round < rounds:
+            raise ConfigError(f"victim.round={self.round} must be in 0..{rounds - 1} (fl.rounds={rounds})")
+        self.batch_positions(client_sizes[self.client], seed=0)

@@ -106,7 +106,7 @@ def test_a_forged_copy_of_a_record_is_refused(tmp_path):
     model = LeNet(in_channels=1, image_size=28, num_classes=10)
     data = _tiny_data().client(0)
     issued = protocol.trainer.train(model, data, client="client0", sgd=protocol.sgd,
-                                    generator=protocol.client_seed(ClientRound(0, 0, 0, Victim(), wire)))
+                                    generator=ClientRound(0, 0, 0, Victim(), wire).batch_generator())
     forged = dataclasses.replace(issued)  # equal fields, not issued by the trainer
     assert forged == issued and protocol.trainer.issued(issued) and not protocol.trainer.issued(forged)
 

@@ -6,7 +6,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from privbench.attacks.labels.counts import counts_from_bias, counts_from_head, head_inputs, largest_remainder
+from privbench.attacks.labels.bias import counts_from_bias, largest_remainder
+from privbench.attacks.labels.head import counts_from_head, head_inputs
 from privbench.audit.run import run_audit
 from privbench.data.embedded import load_fashion_mnist_subset
 from privbench.errors import AttackNotApplicableError

@@ -38,6 +38,7 @@ from privbench.figures import (
 from privbench.fl.engine import Engine, Launcher
 from privbench.fl.protocols import ProtocolResult
 from privbench.fl.protocols.clustered import ClusteredProtocol
+from privbench.fl.protocols.truth import client_truth
 from privbench.fl.wire import Totals, Wire
 from privbench.io import atomic_write_text, claim, release
 from privbench.metrics.clustering import rand_index
@@ -244,7 +245,7 @@ def _run(cfg: DictConfig, out: Path, stack: ExitStack, launcher: Launcher | None
     results_key(Path(str(cfg.results_dir)))  # the results folder's store key: the nearest above every run's store
     wire = Wire.for_protocol(p.protocol, PayloadStore(out / "payloads"), AnyOf((policy, extra)) if extra else policy,
                              transform=p.transform,
-                             truth_of=lambda payload: p.protocol.truth_of(payload, data, p.victim, seed=p.seed))
+                             truth_of=lambda payload: client_truth(payload, data, p.victim, seed=p.seed))
 
     def session(engine: Engine) -> tuple[ProtocolResult, dict[str, Any], Totals | None]:
         fl = p.protocol.run(model=model, data=data, victim=p.victim, wire=wire, seed=p.seed, engine=engine)

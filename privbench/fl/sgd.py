@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Callable
 from typing import Protocol, cast
 
 import torch
@@ -10,6 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call, grad, vmap
 
+from privbench.data import FederatedData
 from privbench.data.dataset import ImageDataset
 
 #: A model's state by name (``state_dict`` entries).
@@ -120,3 +122,17 @@ def client_accuracy(model: nn.Module, test: ImageDataset, classes: list[int]) ->
     """Accuracy of ``model`` on the test samples whose label is in ``classes``, and their count."""
     subset = test.with_classes(classes)
     return accuracy(model, subset), len(subset)
+
+
+def known_accuracy(model: nn.Module, data: FederatedData,
+                   state_of: Callable[[int], State]) -> tuple[float, dict[int, float]]:
+    """Pooled accuracy over known clients, each scored with ``state_of(client)`` on its own classes,
+    and each client's own accuracy."""
+    correct = total = 0.0
+    per_client: dict[int, float] = {}
+    for c in range(data.num_clients):
+        model.load_state_dict(state_of(c))
+        acc, n = client_accuracy(model, data.test, data.client_classes(c))
+        per_client[c] = acc
+        correct, total = correct + acc * n, total + n
+    return correct / max(total, 1), per_client

@@ -7,7 +7,7 @@ paper, every epoch has its own copy of the client's images, so each epoch's batc
 the copies are tied by an order-invariant prior (the paper's: the epochs' mean images agree; or ours, the default:
 each epoch's copies matched to the first epoch's and pulled together image by image) and at the end each copy is
 matched to the first epoch's images (Hungarian, within a label) and the matches averaged.
-Labels come from the per-class counts the update gives away (``label_counts.estimate_counts``, averaged along
+Labels come from the per-class counts the update gives away (``labels.bias.estimate_counts``, averaged along
 the update's path as the paper does per step), laid out in the same random order in every epoch; without the
 head's bias in the payload they are optimised jointly.
 
@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from scipy.optimize import linear_sum_assignment
 
-from privbench.attacks.labels.counts import estimate_counts
+from privbench.attacks.labels.bias import estimate_counts
 from privbench.attacks.labels.views import LabelView
 from privbench.attacks.reconstruction.base import Attempt, GradientInversion
 from privbench.attacks.reconstruction.findings import Reconstruction

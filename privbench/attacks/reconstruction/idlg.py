@@ -20,12 +20,12 @@ class IDLG(DLG):
 
     When the payload carries the classifier head's weight, labels are known before the images are optimised: for
     one image iDLG's sign rule (``recover_labels``), for a batch the per-class counts recovered from the head's
-    weight and bias gradients (``labels=auto``; ``attacks/label_counts``), which the sign rule cannot give when a
+    weight and bias gradients (``labels=auto``; ``attacks/labels``), which the sign rule cannot give when a
     class repeats. Without the head the labels are unknown and the attack falls back to DLG's joint
     optimisation, which the result records as ``label_source = "unknown: optimised jointly"``.
 
     Args:
-        labels: ``auto``, ``counts`` or ``sign`` (``label_counts.LABEL_RULES``).
+        labels: ``auto``, ``counts`` or ``sign`` (``labels.counts.LABEL_RULES``).
         public: labelled test-split images (no client holds them) the counts are estimated with.
     """
 

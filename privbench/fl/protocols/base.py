@@ -1,36 +1,32 @@
-"""What every federated protocol shares: settings, its trainer, sampling, the server loop and its hooks, the client
-side's round and the evaluator's ground truth."""
+"""What every federated protocol shares: settings, its trainer, sampling, the checks before training and the server
+loop with its hooks; the client side is ``client.ProtocolClient``."""
 from __future__ import annotations
 
 import copy
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, ClassVar, TypeVar
 
-import numpy as np
-import torch
 from torch import nn
 
-from privbench.data import FederatedData, ImageDataset
+from privbench.data import FederatedData
 from privbench.errors import ConfigError
 from privbench.fl.engine import ClientSide, ClientTask, Engine, InProcess, TaskReply
+from privbench.fl.protocols.client import ProtocolClient
 from privbench.fl.protocols.cohort import Aggregation, Cohort, Plain
 from privbench.fl.protocols.result import ProtocolResult, RoundRecord
-from privbench.fl.protocols.round import ClientRound, ClientStart, PendingUpload, Upload, VictimStep
-from privbench.fl.reads import AUDIT_GRADIENT, LOCAL_SGD, PlannedRead
-from privbench.fl.sgd import State, client_accuracy, model_with, parameters_of
-from privbench.fl.trainer import LocalSGD, Regulariser, SGDTrainer, Trainer
-from privbench.fl.vectorised import LocalJob
+from privbench.fl.protocols.sampling import draw_participants
+from privbench.fl.reads import PlannedRead
+from privbench.fl.sgd import parameters_of
+from privbench.fl.trainer import LocalSGD, SGDTrainer, Trainer
 from privbench.fl.wire import Wire
-from privbench.payloads import KINDS, LocalTraining, Payload
+from privbench.payloads import KINDS, Payload
 from privbench.victim import Victim
 
 T = TypeVar("T")
-#: A client task's implementation: the requests (all of that task) on a client side, one reply each.
-TaskHandler = Callable[[Sequence[ClientTask], ClientSide], list[TaskReply]]
 
 
-class FederatedProtocol(ABC):
+class FederatedProtocol(ProtocolClient, ABC):
     """A federated protocol with rounds of sampled participants and local training by its trainer.
 
     Args:
@@ -90,52 +86,6 @@ class FederatedProtocol(ABC):
             return self.wire_kinds
         return tuple(k for k in self.wire_kinds if not KINDS[k].client_own)
 
-    def local_job(self, model: nn.Module, data: ImageDataset, *, at: ClientRound,
-                  regulariser: Regulariser | None = None) -> LocalJob:
-        """Client ``at.client``'s local training this round, to be run by ``train_clients``."""
-        return LocalJob(model, data, at.name, self.client_seed(at), regulariser)
-
-    def train_clients(self, jobs: Sequence[LocalJob]) -> list[LocalTraining]:
-        """Run a round's local training jobs by the protocol's trainer (stacked with ``fl.vectorise``)."""
-        return self.trainer.train_all(jobs, sgd=self.sgd, vectorise=self.vectorise)
-
-    def begin_round(self, model: nn.Module, start: ClientStart, data: FederatedData, state: Any) -> PendingUpload:
-        """Client ``start.at.client`` after its download: the victim sends its audit gradient; its training job."""
-        at = start.at
-        local = model_with(model, start.received)
-        client_data, truth = data.client(at.client), data.clients[at.client]
-        step = None
-        if at.is_victim:
-            step = self.victim_gradient(local, client_data, truth, at=at, base_id=start.base_id)
-            client_data, truth = step.data, step.truth
-        job = self.local_job(local, client_data, at=at, regulariser=self.regulariser(local, client_data, at))
-        return PendingUpload(at, job, truth, start.base_id, start.received, step)
-
-    def regulariser(self, local: nn.Module, data: ImageDataset, at: ClientRound) -> Regulariser | None:
-        """The penalty of the client's local loss on ``data`` this round (none by default)."""
-        return None
-
-    def end_round(self, pending: PendingUpload, training: LocalTraining, state: Any) -> Upload:
-        """After local training: the client sends its upload; returns what the server aggregates."""
-        raise NotImplementedError(f"{self.name} sends no upload")
-
-    def planned_reads(self, num_samples: int, *, victim: Victim | None) -> list[PlannedRead]:
-        """The reads of a client with ``num_samples`` that joins every round (``victim`` if it is the victim).
-
-        In the victim round the victim sends its audit gradient, and with
-        ``victim.update_data == "batch"`` trains on its victim batch only.
-        """
-        return [read for r in range(self.rounds) for read in self.round_reads(num_samples, r, victim=victim)]
-
-    def round_reads(self, num_samples: int, round_: int, *, victim: Victim | None) -> list[PlannedRead]:
-        """The reads of round ``round_`` of a client with ``num_samples`` (``victim`` if it is audited)."""
-        reads, n = [], num_samples
-        if victim is not None and round_ == victim.round:
-            reads.append(PlannedRead(AUDIT_GRADIENT, victim.num_images))
-            if victim.update_data == "batch":
-                n = victim.num_images
-        return [*reads, PlannedRead(LOCAL_SGD, n, self.sgd.batch_size, self.sgd.epochs)]
-
     def plan_reads(self, data: FederatedData, victim: Victim) -> None:
         """Give the trainer every known client's planned reads (a DP trainer calibrates its noise to them)."""
         for c in range(data.num_clients):
@@ -163,19 +113,8 @@ class FederatedProtocol(ABC):
         """Fail before training if the settings cannot run on ``data`` with ``victim``."""
         if self.participants > data.num_clients:
             raise ConfigError(f"fl.participants={self.participants} exceeds data.num_clients={data.num_clients}")
-        if not 0 <= victim.client < data.num_clients:
-            raise ConfigError(f"victim.client={victim.client} must be in 0..{data.num_clients - 1}")
-        outside = [c for c in victim.listed if not 0 <= c < data.num_clients]
-        if outside:
-            raise ConfigError(f"victim.clients: {outside[0]} is not one of 0..{data.num_clients - 1}")
-        if len(victim.listed) > self.participants:
-            raise ConfigError(f"victim.clients names {len(victim.listed)} clients (victim.client included) but only "
-                              f"fl.participants={self.participants} take part in a round")
-        for c in victim.listed[1:]:
-            victim.alone(c).batch_positions(len(data.clients[c]), seed=0)
-        if not 0 <= victim.round < self.rounds:
-            raise ConfigError(f"victim.round={victim.round} must be in 0..{self.rounds - 1} (fl.rounds={self.rounds})")
-        victim.batch_positions(len(data.clients[victim.client]), seed=0)
+        victim.check_fits(client_sizes=[len(c) for c in data.clients], participants=self.participants,
+                          rounds=self.rounds)
         if self.sampling == "poisson" and not self.poisson_sampling:
             raise ConfigError(f"fl.sampling=poisson: {self.name} needs fixed-size cohorts (its clusters assume them); "
                               "use fl=fedavg")
@@ -203,83 +142,8 @@ class FederatedProtocol(ABC):
         Fixed-size: a missing victim replaces the last drawn client that is not a victim. Poisson: each client
         joins at ``sample_rate``, and the victims join their round besides (the audit's worst case).
         """
-        rng = np.random.default_rng([seed, round_])
-        if self.sampling == "poisson":
-            joins = rng.random(num_clients) < self.sample_rate(num_clients)
-            drawn = {int(c) for c in np.flatnonzero(joins)}
-            return sorted(drawn | (set(victim.listed) if round_ == victim.round else set()))
-        chosen = [int(c) for c in rng.choice(num_clients, self.participants, replace=False)]
-        if round_ == victim.round:
-            for v in victim.listed:
-                if v not in chosen:
-                    spare = max(i for i, c in enumerate(chosen) if c not in victim.listed)
-                    chosen[spare] = v
-        return sorted(chosen)
-
-    def victim_gradient(self, local: nn.Module, client_data: ImageDataset, truth: np.ndarray, *, at: ClientRound,
-                        base_id: str) -> VictimStep:
-        """Send the victim's one-step gradient on its victim batch at the received model.
-
-        Returns the gradient and its record, and the data the victim trains on this round:
-        the victim batch when ``victim.update_data == "batch"``, else all of it.
-        """
-        victim = at.victim
-        pos = victim.batch_positions(len(client_data), seed=at.seed)
-        batch = torch.from_numpy(pos)
-        x, y = client_data.normalised(batch), client_data.labels[batch]
-        grad, record = self.trainer.gradient(local, x, y, client=at.name, lr=self.sgd.lr,
-                                             generator=self.read_seed(at, AUDIT_GRADIENT))
-        at.wire.send(Payload.from_tensors(kind="gradient", round=at.round, sender=at.name, receiver="server",
-                                          tensors=grad, base=base_id, training=record), truth=truth[pos].tolist())
-        if victim.update_data == "batch":
-            return VictimStep(grad, record, truth[pos], client_data.subset(batch), truth[pos])
-        return VictimStep(grad, record, truth[pos], client_data, truth)
-
-    def truth_of(self, payload: Payload, data: FederatedData, victim: Victim, *, seed: int) -> list[int]:
-        """The evaluator's ground truth for ``payload``: the train-set indices it was computed from, as this
-        protocol's clients compute them (``begin_round``, ``victim_gradient``, ``send_subspace``). For messages
-        recorded where they pass the server (Flower), whose messages never carry it.
-        """
-        if payload.direction == "down" or payload.spec.aggregate or (payload.spec.carries == "secret"
-                                                                       and payload.kind != "masked_upload"):
-            return []
-        agnostic = payload.phase == "agnostic"
-        c = int(payload.sender.removeprefix("agnostic" if agnostic else "client"))
-        held = (data.agnostic_clients if agnostic else data.clients)[c]
-        if payload.kind == "subspace" or agnostic:
-            return [int(i) for i in held]
-        if payload.round == victim.round and victim.audits(c):
-            batch = held[victim.batch_positions(len(held), seed=seed)]
-            if payload.spec.carries == "gradient" or victim.update_data == "batch":
-                return [int(i) for i in batch]
-        return [int(i) for i in held]
-
-    @staticmethod
-    def known_accuracy(model: nn.Module, data: FederatedData,
-                       state_of: Callable[[int], State]) -> tuple[float, dict[int, float]]:
-        """Pooled accuracy over known clients, each scored with ``state_of(client)`` on its own classes,
-        and each client's own accuracy."""
-        correct = total = 0.0
-        per_client: dict[int, float] = {}
-        for c in range(data.num_clients):
-            model.load_state_dict(state_of(c))
-            acc, n = client_accuracy(model, data.test, data.client_classes(c))
-            per_client[c] = acc
-            correct, total = correct + acc * n, total + n
-        return correct / max(total, 1), per_client
-
-    @staticmethod
-    def read_seed(at: ClientRound, read: str) -> torch.Generator:
-        """Generator for the randomness of one read of private data (a DP mechanism's noise), fixed by
-        ``(seed, round, client, read)``: two clients, rounds or reads never share a draw."""
-        seed = int(np.random.SeedSequence([at.seed, at.round, at.client, *read.encode()]).generate_state(1)[0])
-        return torch.Generator().manual_seed(seed)
-
-    @staticmethod
-    def client_seed(at: ClientRound) -> torch.Generator:
-        """Generator for a client's batch order in a round, fixed by ``(seed, round, client)``."""
-        seed = int(np.random.SeedSequence([at.seed, at.round, at.client]).generate_state(1)[0])
-        return torch.Generator().manual_seed(seed)
+        return draw_participants(round_, num_clients, participants=self.participants, seed=seed, victim=victim,
+                                 rate=self.sample_rate(num_clients) if self.sampling == "poisson" else None)
 
     #: How this protocol's rounds are named in progress output (the FedAvg reference renames its own).
     phase_name = ""
@@ -336,17 +200,6 @@ class FederatedProtocol(ABC):
     def result(self, state: Any, history: tuple[RoundRecord, ...], side: ClientSide) -> ProtocolResult:
         """The run's outcome."""
 
-    def client_tasks(self) -> dict[str, TaskHandler]:
-        """The client side, by task name (what an engine runs; on Flower, what a ClientApp answers)."""
-        return {"round": self.serve_round}
-
-    def serve(self, task: str, requests: Sequence[ClientTask], side: ClientSide) -> list[TaskReply]:
-        """Run client task ``task`` for ``requests`` on ``side``."""
-        handler = self.client_tasks().get(task)
-        if handler is None:
-            raise ValueError(f"{self.name} has no client task {task!r}; it has {', '.join(self.client_tasks())}")
-        return handler(requests, side)
-
     def receive_report(self, request: ClientTask, report: str | None, side: ClientSide) -> None:
         """The client's report of its reads (and a DP trainer's accountant events) becomes the server's record of
         ``request``'s client (``Trainer.compose_report``, which checks it against ``task_reads``)."""
@@ -375,35 +228,3 @@ class FederatedProtocol(ABC):
         c, victim = request.client, side.victim
         return self.round_reads(len(side.data.clients[c]), request.round, victim=victim if victim.audits(c) else None)
 
-    def planned_penalty(self) -> tuple[dict[str, float], float]:
-        """The settings and proximal weight of the penalty a client's training record declares (none by default)."""
-        return {}, 0.0
-
-    def upload_layers(self, upload: Payload | None, side: ClientSide) -> list[str]:
-        """The layer list a ``round`` reply sends with ``upload`` (none by default: the whole model)."""
-        return []
-
-    def remote_state(self, side: ClientSide) -> Any:
-        """The client-side state a node that runs this protocol's clients keeps (None: none)."""
-        return None
-
-    def start_state(self, request: ClientTask, side: ClientSide) -> State:
-        """The state a client starts its round from: what it downloaded."""
-        received: State = {}
-        for down in request.downloads:
-            assert down.tensors is not None, f"{down.id}: a download carries its tensors"
-            received.update({n: t.clone() for n, t in down.tensors.items()})
-        return received
-
-    def serve_round(self, requests: Sequence[ClientTask], side: ClientSide) -> list[TaskReply]:
-        """The ``round`` task: each client from its download (audit gradient, local training, upload), the round's
-        clients trained together."""
-        starts = []
-        for req in requests:
-            cluster = req.fields.get("cluster")
-            at = ClientRound(req.client, req.round, side.seed, side.victim, side.wire,
-                             cluster=None if cluster is None else int(cluster))
-            starts.append(ClientStart(at, self.start_state(req, side), req.downloads[-1].id))
-        pending = [self.begin_round(side.model, s, side.data, side.state) for s in starts]
-        trainings = self.train_clients([p.job for p in pending])
-        return [self.end_round(p, t, side.state).reply() for p, t in zip(pending, trainings)]

@@ -17,13 +17,14 @@ from privbench.fl.clustering.agnostic import AgnosticSettings, finetuned_accurac
 from privbench.fl.clustering.subspace import SUBSPACES, cluster, proximity
 from privbench.fl.engine import ClientSide, ClientTask, Engine, TaskReply
 from privbench.fl.layers import layers, state_names
-from privbench.fl.protocols.base import FederatedProtocol, TaskHandler
+from privbench.fl.protocols.base import FederatedProtocol
+from privbench.fl.protocols.client import TaskHandler
 from privbench.fl.protocols.cohort import Cohort
 from privbench.fl.protocols.result import Clustering, ProtocolResult, RoundRecord
 from privbench.fl.protocols.round import PendingUpload, Upload
 from privbench.fl.reads import SUBSPACE, PlannedRead
 from privbench.fl.settings import settings
-from privbench.fl.sgd import State
+from privbench.fl.sgd import State, known_accuracy
 from privbench.fl.wire import Wire
 from privbench.payloads import LocalTraining, Payload
 from privbench.victim import Victim
@@ -248,9 +249,9 @@ class ClusteredProtocol(FederatedProtocol):
         """Known-client accuracy (pooled, per client) of the cluster and/or personal models, as ``eval`` asks."""
         out = {}
         if self.evaluation in ("cluster", "both"):
-            out["cluster"] = self.known_accuracy(scratch, data, lambda c: self.client_state(state, c))
+            out["cluster"] = known_accuracy(scratch, data, lambda c: self.client_state(state, c))
         if self.evaluation in ("personal", "both"):
-            out["personal"] = self.known_accuracy(
+            out["personal"] = known_accuracy(
                 scratch, data, lambda c: state.personal.get(c) or self.client_state(state, c))
         return out
 

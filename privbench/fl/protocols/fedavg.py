@@ -13,7 +13,7 @@ from privbench.fl.protocols.base import FederatedProtocol
 from privbench.fl.protocols.cohort import Cohort
 from privbench.fl.protocols.result import ProtocolResult, RoundRecord
 from privbench.fl.protocols.round import PendingUpload, Upload
-from privbench.fl.sgd import State, accuracy, parameters_of
+from privbench.fl.sgd import State, accuracy, known_accuracy, parameters_of
 from privbench.fl.wire import Wire
 from privbench.payloads import LocalTraining, Payload
 
@@ -64,7 +64,7 @@ class FedAvg(FederatedProtocol):
         state.model = cohort.combine(state.model, uploads, round_=state.round)  # a Poisson round may be empty
 
     def evaluate(self, state: GlobalRun, round_: int, scratch: nn.Module, side: ClientSide) -> RoundRecord:
-        acc, state.per_client = self.known_accuracy(scratch, side.data, lambda c: state.model)
+        acc, state.per_client = known_accuracy(scratch, side.data, lambda c: state.model)
         scratch.load_state_dict(state.model)
         return RoundRecord(round_, acc, side.wire.totals(), global_accuracy=accuracy(scratch, side.data.test))
 
@@ -72,7 +72,7 @@ class FedAvg(FederatedProtocol):
         """Also each client's own-model accuracy where the clients kept their models (in process)."""
         personal = None
         if state.own:
-            personal, _ = self.known_accuracy(copy.deepcopy(side.model), side.data, lambda c: state.own.get(c, state.model))
+            personal, _ = known_accuracy(copy.deepcopy(side.model), side.data, lambda c: state.own.get(c, state.model))
         return ProtocolResult(theta0=side.theta0, final=state.model, accuracy=history[-1].accuracy,
                               client_accuracy=state.per_client, history=history,
                               global_accuracy=history[-1].global_accuracy, personal_accuracy=personal,

@@ -164,7 +164,7 @@ class GeneFL(ClusteredProtocol):
     def regulariser(self, local: nn.Module, data: ImageDataset, at: ClientRound) -> GeneRegulariser:
         """The Fisher-elastic penalty around the received model, its Fisher computed on ``data``."""
         anchor = {n: p.detach().clone() for n, p in local.named_parameters()}
-        fisher_noise = torch.Generator().manual_seed(self.client_seed(at).initial_seed() + 101)
+        fisher_noise = torch.Generator().manual_seed(at.batch_generator().initial_seed() + 101)
         fisher = self.trainer.fisher(local, data, client=at.name, generator=fisher_noise) if self.lambda2 else {}
         return GeneRegulariser(anchor=anchor, fisher=fisher, lambda1=self.lambda1, lambda2=self.lambda2, eps=self.eps)
 

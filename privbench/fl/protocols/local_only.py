@@ -12,7 +12,7 @@ from privbench.fl.protocols.base import FederatedProtocol
 from privbench.fl.protocols.result import ProtocolResult, RoundRecord
 from privbench.fl.protocols.round import ClientRound
 from privbench.fl.reads import PlannedRead
-from privbench.fl.sgd import State, model_with, parameters_of
+from privbench.fl.sgd import State, known_accuracy, model_with, parameters_of
 from privbench.fl.wire import Wire
 from privbench.payloads import Payload
 from privbench.victim import Victim
@@ -66,7 +66,7 @@ class LocalOnly(FederatedProtocol):
         return [TaskReply() for _ in requests]
 
     def evaluate(self, state: OwnModels, round_: int, scratch: nn.Module, side: ClientSide) -> RoundRecord:
-        acc, state.per_client = self.known_accuracy(scratch, side.data, lambda c: state.models[c])
+        acc, state.per_client = known_accuracy(scratch, side.data, lambda c: state.models[c])
         return RoundRecord(round_, acc, side.wire.totals())
 
     def result(self, state: OwnModels, history: tuple[RoundRecord, ...], side: ClientSide) -> ProtocolResult:

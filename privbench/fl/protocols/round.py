@@ -6,10 +6,13 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from torch import nn
 
 from privbench.data import ImageDataset
 from privbench.fl.engine import TaskReply
+from privbench.fl.reads import AUDIT_GRADIENT
 from privbench.fl.sgd import State
+from privbench.fl.trainer import Trainer
 from privbench.fl.vectorised import LocalJob
 from privbench.fl.wire import Wire
 from privbench.payloads import LocalTraining, Payload
@@ -34,6 +37,17 @@ class ClientRound:
     @property
     def is_victim(self) -> bool:
         return self.round == self.victim.round and self.victim.audits(self.client)
+
+    def read_generator(self, read: str) -> torch.Generator:
+        """Generator for the randomness of one read of private data (a DP mechanism's noise), fixed by
+        ``(seed, round, client, read)``: two clients, rounds or reads never share a draw."""
+        seed = int(np.random.SeedSequence([self.seed, self.round, self.client, *read.encode()]).generate_state(1)[0])
+        return torch.Generator().manual_seed(seed)
+
+    def batch_generator(self) -> torch.Generator:
+        """Generator for the client's batch order in the round, fixed by ``(seed, round, client)``."""
+        seed = int(np.random.SeedSequence([self.seed, self.round, self.client]).generate_state(1)[0])
+        return torch.Generator().manual_seed(seed)
 
 
 @dataclass(frozen=True)
@@ -109,3 +123,22 @@ class PendingUpload:
     base_id: str
     received: State
     step: VictimStep | None = None
+
+
+def victim_step(trainer: Trainer, lr: float, local: nn.Module, client_data: ImageDataset, truth: np.ndarray, *,
+                at: ClientRound, base_id: str) -> VictimStep:
+    """Send the victim's one-step gradient on its victim batch at the received model.
+
+    Returns the gradient and its record, and the data the victim trains on this round:
+    the victim batch when ``victim.update_data == "batch"``, else all of it.
+    """
+    victim = at.victim
+    pos = victim.batch_positions(len(client_data), seed=at.seed)
+    batch = torch.from_numpy(pos)
+    x, y = client_data.normalised(batch), client_data.labels[batch]
+    grad, record = trainer.gradient(local, x, y, client=at.name, lr=lr, generator=at.read_generator(AUDIT_GRADIENT))
+    at.wire.send(Payload.from_tensors(kind="gradient", round=at.round, sender=at.name, receiver="server",
+                                      tensors=grad, base=base_id, training=record), truth=truth[pos].tolist())
+    if victim.update_data == "batch":
+        return VictimStep(grad, record, truth[pos], client_data.subset(batch), truth[pos])
+    return VictimStep(grad, record, truth[pos], client_data, truth)
