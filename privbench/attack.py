@@ -220,7 +220,7 @@ def _play(args: argparse.Namespace, p: Prepared, out: Path, chance: dict[str, An
     """Attack the message and score it against the truth, logging progress to the terminal and ``run.log``."""
     from privbench.attacks.labels.views import LabelView
     from privbench.attacks.target import AttackTarget
-    from privbench.audit.score import score_reconstruction
+    from privbench.audit.games.reconstruction import score_reconstruction
     from privbench.io import atomic_write_text
     from privbench.metrics.reconstruction import Recovered
     from privbench.pixels import denormalise

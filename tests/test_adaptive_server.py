@@ -12,7 +12,7 @@ from privbench.attacks.active.isolation import Isolation, quiet, victim_share
 from privbench.attacks.active.trap_behind_pca import TrapBehindPCAAttack
 from privbench.attacks.active.trap_weights import TrapWeightsAttack, trapped
 from privbench.attacks.active.views import ActiveView
-from privbench.audit.active_cohort import undo_quiet
+from privbench.audit.games.active_cohort import undo_quiet
 from privbench.data.embedded import load_fashion_mnist_subset
 from privbench.defenses.detector import FIRING, first_firing, inspect_download
 from privbench.errors import AttackNotApplicableError, ConfigError

@@ -169,3 +169,32 @@ def test_the_graph_sees_lazy_imports():
     # privbench.cli imports the audit inside a function; the graph must still see it.
     assert "privbench.audit.run" in _reachable(GRAPH, "privbench.cli")
     assert "privbench.pixels" in GRAPH["privbench.attacks.reconstruction.projection"] and "privbench.pixels" in GRAPH["privbench.data.dataset"]
+
+
+#: The audit's core: planning, the run, the attack phase, scoring and output. It names no attack family.
+AUDIT_CORE = ("privbench.audit.run", "privbench.audit.plan", "privbench.audit.attack_phase", "privbench.audit.score",
+              "privbench.audit.output", "privbench.audit.summary")
+#: The attack families' folders and the games' modules (the registry, ``privbench.audit.games``, is not a family).
+FAMILIES = ("privbench.attacks.reconstruction", "privbench.attacks.labels", "privbench.attacks.property",
+            "privbench.attacks.membership", "privbench.attacks.one_run", "privbench.attacks.active",
+            "privbench.audit.games.")
+
+
+def _names_a_family(module: str) -> list[str]:
+    return sorted(d for d in _reachable(GRAPH, module)
+                  if any(d == f or d.startswith(f if f.endswith(".") else f + ".") for f in FAMILIES))
+
+
+def test_the_audit_core_names_no_family():
+    """A family is its folder under attacks/ and its game under audit/games/: the core reaches neither (it asks the
+    game registry, which finds the games by discovery, and the scorer registry)."""
+    offenders = {m: _names_a_family(m) for m in AUDIT_CORE}
+    assert not {m: d for m, d in offenders.items() if d}, offenders
+
+
+def test_every_family_has_a_folder_with_a_readme():
+    attacks = Path(__file__).resolve().parents[1] / "privbench" / "attacks"
+    for family in FAMILIES[:-1]:
+        folder = attacks / family.rsplit(".", 1)[1]
+        assert (folder / "__init__.py").is_file() and (folder / "README.md").is_file(), folder
+    assert _names_a_family("privbench.audit.games.membership")  # the rule's check sees a family when there is one

@@ -60,7 +60,7 @@ def test_the_game_is_class_matched_shuffled_and_keeps_its_answer(tmp_path):
 
 
 def test_class_matching_pairs_each_member_with_a_test_record_of_its_class():
-    from privbench.audit.attack_phase import membership_game
+    from privbench.audit.games.membership import membership_game
     from privbench.audit.plan import plan, prepare
     from privbench.payloads import Payload
 

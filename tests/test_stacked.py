@@ -6,8 +6,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from privbench.attacks.im2col import with_im2col
 from privbench.attacks.reconstruction import stacked as stacked_module
-from privbench.attacks.reconstruction.im2col import with_im2col
 from privbench.attacks.reconstruction.stacked import StackedModel, unstackable
 from privbench.models import ConvNet, LeNet
 

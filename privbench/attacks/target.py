@@ -8,8 +8,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from privbench.attacks.labels.recovery import recover_labels
-from privbench.attacks.reconstruction.im2col import with_im2col
+from privbench.attacks.im2col import with_im2col
 from privbench.errors import AttackNotApplicableError
 from privbench.models import classifier_head
 from privbench.payloads import LocalTraining, Payload
@@ -214,14 +213,6 @@ class AttackTarget:
         if self.labels is not None:
             return "recovered counts"
         return "recovered" if self.head_gradient is not None else UNKNOWN_LABELS
-
-    def known_labels(self) -> torch.Tensor | None:
-        """The candidates' labels: the recovered counts' where set, else the head gradient's sign rule
-        (``recover_labels``), else None (the head is hidden: optimise them jointly)."""
-        if self.labels is not None:
-            return self.labels
-        head = self.head_gradient
-        return None if head is None else recover_labels(head, self.num_images)
 
     @property
     def device(self) -> torch.device:

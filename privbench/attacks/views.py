@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import torch
 from torch import nn
@@ -20,9 +20,10 @@ from privbench.errors import AttackNotApplicableError
 from privbench.payloads import LocalTraining, Payload
 from privbench.payloads.training import AggregatePart
 
-#: The views an attack may ask for (``Attack.view``).
-ViewKind = Literal["gradient", "model", "basis", "membership", "labels", "active", "canaries", "source",
-                   "participation"]
+#: The view an attack asks for (``Attack.view``), by name: the contract's ``gradient``, ``model`` and ``basis`` and the
+#: families' (``labels``, ``membership``, ``source``, ``participation``, ``canaries``, ``active``). Open: a new family
+#: names its own and registers the game that stages it (``privbench.audit.games.register_game``).
+ViewKind = str
 #: The gradient view is today's attack target.
 GradientView = AttackTarget
 

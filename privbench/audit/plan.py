@@ -9,6 +9,7 @@ from torch import nn
 
 from privbench.attacks.base import Attack
 from privbench.attacks.none import NoAttack
+from privbench.audit.games import game_for
 from privbench.audit.memory import check_memory, check_unrolled_steps, check_working_set, inversion_bytes
 from privbench.build import build
 from privbench.data import FederatedData
@@ -202,17 +203,8 @@ def prepare(p: Plan) -> tuple[FederatedData, nn.Module, CapturePolicy]:
     _check_attack_size(p, data, model)
     if p.attacking:
         check_working_set(p.attack, model, tuple(data.train.shape))
-    _check_canaries(p, data, model)
-    if p.attacking and p.attack.view == "source" and (policy.clients == "victim" or (
-            policy.clients != "all" and len(policy.clients) < 2)):
-        raise ConfigError("attack=source compares every client's upload of the victim round: set capture.clients=all "
-                          "(or a list of at least two clients)")
-    if p.attacking and p.attack.view == "participation" and (policy.rounds != "all" or policy.clients != "all"):
-        raise ConfigError("attack=participation reads every round's aggregate and the download it started from: set "
-                          "capture.rounds=all capture.clients=all")
-    if p.attacking and p.attack.view == "participation" and p.choice.kind != "aggregate" and p.protocol.rounds < 2:
-        raise ConfigError(f"attack=participation with payload={p.choice.kind}: round r's aggregate is the model sent in "
-                          f"round r + 1, so it needs fl.rounds >= 2 (fl.rounds={p.protocol.rounds})")
+    if p.attacking:
+        game_for(p.attack.view).check(p, data, model, policy)
     return data, model, policy
 
 
@@ -240,27 +232,6 @@ def _check_attack_size(p: Plan, data: FederatedData, model: nn.Module) -> None:
                                params=sum(t.numel() for t in model.parameters()), steps=steps, batch=batch)
     check_memory(estimate, f"attack.restarts={restarts}: {restarts} restarts x {victims} victims x {images} images"
                  + (f" x {steps} unrolled steps" if steps > 1 else ""))
-
-
-def _check_canaries(p: Plan, data: FederatedData, model: nn.Module) -> None:
-    """A one-run audit's canaries must exist (distinct model coordinates, or test-split images) and its round must be
-    one it can rerun: Dirac canaries live inside DP-SGD (an update or a learnGene), mislabelled ones in an update."""
-    if not p.attacking or p.attack.view != "canaries":
-        return
-    count, kind = int(getattr(p.attack, "canaries")), str(getattr(p.attack, "kind", "dirac"))
-    payloads = ("update",) if kind == "mislabelled" else ("update", "learngene")
-    if p.choice.kind not in payloads:
-        raise ConfigError(f"attack=one_run attack.kind={kind} reruns a client's {' or '.join(payloads)}; "
-                          f"payload={p.choice.kind} is not one")
-    if kind == "dirac" and p.protocol.trainer.name != "dpsgd":
-        raise ConfigError("attack=one_run with Dirac canaries audits DP-SGD's claim: use defense=dpsgd (or "
-                          "attack.kind=mislabelled, which audits any trainer)")
-    if kind == "mislabelled":
-        have, what = len(data.test), "test-split images"
-    else:
-        have, what = sum(q.numel() for q in model.parameters() if q.requires_grad), "model coordinates"
-    if count > have:
-        raise ConfigError(f"attack.canaries={count}: there are only {have:,} {what}")
 
 
 def preflight(cfg: DictConfig) -> Plan:

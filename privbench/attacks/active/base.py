@@ -18,7 +18,7 @@ from privbench.payloads.kinds import Carries
 
 class ActiveAttack(Attack):
     """An active server's attack: it crafts the victim's download of the audited round (``craft``), the victim
-    trains on it as usual, and the attack reads the reply (an ``ActiveView``, ``privbench.audit.active``).
+    trains on it as usual, and the attack reads the reply (an ``ActiveView``, ``privbench.audit.games.active``).
 
     Subclasses name the layer the read needs (``crafted_layer``) and say what they changed (``describe``, for
     ``threat_model.json``). A reply that left that layer out (a learnGene) gives nothing: 0 recovered.

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import torch
 
+from privbench.attacks.target import AttackTarget
+
 
 def recover_labels(head_weight_grad: torch.Tensor, num_images: int) -> torch.Tensor:
     """Labels from the gradient of the last linear layer's weight ``[classes, features]``.
@@ -30,3 +32,12 @@ def recover_labels(head_weight_grad: torch.Tensor, num_images: int) -> torch.Ten
         return negative[:num_images]
     repeats = negative.repeat((num_images + len(negative) - 1) // len(negative))
     return torch.sort(repeats[:num_images]).values
+
+
+def known_labels(target: AttackTarget) -> torch.Tensor | None:
+    """A gradient view's candidate labels: the recovered counts' where set (``labels.counts.with_counted_labels``),
+    else the head gradient's sign rule (``recover_labels``), else None (the head is hidden: optimise them jointly)."""
+    if target.labels is not None:
+        return target.labels
+    head = target.head_gradient
+    return None if head is None else recover_labels(head, target.num_images)

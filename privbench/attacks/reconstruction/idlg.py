@@ -6,6 +6,7 @@ from typing import Any, ClassVar
 import torch
 
 from privbench.attacks.labels.counts import check_label_rule, counted, with_counted_labels
+from privbench.attacks.labels.recovery import known_labels
 from privbench.attacks.labels.views import LabelView
 from privbench.attacks.reconstruction.base import Attempt
 from privbench.attacks.reconstruction.dlg import DLG
@@ -54,7 +55,7 @@ class IDLG(DLG):
         return target.head_label_source
 
     def attempt(self, target: AttackTarget, *, generator: torch.Generator) -> Attempt:
-        labels = target.known_labels()
+        labels = known_labels(target)
         if labels is None:
             return super().attempt(target, generator=generator)
         images = target.randn(target.num_images, *target.image_shape, generator=generator).requires_grad_(True)

@@ -10,6 +10,7 @@ import torch.nn.functional as F
 
 from privbench.attacks.findings import Finding
 from privbench.attacks.labels.counts import check_label_rule, counted, with_counted_labels
+from privbench.attacks.labels.recovery import known_labels
 from privbench.attacks.labels.views import LabelView
 from privbench.attacks.reconstruction.base import Attempt, GradientInversion
 from privbench.attacks.reconstruction.matching import candidate_gradient
@@ -79,7 +80,7 @@ class InvertingGradients(GradientInversion):
         images = target.randn(n, *target.image_shape, generator=generator)
         target.clamp_(images)
         images.requires_grad_(True)
-        labels = target.known_labels()
+        labels = known_labels(target)
         logits = None if labels is not None else target.randn(n, target.num_classes, generator=generator).requires_grad_(True)
         optimizer = torch.optim.Adam([images] + ([logits] if logits is not None else []), lr=self.lr)
         milestones = [int(self.iterations * f) for f in (3 / 8, 5 / 8, 7 / 8)]
@@ -138,15 +139,15 @@ class InvertingGradients(GradientInversion):
         if not self.batched or any(t.unroll is not None or t.clip is not None or any(True for _ in t.model.buffers())
                                    for t in targets):
             return None
-        if any((t.num_images, t.image_shape, list(t.gradient), t.known_labels() is None) !=
-               (first.num_images, first.image_shape, list(first.gradient), first.known_labels() is None)
+        if any((t.num_images, t.image_shape, list(t.gradient), known_labels(t) is None) !=
+               (first.num_images, first.image_shape, list(first.gradient), known_labels(first) is None)
                for t in targets[1:]):
             return None
         n, model, restarts = first.num_images, first.model, len(generators)
         problems = [(t, k) for t in targets for k in range(restarts)]  # target-major, restarts in order
         hard = None
-        if first.known_labels() is not None:
-            hard = torch.stack([t.known_labels() for t, _ in problems])  # type: ignore[misc]
+        if known_labels(first) is not None:
+            hard = torch.stack([known_labels(t) for t, _ in problems])  # type: ignore[misc]
         starts, logit_starts = [], []
         for target in targets:
             for generator in [torch.Generator().manual_seed(g.initial_seed()) for g in generators]:

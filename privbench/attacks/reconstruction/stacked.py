@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call
 
-from privbench.attacks.reconstruction.im2col import Im2colConv2d
+from privbench.attacks.im2col import Im2colConv2d
 
 #: Convolutions costing at most this many multiply-adds per image run as im2col products; larger ones as
 #: grouped convolutions. Measured on LeNet's and ConvNet's layers with 8 problems (2-core CPU):

@@ -14,10 +14,12 @@ from typing import Any
 import torch
 from torch import nn
 
+from privbench.attacks.membership.findings import MembershipScores
 from privbench.attacks.membership.views import ParticipationRound, ParticipationView
+from privbench.audit.games import Game, Play, register_game
 from privbench.audit.plan import Plan
 from privbench.data import FederatedData
-from privbench.errors import AttackNotApplicableError
+from privbench.errors import AttackNotApplicableError, ConfigError
 from privbench.payloads import Payload, PayloadStore
 from privbench.payloads.kinds import kinds_where
 from privbench.pixels import normalise
@@ -107,3 +109,27 @@ def participation_game(p: Plan, model: nn.Module, data: FederatedData, store: Pa
 
 def _inputs(images: torch.Tensor, rows: torch.Tensor, data: FederatedData) -> torch.Tensor:
     return normalise(images[rows.to(images.device)].cpu().float() / 255.0, data.train.mean, data.train.std)
+
+
+@register_game("participation")
+class Participation(Game):
+    """Did each client take part in each observed aggregate's round: one play over every aggregate, its first
+    aggregate as the attacked message; the evaluator holds who took part and the same test's scores on records that
+    carry only each client's classes (the informed chance)."""
+
+    def check(self, p: Plan, data: FederatedData, model: nn.Module, policy: Any) -> None:
+        if policy.rounds != "all" or policy.clients != "all":
+            raise ConfigError("attack=participation reads every round's aggregate and the download it started from: "
+                              "set capture.rounds=all capture.clients=all")
+        if p.choice.kind != "aggregate" and p.protocol.rounds < 2:
+            raise ConfigError(f"attack=participation with payload={p.choice.kind}: round r's aggregate is the model "
+                              f"sent in round r + 1, so it needs fl.rounds >= 2 (fl.rounds={p.protocol.rounds})")
+
+    def stage(self, p: Plan, store: PayloadStore, model: nn.Module, data: FederatedData, clients: list[int]
+              ) -> list[Play]:
+        view, twins, took_part, first = participation_game(p, model, data, store)
+        informed = p.attack.attack(twins, seed=p.seed)
+        if not isinstance(informed, MembershipScores):
+            raise TypeError(f"attack={p.attack.name} answered the participation game with {type(informed).__name__}, "
+                            "not membership scores")
+        return [Play(first, view, [], {"membership": took_part, "informed_scores": informed.scores})]

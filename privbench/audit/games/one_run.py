@@ -1,6 +1,6 @@
 """The round a one-run DP audit instruments: the victim's local DP-SGD rerun with gradient canaries among its records.
 
-Like the active round (``audit/active.py``) the federated run stays as it was; the audited round runs again from
+Like the active round (``audit/games/active.py``) the federated run stays as it was; the audited round runs again from
 the download the victim received, on the same images, with the same local training its update declares, by a
 copy of the run's DP-SGD trainer (its planned noise; the copy's releases never reach the run's accounting), with
 ``attack.canaries`` Dirac gradient canaries (10 C high) on distinct coordinates, each included with probability 1/2
@@ -27,27 +27,41 @@ import math
 from collections.abc import Collection
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
+from privbench.attacks.base import Attack
+from privbench.attacks.one_run.findings import CanaryScores
 from privbench.attacks.one_run.views import CanaryView
 from privbench.attacks.views import at_weights
+from privbench.audit.games import Game, Play, register_game
+from privbench.audit.games.membership import score_membership
 from privbench.audit.plan import Plan
 from privbench.audit.rerun import gene_client_round, local_sgd, rerun_inputs
+from privbench.audit.score import Scoring, Truth, register_scorer
 from privbench.data import FederatedData
 from privbench.data.dataset import ImageDataset
 from privbench.defenses.calibration import epsilon, events
 from privbench.defenses.canaries import GradientCanaries
 from privbench.defenses.dpsgd import DPSGD
 from privbench.defenses.tradeoff import blow_up_inverse, releases_epsilon, tpr_bound
-from privbench.errors import AttackNotApplicableError
-from privbench.figures import EPSILON_LOWER_FDP, EPSILON_TIGHT
+from privbench.errors import AttackNotApplicableError, ConfigError
+from privbench.figures import (
+    CANARY_TPR_BOUND_01,
+    CANARY_TPR_BOUND_1,
+    EPSILON_CLAIMED,
+    EPSILON_LOWER,
+    EPSILON_LOWER_FDP,
+    EPSILON_TIGHT,
+)
 from privbench.fl.protocols.genefl import GeneFL
 from privbench.fl.reads import LOCAL_SGD, PlannedRead
 from privbench.fl.sgd import parameters_of
 from privbench.fl.trainer import Trainer
+from privbench.metrics.one_run import epsilon_lower_bound
 from privbench.metrics.one_run_fdp import gdp_blow_up_inverse, gdp_epsilon, largest_rejected
-from privbench.payloads import LocalTraining, Payload
+from privbench.payloads import LocalTraining, Payload, PayloadStore
 from privbench.payloads.encoding import decode
 
 #: The FPRs of the audited round's f-DP bound on a canary test's TPR.
@@ -220,3 +234,64 @@ def fdp_bound(knowledge: dict[str, Any], m: int, guesses: int, right: int, *, co
         found = {"fdp_noise_multiplier": 1.0 / t if t > 0 else math.inf}
     return {EPSILON_LOWER_FDP.key: bound, EPSILON_TIGHT.key: tight, "fdp_family": family,
             "fdp_delta": delta, **found}
+
+
+@register_game("canaries")
+class Canaries(Game):
+    """A one-run DP audit: each audited client's round rerun with the auditor's gradient canaries."""
+
+    def check(self, p: Plan, data: FederatedData, model: nn.Module, policy: Any) -> None:
+        """The canaries must exist (distinct model coordinates, or test-split images) and the round must be one the
+        audit can rerun: Dirac canaries live inside DP-SGD (an update or a learnGene), mislabelled ones in an update."""
+        count, kind = int(getattr(p.attack, "canaries")), str(getattr(p.attack, "kind", "dirac"))
+        payloads = ("update",) if kind == "mislabelled" else ("update", "learngene")
+        if p.choice.kind not in payloads:
+            raise ConfigError(f"attack=one_run attack.kind={kind} reruns a client's {' or '.join(payloads)}; "
+                              f"payload={p.choice.kind} is not one")
+        if kind == "dirac" and p.protocol.trainer.name != "dpsgd":
+            raise ConfigError("attack=one_run with Dirac canaries audits DP-SGD's claim: use defense=dpsgd (or "
+                              "attack.kind=mislabelled, which audits any trainer)")
+        if kind == "mislabelled":
+            have, what = len(data.test), "test-split images"
+        else:
+            have, what = sum(q.numel() for q in model.parameters() if q.requires_grad), "model coordinates"
+        if count > have:
+            raise ConfigError(f"attack.canaries={count}: there are only {have:,} {what}")
+
+    def stage(self, p: Plan, store: PayloadStore, model: nn.Module, data: FederatedData, clients: list[int]
+              ) -> list[Play]:
+        from privbench.progress import phase
+
+        plays = []
+        with phase(f"one-run audit: the victim's round rerun with {int(getattr(p.attack, 'canaries'))} canaries",
+                   total=len(clients), unit="round") as bar:
+            for c in clients:
+                payload, base = p.choice.select(store, p.victim.alone(c))
+                records = p.choice.truth(store, payload)
+                view, included = canary_round(p, payload, base, model, data, records)
+                plays.append(Play(payload, view, records, {"membership": included}))
+                bar.update(1)
+        return plays
+
+
+@register_scorer(CanaryScores)
+def score_canaries(finding: CanaryScores, view: Any, attack: Attack, truth: Truth, how: Scoring) -> dict[str, Any]:
+    """A one-run audit: the membership figures of its canary scores, and its guesses (the ``guesses`` highest in,
+    the lowest out) turned into a lower bound on epsilon at its confidence, next to the claim it tests."""
+    out = score_membership(finding, view, attack, truth, how)
+    assert truth.membership is not None
+    members = truth.membership.numpy().astype(bool)
+    order = np.argsort(-finding.scores.numpy(), kind="stable")
+    k = finding.guesses
+    right = int(members[order[:k]].sum() + (~members[order[len(order) - k:]]).sum())
+    knowledge = getattr(view, "knowledge", {})
+    confidence = float(finding.info.get("confidence", 0.95))
+    bound = epsilon_lower_bound(len(members), 2 * k, right, delta=float(knowledge.get("delta", 0.0)),
+                                confidence=confidence)
+    bounds = knowledge.get("round_tpr_bounds", {})
+    out.update(fdp_bound(knowledge, len(members), 2 * k, right, confidence=confidence))
+    out.update({EPSILON_LOWER.key: bound, EPSILON_CLAIMED.key: knowledge.get("claimed_epsilon"),
+                CANARY_TPR_BOUND_1.key: bounds.get("0.01"), CANARY_TPR_BOUND_01.key: bounds.get("0.001"),
+                "canary_guesses": 2 * k, "canary_guesses_right": right, "canaries": len(members),
+                "epsilon_lower_bound_confidence": confidence})
+    return out

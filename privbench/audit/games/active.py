@@ -8,7 +8,7 @@ attacker gets the crafted download and the reply, never the data. The victim als
 of what it received (``defenses.detector``); its verdict is reported, and the victim trains regardless.
 
 Under secure aggregation (``payload=aggregate``) the server crafts the downloads of the victim's whole cohort and
-reads the aggregate (``audit.active_cohort``, where it may also isolate the victim).
+reads the aggregate (``audit.games.active_cohort``, where it may also isolate the victim).
 """
 from __future__ import annotations
 
@@ -23,7 +23,8 @@ from torch import nn
 from privbench.attacks.active.base import ActiveAttack
 from privbench.attacks.active.views import ActiveView
 from privbench.attacks.views import at_weights
-from privbench.audit.active_cohort import Member, change_from, fresh_trainer, secure_round
+from privbench.audit.games import Game, Play, register_game
+from privbench.audit.games.active_cohort import Member, change_from, fresh_trainer, secure_round
 from privbench.audit.plan import Plan
 from privbench.audit.rerun import gene_client_round, local_sgd, rerun_inputs
 from privbench.data import FederatedData
@@ -33,7 +34,7 @@ from privbench.figures import CRAFTED_UPLOADED, DOWNLOAD_FLAGGED
 from privbench.fl.protocols.genefl import GeneFL
 from privbench.fl.protocols.round import Upload
 from privbench.fl.sgd import parameters_of
-from privbench.payloads import LocalTraining, Payload
+from privbench.payloads import LocalTraining, Payload, PayloadStore
 from privbench.payloads.encoding import decode
 from privbench.pixels import normalise
 
@@ -165,3 +166,26 @@ def _gene_round(p: Plan, payload: Payload, base: Payload | None, model: nn.Modul
     check = {**check, CRAFTED_UPLOADED.key: float(uploaded)}
     return ActiveView(sent, change_from(upload.tensors, sent), "learngene", training, data.train.shape,
                       tuple(data.train.mean), tuple(data.train.std), layer, knowledge, check)
+
+
+def _members(store: PayloadStore, aggregate: Payload) -> list[tuple[str, list[int], LocalTraining]]:
+    """Each member of a secure aggregate's cohort: its name, its images (the evaluator's truth), its declared training."""
+    return [(rec["sender"], store.truth(rec["id"]), LocalTraining.from_dict(rec["training"]))
+            for rec in store.records(kind="masked_upload", round=aggregate.round, cluster=aggregate.cluster)]
+
+
+@register_game("active")
+class Active(Game):
+    """The server crafts each audited client's download and the client's round runs on it (its cohort's, through
+    secure aggregation); the truth is the images of the member the server isolated, else the client's."""
+
+    def stage(self, p: Plan, store: PayloadStore, model: nn.Module, data: FederatedData, clients: list[int]
+              ) -> list[Play]:
+        plays = []
+        for c in clients:
+            payload, base = p.choice.select(store, p.victim.alone(c))
+            records = p.choice.truth(store, payload)
+            view = active_round(p, payload, base, model, data, records,
+                                _members(store, payload) if payload.kind == "aggregate" else ())
+            plays.append(Play(payload, view, list(view.target) if view.target is not None else records))
+        return plays

@@ -1,0 +1,75 @@
+"""The evaluator's side of each attack family, one game per module, registered by the view kinds it stages.
+
+A ``Game`` checks before training what its family needs (``check``) and stages the play after it (``stage``):
+which messages are attacked, the attacker's view of each and the evaluator's answer. Its module also registers
+the scorer of its finding type (``privbench.audit.score.register_scorer``). The audit core names no family: it
+asks ``game_for(attack.view)``, and the modules of this package are found on first use (``discover``), so a new
+family adds a module here, or registers its game from anywhere before the audit runs.
+"""
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from torch import nn
+
+from privbench.data import FederatedData
+from privbench.errors import ConfigError
+from privbench.payloads import Payload, PayloadStore
+
+
+@dataclass
+class Play:
+    """One victim's play: the attacked message, the attacker's view of it, the train images it was computed from
+    (the evaluator's truth) and any other answer the evaluator holds (``Truth`` fields by name)."""
+
+    payload: Payload
+    view: Any
+    records: list[int]
+    answer: dict[str, Any] = field(default_factory=dict)
+
+
+class Game:
+    """The evaluator's side of a family. ``p`` is the audit's ``Plan``."""
+
+    def check(self, p: Any, data: FederatedData, model: nn.Module, policy: Any) -> None:
+        """Refuse (``ConfigError``, one line) settings this game cannot stage, before training (none by default)."""
+
+    def stage(self, p: Any, store: PayloadStore, model: nn.Module, data: FederatedData, clients: list[int]
+              ) -> list[Play]:
+        """One play per audited client (``clients``, the headline victim first), or one for the whole run."""
+        raise NotImplementedError(f"{type(self).__name__} stages no play")
+
+
+G = TypeVar("G", bound=type[Game])
+_GAMES: dict[str, Game] = {}
+
+
+def register_game(*kinds: str) -> Callable[[G], G]:
+    """Class decorator: an instance of the game stages the views ``kinds`` (``Attack.view``)."""
+    def add(cls: G) -> G:
+        for kind in kinds:
+            if kind in _GAMES and type(_GAMES[kind]) is not cls:
+                raise ValueError(f"view {kind!r} already has a game ({type(_GAMES[kind]).__name__})")
+            _GAMES[kind] = cls()
+        return cls
+    return add
+
+
+def discover() -> None:
+    """Import every game module of this package (each registers its game and scorers)."""
+    for module in pkgutil.iter_modules(__path__):
+        importlib.import_module(f"{__name__}.{module.name}")
+
+
+def game_for(kind: str) -> Game:
+    """The game that stages view ``kind``."""
+    if kind not in _GAMES:
+        discover()
+    if kind not in _GAMES:
+        raise ConfigError(f"no game stages the view {kind!r} (privbench.audit.games.register_game); the views with "
+                          f"one: {', '.join(sorted(_GAMES))}")
+    return _GAMES[kind]

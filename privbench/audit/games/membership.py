@@ -1,0 +1,115 @@
+"""The record-membership game: each audited client's message and candidate records, half of them in its training
+and half test-split records of the same classes; the evaluator scores the attack's ROC against the chance line."""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from privbench.attacks.base import Attack
+from privbench.attacks.membership.findings import MembershipScores
+from privbench.attacks.membership.views import MembershipView
+from privbench.audit.games import Game, Play, register_game
+from privbench.audit.output import write_roc
+from privbench.audit.plan import Plan
+from privbench.audit.score import Scoring, Truth, register_scorer
+from privbench.data import FederatedData
+from privbench.errors import AttackNotApplicableError
+from privbench.figures import (
+    MIA_AUC,
+    MIA_AUC_INFORMED,
+    MIA_MEMBERS,
+    MIA_NON_MEMBERS,
+    MIA_TPR_01,
+    MIA_TPR_1,
+    MIA_TPR_1_INFORMED,
+)
+from privbench.metrics.membership import auc, clopper_pearson, roc, tpr_at_fpr
+from privbench.payloads import Payload, PayloadStore
+from privbench.pixels import normalise
+
+
+def membership_game(p: Plan, members: list[int], payload: Payload, base: Payload | None, model: nn.Module,
+                    data: FederatedData) -> tuple[MembershipView, torch.Tensor]:
+    """The membership game of one message: its training records (at most half of ``attack.max_candidates``) and as
+    many test-split records of the same classes, shuffled; the view, and which candidates are members (the
+    evaluator's). Members whose class has no test record left are not used. The classes' other test records are
+    the attacker's population (shadow training)."""
+    generator = torch.Generator().manual_seed(p.seed * 7919 + 17)
+    train_labels, test_labels = data.train.labels.cpu(), data.test.labels.cpu()
+    chosen = torch.tensor(sorted(set(members)), dtype=torch.long)
+    chosen = chosen[torch.randperm(len(chosen), generator=generator)]
+    budget = int(getattr(p.attack, "max_candidates", 1000)) // 2
+    same_class = {int(c): test_labels.eq(c).nonzero().flatten() for c in train_labels[chosen].unique()}
+    free = {c: rows[torch.randperm(len(rows), generator=generator)].tolist() for c, rows in same_class.items()}
+    kept: list[int] = []
+    partners: list[int] = []
+    for i in chosen.tolist():
+        pool = free[int(train_labels[i])]
+        if pool and len(kept) < budget:
+            kept.append(i)
+            partners.append(pool.pop())
+    if not kept:
+        raise AttackNotApplicableError(f"{payload.id}: no member record has a test record of its class to pair with")
+    images = torch.cat([data.train.images[torch.tensor(kept, device=data.train.images.device)].cpu(),
+                        data.test.images[torch.tensor(partners, device=data.test.images.device)].cpu()]).float() / 255.0
+    labels = torch.cat([train_labels[kept], test_labels[partners]])
+    is_member = torch.cat([torch.ones(len(kept), dtype=torch.bool), torch.zeros(len(partners), dtype=torch.bool)])
+    order = torch.randperm(len(labels), generator=generator)
+    device = next(model.parameters()).device
+    left = sorted(r for rows in free.values() for r in rows)  # the candidates' classes' other test records
+    rows = torch.tensor(left, dtype=torch.long)
+    population = (normalise(data.test.images[rows.to(data.test.images.device)].cpu().float() / 255.0,
+                            data.train.mean, data.train.std).to(device), test_labels[rows].to(device))
+    view = MembershipView.from_payload(payload, base=base, model=model,
+                                       candidates=normalise(images[order], data.train.mean, data.train.std).to(device),
+                                       labels=labels[order].to(device),
+                                       pool=f"{len(kept)} training records of the message and {len(partners)} "
+                                            "test-split records of the same classes, shuffled", population=population)
+    return view, is_member[order]
+
+
+@register_game("membership")
+class Membership(Game):
+    """One membership game per audited client's message."""
+
+    def stage(self, p: Plan, store: PayloadStore, model: nn.Module, data: FederatedData, clients: list[int]
+              ) -> list[Play]:
+        plays = []
+        for c in clients:
+            payload, base = p.choice.select(store, p.victim.alone(c))
+            records = p.choice.truth(store, payload)
+            view, members = membership_game(p, records, payload, base, model, data)
+            plays.append(Play(payload, view, records, {"membership": members}))
+        return plays
+
+
+@register_scorer(MembershipScores)
+def score_membership(finding: MembershipScores, view: Any, attack: Attack, truth: Truth, how: Scoring) -> dict[str, Any]:
+    """Membership: ROC (written to ``roc.png`` and ``membership.npz``), AUC, and TPR at FPR 1 % and 0.1 % with their
+    Clopper-Pearson intervals, against the chance line (AUC 0.5, TPR = FPR)."""
+    if truth.membership is None:
+        raise TypeError("membership scores need a membership game (Truth.membership)")
+    members = truth.membership.numpy().astype(bool)
+    scores = finding.scores.numpy()[np.asarray(finding.candidates, dtype=int)]
+    out: dict[str, Any] = {MIA_AUC.key: auc(scores, members), MIA_MEMBERS.key: int(members.sum()),
+                           MIA_NON_MEMBERS.key: int((~members).sum()), "mia_test": finding.info.get("test"),
+                           "mia_chance_auc": 0.5}
+    for figure, fpr in ((MIA_TPR_1, 0.01), (MIA_TPR_01, 0.001)):
+        tpr, hits, n = tpr_at_fpr(scores, members, fpr)
+        lo, hi = clopper_pearson(hits, n)
+        out.update({figure.key: tpr, f"{figure.key}_lo": lo, f"{figure.key}_hi": hi})
+    if truth.informed_scores is not None:  # candidates not class-matched: what the class alone gives the test
+        informed = truth.informed_scores.numpy()[np.asarray(finding.candidates, dtype=int)]
+        out[MIA_AUC_INFORMED.key] = auc(informed, members)
+        out[MIA_TPR_1_INFORMED.key] = tpr_at_fpr(informed, members, 0.01)[0]
+    if "level" in finding.info:
+        out["mia_level"] = finding.info["level"]
+    how.out.mkdir(parents=True, exist_ok=True)
+    fprs, tprs = roc(scores, members)
+    np.savez(how.out / "membership.npz", scores=scores, members=members, fpr=fprs, tpr=tprs)
+    write_roc(how.out / "roc.png", fprs, tprs, title=f"{finding.info.get('test')}: AUC {out[MIA_AUC.key]:.3f}, "
+                                                     f"{int(members.sum())} members, {int((~members).sum())} non-members")
+    return out

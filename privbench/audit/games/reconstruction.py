@@ -1,0 +1,71 @@
+"""The reconstruction game's scorer: images matched one-to-one against the truth, scored (PSNR, SSIM, LPIPS, the
+fraction recovered) next to the chance baselines drawn from images the attack never saw. Its messages are staged by
+the one-message game (a gradient or model view) or the active game."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from privbench.attacks.base import Attack
+from privbench.attacks.reconstruction.findings import Reconstruction
+from privbench.audit.output import write_gallery, write_grid
+from privbench.audit.score import Scoring, Truth, register_scorer
+from privbench.figures import LABEL_ACCURACY, NUM_RECONSTRUCTED, NUM_TRUE, PSNR_CHANCE, PSNR_MEAN
+from privbench.metrics.chance import chance_baseline, gains
+from privbench.metrics.reconstruction import Recovered, score
+from privbench.pixels import denormalise
+from privbench.progress import phase
+
+
+def score_reconstruction(recon: torch.Tensor, labels: torch.Tensor, truth: torch.Tensor, truth_labels: torch.Tensor,
+                         *, non_members: torch.Tensor, seed: int, match_on: str, use_lpips: bool,
+                         out: Path, non_member_labels: torch.Tensor | None = None,
+                         recovered: Recovered = Recovered()) -> dict[str, Any]:
+    """Match ``recon`` one-to-one against ``truth`` (``[N, C, H, W]`` in [0, 1]); score it and the chance
+    baselines drawn from ``non_members`` (class-informed ones too, given ``non_member_labels``; the attack's
+    ``labels`` name the inferred classes) with the same matching; write ``grid.png`` and ``gallery.npz``.
+
+    Returns the privacy figures: PSNR/SSIM/LPIPS, the fraction recovered, their chance levels and gains, the
+    matching.
+    """
+    with phase("scoring", total=2, unit="set") as bar:
+        scores = score(recon, truth, recon_labels=labels, truth_labels=truth_labels, match_on=match_on,
+                       use_lpips=use_lpips, recovered=recovered)
+        bar.update(1, psnr=scores.get(PSNR_MEAN.key))
+        chance = chance_baseline(truth, truth_labels, count=len(recon), test_images=non_members, seed=seed,
+                                 match_on=match_on, use_lpips=use_lpips, test_labels=non_member_labels,
+                                 inferred_labels=labels, recovered=recovered)
+        bar.update(1, chance=chance.get(PSNR_CHANCE.key))
+    pairs = scores["matched"]
+    write_grid(out / "grid.png", truth[[m["truth"] for m in pairs]], recon[[m["recon"] for m in pairs]])
+    chance_images, chance_pairs = chance.pop("chance_images")
+    write_gallery(out / "gallery.npz", truth=truth, recon=recon, truth_labels=truth_labels, recon_labels=labels,
+                  pairs=pairs, chance=chance_images, chance_pairs=chance_pairs, recovered=recovered)
+    scores.update(chance)
+    return {NUM_RECONSTRUCTED.key: len(recon), NUM_TRUE.key: len(truth), **scores, **gains(scores),
+            "recovered_bar": recovered.bar()}
+
+
+@register_scorer(Reconstruction)
+def score_reconstructed(finding: Reconstruction, view: Any, attack: Attack, truth: Truth, how: Scoring) -> dict[str, Any]:
+    """Images: matched against the truth, with the chance baselines (``score_reconstruction``)."""
+    privacy: dict[str, Any] = {"failed": finding.failed}
+    if finding.attempts:
+        privacy.update({"objective": finding.objective})
+    privacy["label_source"] = finding.label_source
+    if finding.attempts:
+        privacy["attempts"] = finding.attempts
+    if finding.images is not None and finding.labels is not None:
+        how.out.mkdir(parents=True, exist_ok=True)
+        recon = finding.images.cpu()
+        if not finding.pixels:
+            recon = denormalise(recon, truth.mean, truth.std)
+        privacy.update(score_reconstruction(recon, finding.labels.cpu(), truth.images, truth.labels,
+                                            non_members=truth.non_members, seed=how.seed, match_on=how.match_on,
+                                            use_lpips=how.use_lpips, out=how.out,
+                                            non_member_labels=truth.non_member_labels, recovered=how.recovered))
+        if finding.label_source == "none":
+            privacy[LABEL_ACCURACY.key] = float("nan")  # no labels were inferred
+    return privacy
