@@ -12,7 +12,6 @@ reads the aggregate (``audit.games.active_cohort``, where it may also isolate th
 """
 from __future__ import annotations
 
-import copy
 import functools
 from collections.abc import Sequence
 from typing import Any
@@ -26,13 +25,11 @@ from privbench.attacks.views import at_weights
 from privbench.audit.games import Game, Play, register_game
 from privbench.audit.games.active_cohort import Member, change_from, fresh_trainer, secure_round
 from privbench.audit.plan import Plan
-from privbench.audit.rerun import gene_client_round, local_sgd, rerun_inputs
 from privbench.data import FederatedData
 from privbench.defenses.detector import inspect_download
 from privbench.errors import AttackNotApplicableError
 from privbench.figures import CRAFTED_UPLOADED, DOWNLOAD_FLAGGED
-from privbench.fl.protocols.genefl import GeneFL
-from privbench.fl.protocols.round import Upload
+from privbench.fl.protocols.client import Replay, replay_inputs
 from privbench.fl.sgd import parameters_of
 from privbench.payloads import LocalTraining, Payload, PayloadStore
 from privbench.payloads.encoding import decode
@@ -102,8 +99,8 @@ def active_round(p: Plan, payload: Payload, base: Payload | None, model: nn.Modu
         raise AttackNotApplicableError(f"attack={p.attack.name} crafts the download of a gradient, an update or a "
                                        f"learnGene round; {payload.kind} is not one")
     device = next(model.parameters()).device
-    received, training, client_data = rerun_inputs(payload, base, data, indices, device=device,
-                                                   what="an active round")
+    received, training, client_data = replay_inputs(payload, base, data, indices, device=device,
+                                                    what="an active round")
     crafted = _crafted(p, model, received, data)
     sent = parameters_of(crafted)
     check = _client_check(crafted, sent, received, client_data.normalised())
@@ -112,14 +109,15 @@ def active_round(p: Plan, payload: Payload, base: Payload | None, model: nn.Modu
     if payload.kind == "gradient":
         x, y = client_data.normalised(), client_data.labels
         reply, record = trainer.gradient(crafted, x, y, client=name, lr=training.lr, generator=generator)
+        message = Payload.from_tensors(kind=payload.kind, round=payload.round, sender=name, receiver="server",
+                                       tensors=reply, base=f"{payload.base}-crafted", training=record)
+        if p.transform is not None:
+            message = decode(p.transform.protect(message, None), sent)
     else:
-        local = copy.deepcopy(crafted)
-        record = trainer.train(local, client_data, client=name, sgd=local_sgd(training), generator=generator)
-        reply = parameters_of(local)
-    message = Payload.from_tensors(kind=payload.kind, round=payload.round, sender=name, receiver="server",
-                                   tensors=reply, base=f"{payload.base}-crafted", training=record)
-    if p.transform is not None:
-        message = decode(p.transform.protect(message, sent if payload.kind == "update" else None), sent)
+        replay = p.protocol.replay_round(trainer, crafted, data, recorded=payload, images=client_data,
+                                         generator=generator, seed=p.seed, victim=p.victim,
+                                         base_id=f"{payload.base}-crafted", transform=p.transform)
+        message, record = replay.message, replay.training
     assert message.tensors is not None
     observed = dict(message.tensors) if payload.kind == "gradient" else change_from(message.tensors, sent)
     knowledge = _knowledge(
@@ -131,27 +129,24 @@ def active_round(p: Plan, payload: Payload, base: Payload | None, model: nn.Modu
 
 
 def _gene_client(p: Plan, crafted: nn.Module, sent: dict[str, torch.Tensor], received: dict[str, torch.Tensor],
-                 data: FederatedData, *, sender: str, round_: int, cluster: int | None,
-                 base_id: str) -> tuple[Upload, LocalTraining, dict[str, Any]]:
-    """One GENE-FL client's round on the crafted download (``audit.rerun.gene_client_round``: its Fisher pass,
-    penalty, xi and layer choice over the crafted model's layers): its upload, training and check of the download."""
-    assert isinstance(p.protocol, GeneFL)
-    upload, training, images = gene_client_round(p.protocol, fresh_trainer(p), crafted, sent, data, sender=sender,
-                                                 round_=round_, cluster=cluster, base_id=f"{base_id}-crafted",
-                                                 seed=p.seed, victim=p.victim, transform=p.transform)
-    return upload, training, _client_check(crafted, sent, received, images.normalised())
+                 data: FederatedData, *, recorded: Payload) -> tuple[Replay, dict[str, Any]]:
+    """``recorded``'s client's round on the crafted download by its own client code (``replay_round``: GENE-FL's
+    Fisher pass, penalty, xi and layer choice over the crafted model's layers), and its check of the download."""
+    replay = p.protocol.replay_round(fresh_trainer(p), crafted, data, recorded=recorded, images=None,
+                                     generator=torch.Generator(), seed=p.seed, victim=p.victim,
+                                     base_id=f"{recorded.base}-crafted", transform=p.transform)
+    return replay, _client_check(crafted, sent, received, replay.images.normalised())
 
 
 def _gene_round(p: Plan, payload: Payload, base: Payload | None, model: nn.Module, data: FederatedData) -> ActiveView:
     """The victim's GENE-FL round on the crafted download (``_gene_client``): the server reads what it uploads."""
-    protocol = p.protocol
-    if not isinstance(protocol, GeneFL) or base is None or base.tensors is None:
-        raise AttackNotApplicableError(f"{payload.id}: a learnGene round needs GENE-FL and the download it started from")
+    gene = p.cfg.fl.gene  # the learnGene round ran under fl=genefl (its payload kind says so)
+    if base is None or base.tensors is None:
+        raise AttackNotApplicableError(f"{payload.id}: a learnGene round needs the download it started from")
     crafted = _crafted(p, model, dict(base.tensors), data)
     sent = parameters_of(crafted)
-    sending, training, check = _gene_client(p, crafted, sent, dict(base.tensors), data, sender=payload.sender,
-                                            round_=payload.round, cluster=payload.cluster, base_id=str(payload.base))
-    upload = decode(sending.payload, sent)
+    replay, check = _gene_client(p, crafted, sent, dict(base.tensors), data, recorded=payload)
+    upload, training = replay.message, replay.training
     assert upload.tensors is not None
     chosen = list(upload.condensation.layers) if upload.condensation else []
     layer = _attack(p).crafted_layer(crafted)
@@ -160,7 +155,7 @@ def _gene_round(p: Plan, payload: Payload, base: Payload | None, model: nn.Modul
     knowledge = _knowledge(
         p, payload, crafted=_what_was_sent(p, payload, crafted),
         reply=f"the victim's learnGene, its layers chosen by GENE-FL on the crafted download "
-              f"(select={protocol.gene.select}, score={protocol.gene.score}): {', '.join(chosen)}",
+              f"(select={gene.select}, score={gene.score}): {', '.join(chosen)}",
         reply_bytes=upload.nbytes, training=training,
         **{CRAFTED_UPLOADED.key: uploaded, "crafted_layer_xi": xi.get(layer)})
     check = {**check, CRAFTED_UPLOADED.key: float(uploaded)}

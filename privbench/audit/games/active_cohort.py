@@ -23,17 +23,15 @@ from privbench.attacks.active.base import ActiveAttack
 from privbench.attacks.active.isolation import quiet, victim_share, within_noise
 from privbench.attacks.active.views import ActiveView
 from privbench.audit.plan import Plan
-from privbench.audit.rerun import gene_client_round, local_sgd, rerun_inputs
 from privbench.data import FederatedData
 from privbench.errors import AttackNotApplicableError
 from privbench.figures import CRAFTED_UPLOADED, DOWNLOAD_FLAGGED
-from privbench.fl.protocols.genefl import GeneFL
+from privbench.fl.protocols.client import replay_inputs
 from privbench.fl.protocols.round import Upload
 from privbench.fl.sgd import parameters_of
 from privbench.fl.trainer import SGDTrainer, Trainer
 from privbench.fl.wire import Wire
 from privbench.payloads import CapturePolicy, LocalTraining, Payload, PayloadStore
-from privbench.payloads.encoding import decode
 
 #: A member of the victim's cohort: its name, the train images its upload was computed from, its declared training.
 Member = tuple[str, list[int], LocalTraining]
@@ -82,7 +80,7 @@ def secure_round(p: Plan, payload: Payload, base: Payload | None, data: Federate
     observed, extra = _server_read(p, mean, sent, sent_quiet, honest, layer, rows, victim)
     extra = {"downloads": _downloads(isolation.downloads, victim, len(members), sent, sent_quiet), "sybils": sybils,
              **extra}
-    word = "learnGenes" if isinstance(p.protocol, GeneFL) else "updates"
+    word = "learnGenes" if "learngene" in p.protocol.sends else "updates"
     to = (f"sent to {victim} only (the {len(members) - 1} others: its crafted rows zeroed)"
           if isolation.downloads == "inconsistent" else f"sent to all {len(members)} members of the cohort")
     threat = knowledge(crafted=f"{what_was_sent}, {to}", reply_bytes=cost, training=payload.training,
@@ -125,25 +123,20 @@ def _member_round(p: Plan, payload: Payload, base: Payload | None, data: Federat
         message = Payload.from_tensors(kind="update", round=payload.round, sender=name, receiver="server",
                                        tensors=dict(own_sent), base=f"{payload.base}-crafted", training=declared)
         return Upload(declared.num_samples, message, sorted({n.rsplit(".", 1)[0] for n in own_sent})), None, None
-    if isinstance(p.protocol, GeneFL):  # each member's own GENE-FL client code chooses its layers
-        upload, record, images = gene_client_round(
-            p.protocol, fresh_trainer(p), own, own_sent, data, sender=name, round_=payload.round,
-            cluster=payload.cluster, base_id=f"{payload.base}-crafted", seed=p.seed, victim=p.victim,
-            transform=p.transform)
-        return upload, record, check(own, own_sent, received, images.normalised())
     stand_in = Payload.from_tensors(kind="update", round=payload.round, sender=name, receiver="server",
-                                    tensors={}, base=payload.base, training=declared)
-    device = next(own.parameters()).device
-    _, training, client_data = rerun_inputs(stand_in, base, data, indices, device=device, what="an active round")
-    verdict = check(own, own_sent, received, client_data.normalised())
-    local = copy.deepcopy(own)
+                                    tensors={}, base=payload.base, cluster=payload.cluster, training=declared)
+    images, verdict = None, None
+    if not p.protocol.replays_own_data:  # else its own client code draws its images (GENE-FL's, and its layers)
+        device = next(own.parameters()).device
+        _, _, images = replay_inputs(stand_in, base, data, indices, device=device, what="an active round")
+        verdict = check(own, own_sent, received, images.normalised())
     generator = torch.Generator().manual_seed(p.seed * 1_000_003 + 71 + i)
-    record = fresh_trainer(p).train(local, client_data, client=name, sgd=local_sgd(training), generator=generator)
-    message = Payload.from_tensors(kind="update", round=payload.round, sender=name, receiver="server",
-                                   tensors=parameters_of(local), base=f"{payload.base}-crafted", training=record)
-    if p.transform is not None:
-        message = decode(p.transform.protect(message, own_sent), own_sent)
-    return Upload(record.num_samples, message, list(message.names)), record, verdict
+    replay = p.protocol.replay_round(fresh_trainer(p), own, data, recorded=stand_in, images=images,
+                                     generator=generator, seed=p.seed, victim=p.victim,
+                                     base_id=f"{payload.base}-crafted", transform=p.transform)
+    if verdict is None:
+        verdict = check(own, own_sent, received, replay.images.normalised())
+    return replay.upload, replay.training, verdict
 
 
 def _server_read(p: Plan, mean: dict[str, torch.Tensor], sent: dict[str, torch.Tensor],
@@ -157,7 +150,7 @@ def _server_read(p: Plan, mean: dict[str, torch.Tensor], sent: dict[str, torch.T
     carried = {n for u in honest for n in u.payload.names}  # names no honest member uploaded are the server's own
     observed = {n: t for n, t in change_from(mean, sent).items() if n in carried}
     extra: dict[str, Any] = {}
-    if isinstance(p.protocol, GeneFL):
+    if "learngene" in p.protocol.sends:  # each member chose its own layers
         sending_layer = sum(layer in u.layers for u in honest)
         uploaded = any(layer in u.layers for u in honest if u.payload.sender == victim) if isolation.isolates \
             else sending_layer > 0

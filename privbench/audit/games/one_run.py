@@ -10,7 +10,7 @@ evaluator's. The claim the audit tests is the accountant's epsilon for this roun
 bound of those releases on any membership test's TPR (``defenses.tradeoff``).
 
 A GENE-FL learnGene round runs again by GENE-FL's own client code (its Fisher pass and penalty;
-``audit.rerun.gene_client_round``) and uploads the layers the recorded learnGene carried, on which its canaries sit.
+``GeneFL.replay_round``) and uploads the layers the recorded learnGene carried, on which its canaries sit.
 GENE-FL's own choice would move with the canaries (hundreds of clipped records on a client of a few images steer
 its xi scores); the choice is post-processing of the DP-SGD output, so replaying the recorded one leaves the claim
 under test as it was. A canary on a layer the upload does not carry scores 0.
@@ -38,7 +38,6 @@ from privbench.attacks.views import at_weights
 from privbench.audit.games import Game, Play, register_game
 from privbench.audit.games.membership import score_membership
 from privbench.audit.plan import Plan
-from privbench.audit.rerun import gene_client_round, local_sgd, rerun_inputs
 from privbench.audit.score import Scoring, Truth, register_scorer
 from privbench.data import FederatedData
 from privbench.data.dataset import ImageDataset
@@ -55,14 +54,13 @@ from privbench.figures import (
     EPSILON_LOWER_FDP,
     EPSILON_TIGHT,
 )
-from privbench.fl.protocols.genefl import GeneFL
+from privbench.fl.protocols.client import replay_inputs
 from privbench.fl.reads import LOCAL_SGD, PlannedRead
 from privbench.fl.sgd import parameters_of
 from privbench.fl.trainer import Trainer
 from privbench.metrics.one_run import epsilon_lower_bound
 from privbench.metrics.one_run_fdp import gdp_blow_up_inverse, gdp_epsilon, largest_rejected
 from privbench.payloads import LocalTraining, Payload, PayloadStore
-from privbench.payloads.encoding import decode
 
 #: The FPRs of the audited round's f-DP bound on a canary test's TPR.
 BOUND_FPRS = (0.01, 0.001)
@@ -101,43 +99,38 @@ def canary_round(p: Plan, payload: Payload, base: Payload | None, model: nn.Modu
     device = next(model.parameters()).device
     gene = payload.kind == "learngene"
     if gene:
-        if not isinstance(p.protocol, GeneFL) or base is None or base.tensors is None:
-            raise AttackNotApplicableError(f"{payload.id}: a learnGene round needs GENE-FL and the download it "
-                                           "started from")
-        received = dict(base.tensors)
+        if base is None or base.tensors is None:
+            raise AttackNotApplicableError(f"{payload.id}: a learnGene round needs the download it started from")
+        received, client_data = dict(base.tensors), None
         layers = tuple(payload.condensation.layers) if payload.condensation else None
     else:
-        received, training, client_data = rerun_inputs(payload, base, data, indices, device=device,
-                                                       what="the audited round")
+        received, _, client_data = replay_inputs(payload, base, data, indices, device=device, what="the audited round")
+        layers = None
     count = int(getattr(p.attack, "canaries"))
     generator = torch.Generator().manual_seed(p.seed * 7919 + 43)
     local = at_weights(model, received)
     coordinates = canary_coordinates(local, count, generator=generator, within=set(payload.names) if gene else None)
     included = torch.rand(count, generator=generator) < 0.5
     copied = copy.deepcopy(trainer)
-    name = payload.sender
     copied.canaries = GradientCanaries([c for c, keep in zip(coordinates, included.tolist()) if keep],
                                        magnitude=CANARY_SCALE * float(copied.max_grad_norm),
                                        generator=torch.Generator().manual_seed(p.seed * 7919 + 47))
     sent = parameters_of(local)
+    replay = p.protocol.replay_round(copied, local, data, recorded=payload, images=client_data,
+                                     generator=torch.Generator().manual_seed(p.seed * 1_000_003 + 73), seed=p.seed,
+                                     victim=p.victim, base_id=str(payload.base), layers=layers)
+    message, record = replay.message, replay.training
+    assert message.tensors is not None
+    if gene:  # the layers the learnGene carried
+        change = {n: t - sent[n] for n, t in message.tensors.items() if n in sent and t.is_floating_point()}
+    else:
+        change = {n: message.tensors[n] - sent[n] for n in sent if sent[n].is_floating_point()}
     extra: dict[str, Any] = {}
     if gene:
-        assert isinstance(p.protocol, GeneFL)
-        upload, record, _ = gene_client_round(p.protocol, copied, local, sent, data, sender=name, round_=payload.round,
-                                              cluster=payload.cluster, base_id=str(payload.base), seed=p.seed,
-                                              victim=p.victim, layers=layers)
-        message = decode(upload.payload, sent)
-        assert message.tensors is not None
-        change = {n: t - sent[n] for n, t in message.tensors.items() if n in sent and t.is_floating_point()}
         seen = sum(c in change for c, _ in coordinates)
         extra = {"uploaded_layers": list(message.condensation.layers) if message.condensation else message.names,
                  "layer_choice": "the recorded learnGene's (replayed)" if layers else "GENE-FL's on the rerun",
                  "canaries_on_uploaded_layers": seen}
-    else:
-        record = copied.train(local, client_data, client=name, sgd=local_sgd(training),
-                              generator=torch.Generator().manual_seed(p.seed * 1_000_003 + 73))
-        after = parameters_of(local)
-        change = {n: after[n] - sent[n] for n in sent if sent[n].is_floating_point()}
     knowledge = _knowledge(p, payload, copied, record, auditor="white-box Dirac gradient canaries",
                            canary_magnitude=f"{CANARY_SCALE:g} C (clipped to C by a working mechanism)",
                            canaries_sampled=copied.canaries.sampled, **extra)
@@ -148,8 +141,7 @@ def _mislabelled_round(p: Plan, payload: Payload, base: Payload | None, model: n
                        indices: list[int]) -> tuple[CanaryView, torch.Tensor]:
     """The victim's round rerun with mislabelled test-split images among its records (``attack.kind=mislabelled``)."""
     device = next(model.parameters()).device  # the payload kind and canary count were checked before training
-    received, training, client_data = rerun_inputs(payload, base, data, indices, device=device,
-                                                   what="the audited round")
+    received, _, client_data = replay_inputs(payload, base, data, indices, device=device, what="the audited round")
     count = int(getattr(p.attack, "canaries"))
     generator = torch.Generator().manual_seed(p.seed * 7919 + 53)
     rows = torch.randperm(len(data.test), generator=generator)[:count]
@@ -165,9 +157,11 @@ def _mislabelled_round(p: Plan, payload: Payload, base: Payload | None, model: n
     trainer = copy.deepcopy(p.protocol.trainer)
     local = at_weights(model, received)
     sent = parameters_of(local)
-    record = trainer.train(local, enlarged, client=payload.sender, sgd=local_sgd(training),
-                           generator=torch.Generator().manual_seed(p.seed * 1_000_003 + 79))
-    after = parameters_of(local)
+    replay = p.protocol.replay_round(trainer, local, data, recorded=payload, images=enlarged,
+                                     generator=torch.Generator().manual_seed(p.seed * 1_000_003 + 79), seed=p.seed,
+                                     victim=p.victim, base_id=str(payload.base))
+    record, after = replay.training, replay.message.tensors
+    assert after is not None
     change = {n: after[n] - sent[n] for n in sent if sent[n].is_floating_point()}
     knowledge = _knowledge(p, payload, trainer, record, auditor="input-space canaries: test-split images with a "
                            "wrong label drawn from the other classes", canaries_included=int(included.sum()),

@@ -3,23 +3,61 @@ training and upload, the reads it plans), apart from the server loop (``base.Fed
 its ``ClientApp`` apart from its ``Strategy``."""
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
+import torch
 from torch import nn
 
 from privbench.data import FederatedData, ImageDataset
+from privbench.errors import AttackNotApplicableError
 from privbench.fl.engine import ClientSide, ClientTask, TaskReply
 from privbench.fl.protocols.round import ClientRound, ClientStart, PendingUpload, Upload, victim_step
 from privbench.fl.reads import AUDIT_GRADIENT, LOCAL_SGD, PlannedRead
-from privbench.fl.sgd import State, model_with
+from privbench.fl.sgd import State, model_with, parameters_of
 from privbench.fl.trainer import LocalSGD, Regulariser, Trainer
 from privbench.fl.vectorised import LocalJob
 from privbench.payloads import LocalTraining, Payload
+from privbench.payloads.encoding import decode
+from privbench.payloads.transform import MessageTransform
 from privbench.victim import Victim
 
 #: A client task's implementation: the requests (all of that task) on a client side, one reply each.
 TaskHandler = Callable[[Sequence[ClientTask], ClientSide], list[TaskReply]]
+
+
+@dataclass
+class Replay:
+    """A client's round run again: its upload as the wire carries it, the message as the server reads it (decoded),
+    its training record and the images it trained on."""
+
+    upload: Upload
+    message: Payload
+    training: LocalTraining
+    images: ImageDataset
+
+
+def replay_inputs(recorded: Payload, base: Payload | None, data: FederatedData, indices: list[int], *,
+                  device: torch.device, what: str) -> tuple[State, LocalTraining, ImageDataset]:
+    """The download ``recorded`` started from, its declared training and the images ``indices`` it was computed
+    from (on ``device``); refused in one line where the round cannot be run again as it ran."""
+    training = recorded.training
+    if base is None or base.tensors is None or training is None:
+        raise AttackNotApplicableError(f"{recorded.id}: {what} needs the download it started from and its "
+                                       "declared training")
+    if training.penalty:
+        raise AttackNotApplicableError(f"{recorded.id}: its local training adds a penalty ({sorted(training.penalty)}),"
+                                       f" which {what} does not rerun")
+    index = torch.tensor(indices, dtype=torch.long, device=data.train.images.device)
+    return dict(base.tensors), training, data.train.subset(index).to(device)
+
+
+def declared_sgd(training: LocalTraining) -> LocalSGD:
+    """The local optimiser settings a training record declares."""
+    return LocalSGD(epochs=training.epochs, lr=training.lr, batch_size=training.batch_size,
+                    momentum=training.momentum)
 
 
 class ProtocolClient:
@@ -27,6 +65,8 @@ class ProtocolClient:
     by the trainer, ``end_round``) and what a client's round reads. ``FederatedProtocol`` sets the settings."""
 
     name: ClassVar[str]
+    #: ``replay_round`` draws the client's images itself, as its client code did (no ``replay_inputs`` needed).
+    replays_own_data: ClassVar[bool] = False
     rounds: int
     sgd: LocalSGD
     trainer: Trainer
@@ -121,3 +161,24 @@ class ProtocolClient:
         pending = [self.begin_round(side.model, s, side.data, side.state) for s in starts]
         trainings = self.train_clients([p.job for p in pending])
         return [self.end_round(p, t, side.state).reply() for p, t in zip(pending, trainings)]
+
+    def replay_round(self, trainer: Trainer, model: nn.Module, data: FederatedData, *, recorded: Payload,
+                     images: ImageDataset | None, generator: torch.Generator, seed: int, victim: Victim,
+                     base_id: str, transform: MessageTransform | None = None,
+                     layers: tuple[str, ...] | None = None) -> Replay:
+        """``recorded``'s client's round run again from the download ``model`` holds, with ``trainer`` in the run's
+        trainer's place (a fresh copy, or one the audit instruments): the training ``recorded`` declares, on
+        ``images`` (``replay_inputs``), drawing its batches from ``generator``, its update protected by ``transform``.
+        The only way the audit reruns a client (an active server's round, a one-run audit's); a protocol whose
+        client does more in a round (GENE-FL) overrides it with its own client code (``layers``: a recorded layer
+        choice to keep)."""
+        assert images is not None and recorded.training is not None, "replay_inputs gives the images and training"
+        sent = parameters_of(model)
+        local = copy.deepcopy(model)
+        record = trainer.train(local, images, client=recorded.sender, sgd=declared_sgd(recorded.training),
+                               generator=generator)
+        message = Payload.from_tensors(kind="update", round=recorded.round, sender=recorded.sender,
+                                       receiver="server", tensors=parameters_of(local), base=base_id, training=record)
+        if transform is not None:
+            message = decode(transform.protect(message, sent), sent)
+        return Replay(Upload(record.num_samples, message, list(message.names)), message, record, images)

@@ -1,6 +1,7 @@
 """GENE-FL (arXiv 2504.14628): Fisher-elastic local training, learnGene uploads, per-layer aggregation."""
 from __future__ import annotations
 
+import copy
 import math
 from typing import Any
 
@@ -15,13 +16,17 @@ from privbench.fl.genefl.fisher import GeneRegulariser
 from privbench.fl.genefl.learngene import adapt_gamma, cluster_gene, gene_size, select_by_size, select_layers, xi_scores
 from privbench.fl.genefl.settings import GeneSettings
 from privbench.fl.layers import layers, state_names
+from privbench.fl.protocols.client import Replay
 from privbench.fl.protocols.clustered import ClusteredProtocol, ClusterRun
 from privbench.fl.protocols.round import ClientRound, ClientStart, PendingUpload, Upload
 from privbench.fl.reads import FISHER, GAMMA_SIGNAL, LOCAL_SGD, PlannedRead
 from privbench.fl.settings import settings
 from privbench.fl.sgd import State, parameters_of
-from privbench.fl.wire import Wire
+from privbench.fl.trainer import Trainer
+from privbench.fl.wire import Outbox, Wire
 from privbench.payloads import Condensation, LocalTraining, Payload
+from privbench.payloads.encoding import decode
+from privbench.payloads.transform import MessageTransform
 from privbench.victim import Victim
 
 DOWNLINKS = ("full", "gene")
@@ -56,6 +61,7 @@ class GeneFL(ClusteredProtocol):
 
     name = "genefl"
     sends = ("subspace", "cluster_model", "learngene", "gradient", "gene_gradient", "cluster_gene")
+    replays_own_data = True
 
     def __init__(self, *, lambda1: float = 0.01, lambda2: float = 1.0, eps: float = 1e-6,
                  gene: dict[str, Any] | None = None, downlink: str = "full", unsent: str = "theta0",
@@ -207,3 +213,24 @@ class GeneFL(ClusteredProtocol):
             return select_by_size(scores, sizes, g, select=self.gene.select, rng=rng), gamma
         count = state.gene_count or max(1, math.ceil(g * len(state.layers)))
         return select_layers(scores, count, select=self.gene.select, rng=rng), gamma
+
+    def replay_round(self, trainer: Trainer, model: nn.Module, data: FederatedData, *, recorded: Payload,
+                     images: ImageDataset | None, generator: torch.Generator, seed: int, victim: Victim,
+                     base_id: str, transform: MessageTransform | None = None,
+                     layers: tuple[str, ...] | None = None) -> Replay:
+        """A GENE-FL client's round run again by GENE-FL's own client code (its Fisher pass, penalty, xi and layer
+        choice, or the recorded choice ``layers``) on its own data, with ``trainer`` in the run's trainer's place
+        (``images`` and ``generator`` are its own: the client draws them as it did)."""
+        rerun = copy.copy(self)
+        rerun.trainer, rerun.replayed_layers = trainer, layers
+        download = parameters_of(model)
+        outbox = Outbox(sends=self.wire_kinds, trainer=trainer, transform=transform)
+        outbox.received(recorded.sender, download)
+        at = ClientRound(int(recorded.sender.removeprefix("client")), recorded.round, seed, victim, outbox,
+                         cluster=recorded.cluster)
+        local = copy.deepcopy(model)
+        state = rerun.start(local, np.zeros(data.num_clients, dtype=int), download)
+        pending = rerun.begin_round(local, ClientStart(at, download, base_id), data, state)
+        training, = rerun.train_clients([pending.job])
+        upload = rerun.end_round(pending, training, state)
+        return Replay(upload, decode(upload.payload, download), training, pending.job.data)
