@@ -145,17 +145,23 @@ def prepare(args: argparse.Namespace) -> Prepared:
     if args.kind_check == "on" and not args.file.is_dir():
         check_kind(message.payload.kind, message.payload.spec.carries, message.payload.tensors, base=base,
                    model=model, what=str(args.file), noisy=args.clip is not None)
+    pool, pool_labels, chance_from = _chance_pool(args, cfg, data, truth, non_members, non_member_labels)
+    return Prepared(cfg, attack, message, truth, pool, pool_labels, chance_from, data, model)
+
+
+def _chance_pool(args: argparse.Namespace, cfg: Any, data: Any, truth: tuple[torch.Tensor, Any] | None,
+                 non_members: torch.Tensor | None, non_member_labels: torch.Tensor | None
+                 ) -> tuple[torch.Tensor, torch.Tensor | None, str]:
+    """The images chance is drawn from (``--non-members``, else the test split of ``data=``), with their labels and
+    provenance; the truth's and the pool's image shape checked against ``data=``'s."""
     for name, images in (("--truth", truth), ("--non-members", (non_members, None))):
         if images is not None and images[0] is not None and tuple(images[0].shape[1:]) != tuple(data.train.shape):
             raise ConfigError(f"{name}: 'images' are {list(images[0].shape[1:])}, data= images are "
                               f"{list(data.train.shape)}")
     if non_members is not None:
-        pool, pool_labels = non_members, non_member_labels
-        chance_from = f"--non-members {args.non_members} ({len(non_members)} images)"
-    else:
-        pool, pool_labels = data.test.images.float() / 255.0, data.test.labels
-        chance_from = f"data={cfg.data.get('source', '')}'s test split ({len(pool)} images)"
-    return Prepared(cfg, attack, message, truth, pool, pool_labels, chance_from, data, model)
+        return non_members, non_member_labels, f"--non-members {args.non_members} ({len(non_members)} images)"
+    pool = data.test.images.float() / 255.0
+    return pool, data.test.labels, f"data={cfg.data.get('source', '')}'s test split ({len(pool)} images)"
 
 
 def _chance_pool_check(p: Prepared, seed: int) -> dict[str, Any]:

@@ -78,21 +78,7 @@ def _not_a(group: str, value: object, cls: type) -> ConfigError:
 
 def plan(cfg: DictConfig) -> Plan:
     """Check every key and value and build the parts; raise one-line errors, compute nothing."""
-    missing = [g for g in GROUPS if g not in cfg or cfg[g] is None]
-    if missing:
-        raise ConfigError(f"{missing[0]}: no {missing[0]} chosen (removed with ~{missing[0]}?); choose one with "
-                          f"{missing[0]}=OPTION")
-    check_values(cfg)
-    unknown = sorted(set(cfg) - TOP_KEYS)
-    if unknown:
-        raise ConfigError(f"{unknown[0]}: unknown key{did_you_mean(unknown[0], TOP_KEYS)}; allowed top-level keys: "
-                          f"{', '.join(sorted(TOP_KEYS))}")
-    bad = sorted(set(cfg.metrics) - METRIC_KEYS)
-    if bad:
-        raise ConfigError(f"metrics.{bad[0]}: unknown key{did_you_mean(bad[0], METRIC_KEYS, prefix='metrics.')}; "
-                          f"allowed keys: {', '.join(sorted(METRIC_KEYS))}")
-    if cfg.metrics.match_on not in MATCH_ON:
-        raise ConfigError(f"metrics.match_on={cfg.metrics.match_on!r}: allowed values: {', '.join(MATCH_ON)}")
+    _check_keys(cfg)
     victim = build("victim", OmegaConf.merge({"_target_": "privbench.victim.Victim"}, cfg.victim))
     defense = build("defense", cfg.defense, seed=int(cfg.seed))
     if not isinstance(defense, (Trainer, MessageTransform)):
@@ -128,27 +114,51 @@ def plan(cfg: DictConfig) -> Plan:
         raise ConfigError(f"victim.clients: payload={choice.kind} is one aggregate per cluster, not a message of "
                           "each client; audit aggregates with one victim (victim.clients=null)")
     if p.attacking:
-        if choice.kind not in protocol.wire_kinds:
-            sends = ", ".join(protocol.wire_kinds) or "nothing (use attack=none)"
-            under = "" if aggregation.name == "plain" else f" with aggregation={aggregation.name}"
-            raise ConfigError(f"payload={choice.kind}: fl={protocol.name}{under} sends {sends}")
-        if choice.kind not in protocol.readable_kinds:
-            raise ConfigError(f"payload={choice.kind}: under aggregation={aggregation.name} the server never sees a "
-                              f"client's {choice.kind}, only each cohort's mean; attack payload=aggregate")
-        reason = attack.cannot_read(choice.kind)
-        if reason:
-            raise AttackNotApplicableError(f"attack={attack.name} cannot attack payload={choice.kind}: {reason}")
-        reason = attack.cannot_face(clip=getattr(protocol.trainer, "clip_norm", None))
-        if reason:
-            raise AttackNotApplicableError(f"attack={attack.name} with defense={getattr(defense, 'name', 'dpsgd')}: "
-                                           f"{reason}")
-        if attack.unroll and choice.spec.carries != "model":
-            raise AttackNotApplicableError(f"attack.unroll=true needs a payload that carries a model; "
-                                           f"payload={choice.kind} carries a {choice.spec.carries}")
-        _check_isolation(p)
-        if cfg.metrics.lpips:
-            alexnet_backbone()  # damaged weights fail here, not after training
+        _check_attack(p, aggregation)
     return p
+
+
+def _check_keys(cfg: DictConfig) -> None:
+    """Every group chosen, every value in range, no unknown top-level or metrics key, a known matching cost."""
+    missing = [g for g in GROUPS if g not in cfg or cfg[g] is None]
+    if missing:
+        raise ConfigError(f"{missing[0]}: no {missing[0]} chosen (removed with ~{missing[0]}?); choose one with "
+                          f"{missing[0]}=OPTION")
+    check_values(cfg)
+    unknown = sorted(set(cfg) - TOP_KEYS)
+    if unknown:
+        raise ConfigError(f"{unknown[0]}: unknown key{did_you_mean(unknown[0], TOP_KEYS)}; allowed top-level keys: "
+                          f"{', '.join(sorted(TOP_KEYS))}")
+    bad = sorted(set(cfg.metrics) - METRIC_KEYS)
+    if bad:
+        raise ConfigError(f"metrics.{bad[0]}: unknown key{did_you_mean(bad[0], METRIC_KEYS, prefix='metrics.')}; "
+                          f"allowed keys: {', '.join(sorted(METRIC_KEYS))}")
+    if cfg.metrics.match_on not in MATCH_ON:
+        raise ConfigError(f"metrics.match_on={cfg.metrics.match_on!r}: allowed values: {', '.join(MATCH_ON)}")
+
+
+def _check_attack(p: Plan, aggregation: Aggregation) -> None:
+    """The attack against what the run sends and the server sees: the payload, its kind, the defence, unrolling."""
+    if p.choice.kind not in p.protocol.wire_kinds:
+        sends = ", ".join(p.protocol.wire_kinds) or "nothing (use attack=none)"
+        under = "" if aggregation.name == "plain" else f" with aggregation={aggregation.name}"
+        raise ConfigError(f"payload={p.choice.kind}: fl={p.protocol.name}{under} sends {sends}")
+    if p.choice.kind not in p.protocol.readable_kinds:
+        raise ConfigError(f"payload={p.choice.kind}: under aggregation={aggregation.name} the server never sees a "
+                          f"client's {p.choice.kind}, only each cohort's mean; attack payload=aggregate")
+    reason = p.attack.cannot_read(p.choice.kind)
+    if reason:
+        raise AttackNotApplicableError(f"attack={p.attack.name} cannot attack payload={p.choice.kind}: {reason}")
+    reason = p.attack.cannot_face(clip=getattr(p.protocol.trainer, "clip_norm", None))
+    if reason:
+        raise AttackNotApplicableError(f"attack={p.attack.name} with defense={getattr(p.defense, 'name', 'dpsgd')}: "
+                                       f"{reason}")
+    if p.attack.unroll and p.choice.spec.carries != "model":
+        raise AttackNotApplicableError(f"attack.unroll=true needs a payload that carries a model; "
+                                       f"payload={p.choice.kind} carries a {p.choice.spec.carries}")
+    _check_isolation(p)
+    if p.cfg.metrics.lpips:
+        alexnet_backbone()  # damaged weights fail here, not after training
 
 
 def _check_isolation(p: Plan) -> None:

@@ -102,7 +102,8 @@ def curve(runs: pd.DataFrame, keys: list[str], x: str, panels: list[tuple[str, s
     plt = pyplot()
     fig, axes = plt.subplots(len(rows), len(panels), figsize=(4.6 * len(panels) + 2.6, 3.1 * len(rows)),
                              squeeze=False, layout="constrained")
-    codes, per_panel, companions = Codes(), [], {}
+    codes, per_panel = Codes(), []
+    companions: dict[str, str] = {}
     log_x = spans_decades(table["_x"], zeros=True)
     heads = [facet_title(items.iloc[r[0]], by) for r in rows]
     heads = [f"{h} ({heads[:i].count(h) + 1}/{heads.count(h)})" if heads.count(h) > 1 else h
@@ -119,64 +120,76 @@ def curve(runs: pd.DataFrame, keys: list[str], x: str, panels: list[tuple[str, s
             clash = item["_ref"] and name in lines  # a reference named as a line: it says it has no x
             shorts.append(codes.short(f"{name}, no {x_name}" if clash else name, full))
         for c, (y, label) in enumerate(panels):
-            ax = axes[r][c]
-            shown: list[pd.Series] = []
-            series: list[str] = []
-            refs = 0
-            for i, ((_, item), name) in enumerate(zip(mine.iterrows(), shorts)):
-                pts = table.loc[item["_rows"]].sort_values("_x")
-                if pts[y].isna().all():
-                    continue
-                look = style(i)
-                series.append(name)
-                if item["_ref"]:
-                    ref = pts.iloc[0]
-                    ax.axhline(ref[y], color=look["color"], ls=REFERENCE_DASHES[refs % len(REFERENCE_DASHES)], lw=1.2,
-                               label=name)
-                    refs += 1
-                    if not math.isnan(ref[f"{y}_lo"]):
-                        ax.axhspan(ref[f"{y}_lo"], ref[f"{y}_hi"], color=look["color"], alpha=0.05, lw=0)
-                    continue
-                ax.plot(pts["_x"], pts[y], label=name, ms=5, **look)
-                ax.fill_between(pts["_x"], pts[f"{y}_lo"], pts[f"{y}_hi"], color=look["color"], alpha=0.15, lw=0)
-                shown.append(pts[y])
-                companion, what = COMPANIONS.get(y, (None, ""))
-                if companion is not None and companion.key in pts and pts[companion.key].notna().any():
-                    bound = pts[companion.key].where(np.isfinite(pts[companion.key].astype(float)))
-                    short = companion_name(what)
-                    ax.plot(pts["_x"], bound, ":", color=look["color"], lw=1.2,
-                            label=short if short not in ax.get_legend_handles_labels()[1] else None)
-                    shown.append(bound)
-                    companions[short] = what
-            per_panel.append(series)
-            if not series:
-                ax.text(0.5, 0.5, "not measured for these settings", transform=ax.transAxes, ha="center",
-                        fontsize=8, color="0.4")
-            if y == PSNR_GAIN.key:
-                ax.axhline(0.0, color="k", ls=":", lw=1, label="chance")
-            if log_x:
-                log_scale(ax, "x", table["_x"])
-                fit_x(ax, table["_x"])
-            if shown and y in COMPANIONS and spans_decades(pd.concat(shown), ratio=1000, zeros=True):
-                log_scale(ax, "y", pd.concat(shown))  # a claim of 10^6 beside a bound of 2
-                ax.set_ylabel(label.split(" (")[0] + ", log scale")
-            ticks_at(ax, table["_x"], log=log_x)
-            ax.set_xlabel(KEY_LABELS.get(x, x) + (", log scale" if log_x else ""), fontsize=8)
-            if not ax.get_ylabel():
-                ax.set_ylabel(label)
-            ax.set_title(heads[r], fontsize=8)
-            ax.grid(alpha=0.3)
-        handles: list[Any] = []
-        labels: list[str] = []
-        for ax in axes[r]:  # each panel's entries once (a companion may be drawn in one panel only)
-            for handle, name in zip(*ax.get_legend_handles_labels()):
-                if name not in labels:
-                    handles.append(handle)
-                    labels.append(name)
-        axes[r][-1].legend(handles, labels, loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=8, frameon=False)
+            per_panel.append(_panel(axes[r][c], table, mine, shorts, y, label, x=x, log_x=log_x, head=heads[r],
+                                    companions=companions))
+        _row_legend(axes[r])
     fig.suptitle(title, fontsize=11)
     remark = " ".join([f"{short}: {what}." for short, what in companions.items()]
                       + ([f"Dashed horizontal lines: settings without {x}."] if items["_ref"].any() else [])
                       + ([f"{alone} setting(s) with a single value of {x} are not drawn here (see the table)."]
                          if alone else []))
     return drawn(fig, panels=per_panel, key=codes.key, remark=remark)
+
+
+def _panel(ax: Any, table: pd.DataFrame, mine: pd.DataFrame, shorts: list[str], y: str, label: str, *, x: str,
+           log_x: bool, head: str, companions: dict[str, str]) -> list[str]:
+    """One panel of ``curve``: figure ``y`` of each series in ``mine`` against ``x`` (a reference as a dashed line),
+    with its companion bound where it has one (recorded in ``companions``); returns the series drawn."""
+    shown: list[pd.Series] = []
+    series: list[str] = []
+    refs = 0
+    for i, ((_, item), name) in enumerate(zip(mine.iterrows(), shorts)):
+        pts = table.loc[item["_rows"]].sort_values("_x")
+        if pts[y].isna().all():
+            continue
+        look = style(i)
+        series.append(name)
+        if item["_ref"]:
+            ref = pts.iloc[0]
+            ax.axhline(ref[y], color=look["color"], ls=REFERENCE_DASHES[refs % len(REFERENCE_DASHES)], lw=1.2,
+                       label=name)
+            refs += 1
+            if not math.isnan(ref[f"{y}_lo"]):
+                ax.axhspan(ref[f"{y}_lo"], ref[f"{y}_hi"], color=look["color"], alpha=0.05, lw=0)
+            continue
+        ax.plot(pts["_x"], pts[y], label=name, ms=5, **look)
+        ax.fill_between(pts["_x"], pts[f"{y}_lo"], pts[f"{y}_hi"], color=look["color"], alpha=0.15, lw=0)
+        shown.append(pts[y])
+        companion, what = COMPANIONS.get(y, (None, ""))
+        if companion is not None and companion.key in pts and pts[companion.key].notna().any():
+            bound = pts[companion.key].where(np.isfinite(pts[companion.key].astype(float)))
+            short = companion_name(what)
+            ax.plot(pts["_x"], bound, ":", color=look["color"], lw=1.2,
+                    label=short if short not in ax.get_legend_handles_labels()[1] else None)
+            shown.append(bound)
+            companions[short] = what
+    if not series:
+        ax.text(0.5, 0.5, "not measured for these settings", transform=ax.transAxes, ha="center",
+                fontsize=8, color="0.4")
+    if y == PSNR_GAIN.key:
+        ax.axhline(0.0, color="k", ls=":", lw=1, label="chance")
+    if log_x:
+        log_scale(ax, "x", table["_x"])
+        fit_x(ax, table["_x"])
+    if shown and y in COMPANIONS and spans_decades(pd.concat(shown), ratio=1000, zeros=True):
+        log_scale(ax, "y", pd.concat(shown))  # a claim of 10^6 beside a bound of 2
+        ax.set_ylabel(label.split(" (")[0] + ", log scale")
+    ticks_at(ax, table["_x"], log=log_x)
+    ax.set_xlabel(KEY_LABELS.get(x, x) + (", log scale" if log_x else ""), fontsize=8)
+    if not ax.get_ylabel():
+        ax.set_ylabel(label)
+    ax.set_title(head, fontsize=8)
+    ax.grid(alpha=0.3)
+    return series
+
+
+def _row_legend(row: Any) -> None:
+    """One legend for a row of panels, right of its last: each panel's entries once."""
+    handles: list[Any] = []
+    labels: list[str] = []
+    for ax in row:  # each panel's entries once (a companion may be drawn in one panel only)
+        for handle, name in zip(*ax.get_legend_handles_labels()):
+            if name not in labels:
+                handles.append(handle)
+                labels.append(name)
+    row[-1].legend(handles, labels, loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=8, frameon=False)

@@ -27,6 +27,7 @@ from privbench.attacks.labels.bias import estimate_counts
 from privbench.attacks.labels.views import LabelView
 from privbench.attacks.reconstruction.base import Attempt, GradientInversion
 from privbench.attacks.reconstruction.findings import Reconstruction
+from privbench.attacks.reconstruction.ig import signed_adam_step
 from privbench.attacks.reconstruction.matching import candidate_gradient
 from privbench.attacks.reconstruction.objectives import cosine_distance, total_variation
 from privbench.attacks.target import AttackTarget, Part
@@ -195,21 +196,10 @@ class FedAvgInversion(GradientInversion):
                 grads = candidate_gradient(target, images, labels=labels, label_logits=logits, schedule=schedule)
                 loss = cosine_distance(grads, target.gradient) + self.tv * total_variation(images)
                 if self.prior:
-                    split = self._split(images, epochs, sizes)
-                    if self.tie == "mean":
-                        loss = loss + self.prior * sum(epoch_prior(c) for c in split)
-                    else:
-                        if (it - 1) % self.rematch == 0:
-                            orders = [match_copies(c, self._base(base_labels, sizes, k)) for k, c in enumerate(split)]
-                        loss = loss + self.prior * sum(matched_prior(c, o) for c, o in zip(split, orders))
-                leaves = [images] + ([base_logits] if labels is None else [])
-                for leaf, g in zip(leaves, torch.autograd.grad(loss, leaves)):
-                    leaf.grad = g
-                assert images.grad is not None
-                images.grad.sign_()
-                optimizer.step()
-                scheduler.step()
-                target.clamp_(images)
+                    term, orders = self._tie(images, epochs, sizes, base_labels, it, orders)
+                    loss = loss + self.prior * term
+                signed_adam_step(loss, [images] + ([base_logits] if labels is None else []), optimizer, scheduler,
+                                 target)
                 value = float(loss.detach())
                 bar.update(1, objective=value)
                 if not math.isfinite(value) or not torch.isfinite(images).all():
@@ -222,6 +212,17 @@ class FedAvgInversion(GradientInversion):
             merged.append(merge_copies(c, base_labels[start:start + sizes[k]]))
             start += sizes[k]
         return Attempt(torch.cat(merged), base_labels.cpu(), value, "budget", self.iterations)
+
+    def _tie(self, images: torch.Tensor, epochs: list[int], sizes: list[int], base_labels: torch.Tensor, it: int,
+             orders: list[list[torch.Tensor]]) -> tuple[Any, list[list[torch.Tensor]]]:
+        """The epoch prior tying each image's copies: to their mean (``tie=mean``), or to a matching of the copies
+        made again every ``rematch`` steps; and the matching in use."""
+        split = self._split(images, epochs, sizes)
+        if self.tie == "mean":
+            return sum(epoch_prior(c) for c in split), orders
+        if (it - 1) % self.rematch == 0:
+            orders = [match_copies(c, self._base(base_labels, sizes, k)) for k, c in enumerate(split)]
+        return sum(matched_prior(c, o) for c, o in zip(split, orders)), orders
 
     @staticmethod
     def _base(labels: torch.Tensor, sizes: list[int], k: int) -> torch.Tensor:

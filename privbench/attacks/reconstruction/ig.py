@@ -91,14 +91,8 @@ class InvertingGradients(GradientInversion):
                 optimizer.zero_grad()
                 grads = candidate_gradient(target, images, labels=labels, label_logits=logits)
                 loss = cosine_distance(grads, target.gradient) + self.tv * total_variation(images)
-                leaves = [images] + ([logits] if logits is not None else [])
-                for leaf, g in zip(leaves, torch.autograd.grad(loss, leaves)):
-                    leaf.grad = g
-                assert images.grad is not None
-                images.grad.sign_()
-                optimizer.step()
-                scheduler.step()
-                target.clamp_(images)
+                signed_adam_step(loss, [images] + ([logits] if logits is not None else []), optimizer, scheduler,
+                                 target)
                 value = float(loss.detach())
                 bar.update(1, objective=value)
                 if not math.isfinite(value) or not torch.isfinite(images).all():
@@ -136,28 +130,14 @@ class InvertingGradients(GradientInversion):
         it out (unrolled training, declared clipping, batch-norm buffers, targets that differ in shape, visible names or label
         source)."""
         first = targets[0]
-        if not self.batched or any(t.unroll is not None or t.clip is not None or any(True for _ in t.model.buffers())
-                                   for t in targets):
+        if not self.batched or not _batchable(targets):
             return None
-        if any((t.num_images, t.image_shape, list(t.gradient), known_labels(t) is None) !=
-               (first.num_images, first.image_shape, list(first.gradient), known_labels(first) is None)
-               for t in targets[1:]):
-            return None
-        n, model, restarts = first.num_images, first.model, len(generators)
+        model, restarts = first.model, len(generators)
         problems = [(t, k) for t in targets for k in range(restarts)]  # target-major, restarts in order
         hard = None
         if known_labels(first) is not None:
             hard = torch.stack([known_labels(t) for t, _ in problems])  # type: ignore[misc]
-        starts, logit_starts = [], []
-        for target in targets:
-            for generator in [torch.Generator().manual_seed(g.initial_seed()) for g in generators]:
-                x = target.randn(n, *target.image_shape, generator=generator)  # the draws of `attempt`, in order
-                target.clamp_(x)
-                starts.append(x)
-                if hard is None:
-                    logit_starts.append(target.randn(n, target.num_classes, generator=generator))
-        images = torch.stack(starts).requires_grad_(True)
-        logits = torch.stack(logit_starts).requires_grad_(True) if hard is None else None
+        images, logits = _starts(targets, generators, labels_known=hard is not None)
         watched = list(first.gradient)
         observed = {k: torch.stack([t.gradient[k] for t, _ in problems]) for k in watched}
         named: list[dict[str, torch.Tensor]] = [dict(t.model.named_parameters()) for t, _ in problems]
@@ -169,8 +149,7 @@ class InvertingGradients(GradientInversion):
         optimizer = torch.optim.Adam(leaves, lr=self.lr)
         milestones = [int(self.iterations * f) for f in (3 / 8, 5 / 8, 7 / 8)]
         scheduler = torch.optim.lr_scheduler.MultiStepLR(optimizer, milestones=milestones, gamma=0.1)
-        count = len(problems)
-        done: dict[int, Attempt] = {}
+        count, done = len(problems), dict[int, Attempt]()
         values = torch.full((count,), math.inf, device=images.device)
 
         def labels_of(k: int) -> torch.Tensor:
@@ -264,3 +243,44 @@ class InvertingGradients(GradientInversion):
             return labels
         assert logits is not None
         return logits.detach().argmax(1)
+
+
+def _batchable(targets: list[AttackTarget]) -> bool:
+    """Whether the targets' restarts can run as one optimisation: no unrolled training, declared clipping or
+    batch-norm buffers, and the same shape, visible names and label source throughout."""
+    first = targets[0]
+    if any(t.unroll is not None or t.clip is not None or any(True for _ in t.model.buffers()) for t in targets):
+        return False
+    return all((t.num_images, t.image_shape, list(t.gradient), known_labels(t) is None) ==
+               (first.num_images, first.image_shape, list(first.gradient), known_labels(first) is None)
+               for t in targets[1:])
+
+
+def _starts(targets: list[AttackTarget], generators: list[torch.Generator], *, labels_known: bool
+            ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Every restart's starting images (and label logits, where the labels are not known), target-major, drawn as
+    ``attempt`` draws them from a fresh copy of each generator."""
+    starts, logit_starts = [], []
+    for target in targets:
+        for generator in [torch.Generator().manual_seed(g.initial_seed()) for g in generators]:
+            x = target.randn(target.num_images, *target.image_shape, generator=generator)
+            target.clamp_(x)
+            starts.append(x)
+            if not labels_known:
+                logit_starts.append(target.randn(target.num_images, target.num_classes, generator=generator))
+    images = torch.stack(starts).requires_grad_(True)
+    return images, (None if labels_known else torch.stack(logit_starts).requires_grad_(True))
+
+
+def signed_adam_step(loss: torch.Tensor, leaves: list[torch.Tensor], optimizer: torch.optim.Optimizer,
+                     scheduler: Any, target: AttackTarget) -> None:
+    """One Inverting Gradients step: the gradient of ``loss`` on ``leaves``, the images' (the first leaf) replaced
+    by its sign, Adam and its schedule, then the images boxed to the pixel range."""
+    for leaf, g in zip(leaves, torch.autograd.grad(loss, leaves)):
+        leaf.grad = g
+    images = leaves[0]
+    assert images.grad is not None
+    images.grad.sign_()
+    optimizer.step()
+    scheduler.step()
+    target.clamp_(images)

@@ -145,18 +145,9 @@ def _replay(target: AttackTarget, spec: Unroll, start: dict[str, torch.Tensor], 
     return params
 
 
-def lbfgs_match(
-    leaves: list[torch.Tensor],
-    gradient_of: Callable[[], dict[str, torch.Tensor]],
-    target: AttackTarget,
-    *,
-    iterations: int,
-    converged: float,
-    stall_at: float,
-    stall_tol: float,
-    patience: int = 0,
-    on_step: Callable[[float], None] | None = None,
-) -> tuple[float, str, int]:
+def lbfgs_match(leaves: list[torch.Tensor], gradient_of: Callable[[], dict[str, torch.Tensor]], target: AttackTarget,
+                *, iterations: int, converged: float, stall_at: float, stall_tol: float, patience: int = 0,
+                on_step: Callable[[float], None] | None = None) -> tuple[float, str, int]:
     """Minimise the squared-L2 gradient distance over ``leaves`` with L-BFGS.
 
     An outer step runs L-BFGS (``attacks.reconstruction.lbfgs``: torch's rules, a cheaper direction) for up to

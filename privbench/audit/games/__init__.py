@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -42,6 +42,14 @@ class Game:
               ) -> list[Play]:
         """One play per audited client (``clients``, the headline victim first), or one for the whole run."""
         raise NotImplementedError(f"{type(self).__name__} stages no play")
+
+
+def messages(p: Any, store: PayloadStore, clients: list[int]) -> Iterator[tuple[Payload, Payload | None, list[int]]]:
+    """Each audited client's attacked message as the run's payload choice selects it, the download it started from
+    (None for a message with no base) and the train images it was computed from (the evaluator's truth)."""
+    for c in clients:
+        payload, base = p.choice.select(store, p.victim.alone(c))
+        yield payload, base, p.choice.truth(store, payload)
 
 
 G = TypeVar("G", bound=type[Game])

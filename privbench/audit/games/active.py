@@ -22,7 +22,7 @@ from torch import nn
 from privbench.attacks.active.base import ActiveAttack
 from privbench.attacks.active.views import ActiveView
 from privbench.attacks.views import at_weights
-from privbench.audit.games import Game, Play, register_game
+from privbench.audit.games import Game, Play, messages, register_game
 from privbench.audit.games.active_cohort import Member, change_from, fresh_trainer, secure_round
 from privbench.audit.plan import Plan
 from privbench.data import FederatedData
@@ -177,9 +177,7 @@ class Active(Game):
     def stage(self, p: Plan, store: PayloadStore, model: nn.Module, data: FederatedData, clients: list[int]
               ) -> list[Play]:
         plays = []
-        for c in clients:
-            payload, base = p.choice.select(store, p.victim.alone(c))
-            records = p.choice.truth(store, payload)
+        for payload, base, records in messages(p, store, clients):
             view = active_round(p, payload, base, model, data, records,
                                 _members(store, payload) if payload.kind == "aggregate" else ())
             plays.append(Play(payload, view, list(view.target) if view.target is not None else records))

@@ -9,7 +9,7 @@ from torch import nn
 from privbench.attacks.base import Attack
 from privbench.attacks.labels.findings import InferredLabels
 from privbench.attacks.labels.views import LabelView
-from privbench.audit.games import Game, Play, register_game
+from privbench.audit.games import Game, Play, messages, register_game
 from privbench.audit.games.message import gradient_view
 from privbench.audit.plan import Plan
 from privbench.audit.score import Scoring, Truth, register_scorer
@@ -26,13 +26,12 @@ class Labels(Game):
     def stage(self, p: Plan, store: PayloadStore, model: nn.Module, data: FederatedData, clients: list[int]
               ) -> list[Play]:
         plays = []
-        for c in clients:
-            payload, base = p.choice.select(store, p.victim.alone(c))
+        for c, (payload, base, records) in zip(clients, messages(p, store, clients)):
             target = gradient_view(p, p.victim.alone(c), payload, base, model, data)
             view = LabelView.from_test_split(target, data.test.images, data.test.labels,
                                              count=int(getattr(p.attack, "public", 2000)), seed=p.seed,
                                              mean=data.train.mean, std=data.train.std)
-            plays.append(Play(payload, view, p.choice.truth(store, payload)))
+            plays.append(Play(payload, view, records))
         return plays
 
 

@@ -11,7 +11,7 @@ from torch import nn
 from privbench.attacks.base import Attack
 from privbench.attacks.membership.findings import MembershipScores
 from privbench.attacks.membership.views import MembershipView
-from privbench.audit.games import Game, Play, register_game
+from privbench.audit.games import Game, Play, messages, register_game
 from privbench.audit.output import write_roc
 from privbench.audit.plan import Plan
 from privbench.audit.score import Scoring, Truth, register_scorer
@@ -78,9 +78,7 @@ class Membership(Game):
     def stage(self, p: Plan, store: PayloadStore, model: nn.Module, data: FederatedData, clients: list[int]
               ) -> list[Play]:
         plays = []
-        for c in clients:
-            payload, base = p.choice.select(store, p.victim.alone(c))
-            records = p.choice.truth(store, payload)
+        for payload, base, records in messages(p, store, clients):
             view, members = membership_game(p, records, payload, base, model, data)
             plays.append(Play(payload, view, records, {"membership": members}))
         return plays

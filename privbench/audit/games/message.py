@@ -8,7 +8,7 @@ from torch import nn
 
 from privbench.attacks.target import AttackTarget
 from privbench.attacks.views import BasisView, ModelView
-from privbench.audit.games import Game, Play, register_game
+from privbench.audit.games import Game, Play, messages, register_game
 from privbench.audit.plan import Plan
 from privbench.data import FederatedData
 from privbench.payloads import Payload, PayloadStore
@@ -49,9 +49,5 @@ class OneMessage(Game):
     def stage(self, p: Plan, store: PayloadStore, model: nn.Module, data: FederatedData, clients: list[int]
               ) -> list[Play]:
         build = self.builders[p.attack.view]
-        plays = []
-        for c in clients:
-            payload, base = p.choice.select(store, p.victim.alone(c))
-            view = build(p, p.victim.alone(c), payload, base, model, data)
-            plays.append(Play(payload, view, p.choice.truth(store, payload)))
-        return plays
+        return [Play(payload, build(p, p.victim.alone(c), payload, base, model, data), records)
+                for c, (payload, base, records) in zip(clients, messages(p, store, clients))]

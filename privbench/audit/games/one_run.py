@@ -35,7 +35,7 @@ from privbench.attacks.base import Attack
 from privbench.attacks.one_run.findings import CanaryScores
 from privbench.attacks.one_run.views import CanaryView
 from privbench.attacks.views import at_weights
-from privbench.audit.games import Game, Play, register_game
+from privbench.audit.games import Game, Play, messages, register_game
 from privbench.audit.games.membership import score_membership
 from privbench.audit.plan import Plan
 from privbench.audit.score import Scoring, Truth, register_scorer
@@ -259,9 +259,7 @@ class Canaries(Game):
         plays = []
         with phase(f"one-run audit: the victim's round rerun with {int(getattr(p.attack, 'canaries'))} canaries",
                    total=len(clients), unit="round") as bar:
-            for c in clients:
-                payload, base = p.choice.select(store, p.victim.alone(c))
-                records = p.choice.truth(store, payload)
+            for payload, base, records in messages(p, store, clients):
                 view, included = canary_round(p, payload, base, model, data, records)
                 plays.append(Play(payload, view, records, {"membership": included}))
                 bar.update(1)

@@ -49,17 +49,7 @@ def participation_game(p: Plan, model: nn.Module, data: FederatedData, store: Pa
     """The attacker's view (each client's own records), the evaluator's class-only view (test-split records in each
     client's class proportions, the informed chance), which candidates took part, and the first observed
     aggregate (the run's attacked payload, for its bytes)."""
-    found = _aggregates(p.choice.kind, store)
-    games_in = []
-    for r, cluster, aggregate_id, members in found:
-        base_id = str(members[0]["base"])
-        base_rec = next(store.records(id=base_id), None)
-        if base_rec is None or not base_rec["stored"]:
-            continue
-        games_in.append((r, cluster, aggregate_id, base_id, {str(m["sender"]) for m in members}))
-    if not games_in:
-        raise AttackNotApplicableError(f"attack=participation: no {p.choice.kind} was kept with the download its round "
-                                       "started from (set capture.rounds=all capture.clients=all, fl.rounds >= 2)")
+    games_in = _observed(p.choice.kind, store)
     generator = torch.Generator().manual_seed(p.seed * 7919 + 67)
     per_client = int(getattr(p.attack, "records", 32))
     device = next(model.parameters()).device
@@ -105,6 +95,22 @@ def participation_game(p: Plan, model: nn.Module, data: FederatedData, store: Pa
                                  {**knowledge, "records": "evaluator's class-only twin: a test-split record of each "
                                                           "record's class"})
     return view, informed, is_member, store.load(games_in[0][2])
+
+
+def _observed(kind: str, store: PayloadStore) -> list[tuple[int, int | None, str, str, set[str]]]:
+    """Each kept aggregate of ``kind`` whose round's download was kept too: its round, cohort, id, the download's id
+    and who took part; refused in one line where there is none."""
+    games_in = []
+    for r, cluster, aggregate_id, members in _aggregates(kind, store):
+        base_id = str(members[0]["base"])
+        base_rec = next(store.records(id=base_id), None)
+        if base_rec is None or not base_rec["stored"]:
+            continue
+        games_in.append((r, cluster, aggregate_id, base_id, {str(m["sender"]) for m in members}))
+    if not games_in:
+        raise AttackNotApplicableError(f"attack=participation: no {kind} was kept with the download its round "
+                                       "started from (set capture.rounds=all capture.clients=all, fl.rounds >= 2)")
+    return games_in
 
 
 def _inputs(images: torch.Tensor, rows: torch.Tensor, data: FederatedData) -> torch.Tensor:

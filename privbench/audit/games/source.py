@@ -10,7 +10,7 @@ from torch import nn
 from privbench.attacks.base import Attack
 from privbench.attacks.membership.findings import SourceGuesses
 from privbench.attacks.membership.views import SourceView
-from privbench.audit.games import Game, Play, register_game
+from privbench.audit.games import Game, Play, messages, register_game
 from privbench.audit.plan import Plan
 from privbench.audit.score import Scoring, Truth, register_scorer
 from privbench.data import FederatedData
@@ -77,10 +77,9 @@ class Source(Game):
     def stage(self, p: Plan, store: PayloadStore, model: nn.Module, data: FederatedData, clients: list[int]
               ) -> list[Play]:
         plays = []
-        for c in clients:
-            payload, _ = p.choice.select(store, p.victim.alone(c))
+        for payload, _, records in messages(p, store, clients):
             view, answer = source_game(p, payload, model, data, store)
-            plays.append(Play(payload, view, p.choice.truth(store, payload), answer))
+            plays.append(Play(payload, view, records, answer))
         return plays
 
 

@@ -273,20 +273,23 @@ class DPFedAvg(Aggregation):
                    f"{'adaptive from ' if self.quantile else ''}{out['clip']:.3g}"]
         if "budget_stop" in out:
             summary.append(out["budget_stop"])
+        figures = {CLIENT_EPSILON.key: claims[worst]}
         if self.canaries is not None and self.canaries.rows:
-            est = self.canaries.estimate(delta=self.delta, seed=self.seed)
-            planned = self.update_z
-            shared = float(np.mean(self.shared_noise)) if self.shared_noise else 0.0
             claim = claims[(ran, False)] if (ran, False) in claims else self.claimed(ran)
-            out["canary_estimate"] = {**est.as_dict(), "claimed": claim, "planned_noise": planned,
-                                      "verdict": verdict(est, claimed=claim, planned_noise=planned,
-                                                         shared_noise=shared, rate=self.accounted_rate())}
-            if self.shared_noise:
-                out["canary_estimate"]["client_noise_cosine"] = shared
-            summary.append(f"canary clients ({est.canaries} in, {est.canaries} unseen): "
-                           + out["canary_estimate"]["verdict"])
-        out["summary"] = summary
-        out["figures"] = {CLIENT_EPSILON.key: claims[worst]}
-        if "canary_estimate" in out:
-            out["figures"][CLIENT_EPSILON_CANARY.key] = est.epsilon
+            out["canary_estimate"], canaries, figures[CLIENT_EPSILON_CANARY.key] = self._canary_reading(claim)
+            summary.append(f"canary clients ({canaries} in, {canaries} unseen): {out['canary_estimate']['verdict']}")
+        out["summary"], out["figures"] = summary, figures
         return out
+
+    def _canary_reading(self, claim: float) -> tuple[dict[str, Any], int, float]:
+        """The canary clients' estimate against ``claim`` with its verdict, how many canaries went in, and the
+        estimated epsilon."""
+        assert self.canaries is not None
+        est = self.canaries.estimate(delta=self.delta, seed=self.seed)
+        shared = float(np.mean(self.shared_noise)) if self.shared_noise else 0.0
+        reading = {**est.as_dict(), "claimed": claim, "planned_noise": self.update_z,
+                   "verdict": verdict(est, claimed=claim, planned_noise=self.update_z, shared_noise=shared,
+                                      rate=self.accounted_rate())}
+        if self.shared_noise:
+            reading["client_noise_cosine"] = shared
+        return reading, est.canaries, est.epsilon

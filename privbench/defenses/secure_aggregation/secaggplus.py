@@ -26,49 +26,29 @@ stochastic rounding is seeded, so the aggregate is the same for the same seed.
 """
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
 
-from privbench.defenses.secure_aggregation.crypto import decrypt, encrypt, key_pair, mask, shared_key
+from privbench.defenses.secure_aggregation.crypto import mask, shared_key
+from privbench.defenses.secure_aggregation.exchange import (
+    Member,
+    advertise_keys,
+    receive_shares,
+    sender,
+    share_keys,
+    unmask_shares,
+)
 from privbench.defenses.secure_aggregation.settings import check_cohorts, checked_settings, cohort_sizes
-from privbench.defenses.secure_aggregation.shamir import combine_shares, create_shares
+from privbench.defenses.secure_aggregation.shamir import combine_shares
 from privbench.fl.protocols.cohort import Aggregation
 from privbench.fl.protocols.round import Upload
 from privbench.fl.sgd import State
 from privbench.fl.wire import Wire
 from privbench.payloads import AggregatePart, Payload
 from privbench.progress import log
-
-SEED_BYTES = 32
-
-
-def _u8(data: bytes) -> torch.Tensor:
-    return torch.frombuffer(bytearray(data), dtype=torch.uint8).clone()
-
-
-def _bytes(t: torch.Tensor) -> bytes:
-    return bytes(t.to(torch.uint8).numpy().tobytes())
-
-
-@dataclass
-class _Member:
-    """One client's side of the protocol: its keys and what it was told (kept by the client, never sent)."""
-
-    name: str
-    upload: Upload
-    sk1: bytes = b""
-    pk1: bytes = b""
-    sk2: bytes = b""
-    pk2: bytes = b""
-    seed: bytes = b""
-    neighbours: dict[str, tuple[bytes, bytes]] = field(default_factory=dict)
-    seed_shares: dict[str, bytes] = field(default_factory=dict)
-    key_shares: dict[str, bytes] = field(default_factory=dict)
 
 
 class SecAggPlus(Aggregation):
@@ -129,7 +109,7 @@ class SecAggPlus(Aggregation):
 
     # -- the client's side ------------------------------------------------------------------------------------
 
-    def _encode(self, member: _Member, names: Sequence[str], base: State, *, round_: int, client: int) -> np.ndarray:
+    def _encode(self, member: Member, names: Sequence[str], base: State, *, round_: int, client: int) -> np.ndarray:
         """``[q(w 1[n sent]) for n] + [q(w theta_n) for n]`` (weights as integers, values stochastically rounded)."""
         tensors = member.upload.tensors
         q_ratio = self.levels if self.uniform else round(member.upload.num_samples / self.max_weight * self.levels)
@@ -145,7 +125,7 @@ class SecAggPlus(Aggregation):
         quantised = np.floor(scaled).astype(np.int64) + (rounding < scaled - np.floor(scaled))
         return np.concatenate([factors, quantised])
 
-    def _masked(self, member: _Member, vector: np.ndarray) -> np.ndarray:
+    def _masked(self, member: Member, vector: np.ndarray) -> np.ndarray:
         out = (vector + mask(member.seed, vector.size, self.modulus)) % self.modulus
         for v, (pk1, _) in member.neighbours.items():
             if v == member.name:
@@ -163,60 +143,20 @@ class SecAggPlus(Aggregation):
             log.warning("secagg: round %d, cohort %s has %d client(s); SecAgg+ needs two, so its model stays as sent",
                         round_, "all" if group is None else group, len(uploads))
             return {n: t.clone() for n, t in base.items()}
-        members = {u.payload.sender: _Member(u.payload.sender, u) for u in uploads}
+        members = {u.payload.sender: Member(u.payload.sender, u) for u in uploads}
         names = [n for n, t in base.items() if t.is_floating_point()]
         shares, threshold = self.sizes(len(members))
         ring = self.ring(list(members), shares, round_=round_, group=group)
 
-        def send(kind: str, sender: str, receiver: str, tensors: dict[str, torch.Tensor]) -> Payload:
-            return wire.send(Payload.from_tensors(kind=kind, round=round_, sender=sender, receiver=receiver,
-                                                  tensors=tensors, cluster=group))
-
-        # stage 0: setup
-        public: dict[str, tuple[bytes, bytes]] = {}
-        for m in members.values():
-            (m.sk1, m.pk1), (m.sk2, m.pk2) = key_pair(), key_pair()
-            sent = send("secagg_public_keys", m.name, "server", {"pk1": _u8(m.pk1), "pk2": _u8(m.pk2)})
-            assert sent.tensors is not None
-            public[m.name] = (_bytes(sent.tensors["pk1"]), _bytes(sent.tensors["pk2"]))
-        # stage 1: share keys
-        forwarded: dict[str, dict[str, torch.Tensor]] = {u: {} for u in members}
-        for m in members.values():
-            down = send("secagg_neighbour_keys", "server", m.name,
-                        {f"{v}.{k}": _u8(public[v][i]) for v in ring[m.name] for i, k in enumerate(("pk1", "pk2"))})
-            assert down.tensors is not None
-            m.neighbours = {v: (_bytes(down.tensors[f"{v}.pk1"]), _bytes(down.tensors[f"{v}.pk2"]))
-                            for v in ring[m.name]}
-            _check_keys(m)
-            m.seed = os.urandom(SEED_BYTES)
-            seed_shares = create_shares(m.seed, threshold, len(m.neighbours))
-            key_shares = create_shares(m.sk1, threshold, len(m.neighbours))
-            ciphertexts = {}
-            for i, (v, (_, pk2)) in enumerate(sorted(m.neighbours.items())):
-                if v == m.name:
-                    m.seed_shares[v], m.key_shares[v] = seed_shares[i], key_shares[i]
-                    continue
-                plain = _frame(m.name, v, seed_shares[i], key_shares[i])
-                ciphertexts[f"to.{v}"] = _u8(encrypt(shared_key(m.sk2, pk2, purpose=b"shares"), plain))
-            up = send("secagg_key_shares", m.name, "server", ciphertexts)
-            assert up.tensors is not None
-            for key, ct in up.tensors.items():
-                forwarded[key.removeprefix("to.")][f"from.{m.name}"] = ct
+        send = sender(wire, round_=round_, group=group)
+        public = advertise_keys(members.values(), send)  # stage 0: setup
+        forwarded = share_keys(members.values(), ring, public, threshold, send)  # stage 1: share keys
         # stage 2: collect masked vectors
         total = np.zeros(len(names) + sum(base[n].numel() for n in names), dtype=np.int64)
         for index, m in enumerate(members.values()):
             down = send("secagg_forwarded_shares", "server", m.name, forwarded[m.name])
             assert down.tensors is not None
-            for key, ct in down.tensors.items():
-                src = key.removeprefix("from.")
-                if src not in m.neighbours or src == m.name:
-                    raise ValueError(f"secagg: {m.name} was forwarded shares from {src}, not a neighbour")
-                _, pk2 = m.neighbours[src]
-                frame_src, frame_dst, seed_share, key_share = _unframe(decrypt(shared_key(m.sk2, pk2, purpose=b"shares"),
-                                                                               _bytes(ct)))
-                if (frame_src, frame_dst) != (src, m.name):
-                    raise ValueError(f"secagg: {m.name} received shares addressed {frame_src} -> {frame_dst}")
-                m.seed_shares[src], m.key_shares[src] = seed_share, key_share
+            receive_shares(m, down.tensors)
             client = int(m.name.removeprefix("client")) if m.name.startswith("client") else index
             vector = self._masked(m, self._encode(m, names, base, round_=round_, client=client))
             upload = m.upload.payload
@@ -228,16 +168,7 @@ class SecAggPlus(Aggregation):
             assert sent.tensors is not None
             total = (total + sent.tensors["masked"].numpy().view(np.uint32).astype(np.int64)) % self.modulus
         # stage 3: unmask (every client survived)
-        alive = torch.tensor(sorted(int(u.removeprefix("client")) for u in members if u.startswith("client")))
-        collected: dict[str, list[bytes]] = {u: [] for u in members}
-        for m in members.values():
-            send("secagg_unmask_request", "server", m.name, {"survivors": alive})
-            up = send("secagg_unmask_shares", m.name, "server",
-                      {f"{v}.seed": _u8(m.seed_shares[v]) for v in sorted(m.neighbours)})
-            assert up.tensors is not None
-            for key, share in up.tensors.items():
-                collected[key.removesuffix(".seed")].append(_bytes(share))
-        for u, got in collected.items():
+        for u, got in unmask_shares(members.values(), send).items():
             if len(got) < threshold:
                 raise ValueError(f"secagg: {len(got)} shares of {u}'s seed, below the threshold {threshold}")
             total = (total - mask(combine_shares(got[:threshold]), total.size, self.modulus)) % self.modulus
@@ -270,22 +201,3 @@ class SecAggPlus(Aggregation):
         return out
 
 
-def _check_keys(m: _Member) -> None:
-    """A client refuses a neighbour list without its own keys, or with a key used twice."""
-    if m.neighbours.get(m.name) != (m.pk1, m.pk2):
-        raise ValueError(f"secagg: {m.name}'s own public keys are not among its neighbours' as sent")
-    keys = [k for pair in m.neighbours.values() for k in pair]
-    if len(set(keys)) != len(keys):
-        raise ValueError(f"secagg: {m.name} received a public key twice")
-
-
-def _frame(src: str, dst: str, seed_share: bytes, key_share: bytes) -> bytes:
-    head = f"{src}>{dst}".encode()
-    return len(head).to_bytes(2, "big") + head + len(seed_share).to_bytes(2, "big") + seed_share + key_share
-
-
-def _unframe(data: bytes) -> tuple[str, str, bytes, bytes]:
-    n = int.from_bytes(data[:2], "big")
-    src, dst = data[2: 2 + n].decode().split(">")
-    k = int.from_bytes(data[2 + n: 4 + n], "big")
-    return src, dst, data[4 + n: 4 + n + k], data[4 + n + k:]
