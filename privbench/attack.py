@@ -26,15 +26,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from omegaconf import OmegaConf
 
 from privbench.errors import ConfigError, PrivbenchError
+from privbench.file_game import play_file
 from privbench.file_message import Recorded, declared_training, read_truth, recorded
 from privbench.tensor_files import check_names, model_bound
-
-
-def _stats(values: tuple[float, ...]) -> str:
-    return "/".join(f"{v:.3f}" for v in values)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -195,7 +191,7 @@ def attack_file(args: argparse.Namespace) -> dict[str, Any]:
     chance = _chance_pool_check(prepared, int(prepared.cfg.seed))
     out = new_run_folder(args.out)
     try:
-        metrics = _play(args, prepared, out, chance)
+        metrics = play_file(args, prepared, out, chance)
     except BaseException as exc:
         _leave_no_refusal_behind(out, exc)
         raise
@@ -220,61 +216,6 @@ def _leave_no_refusal_behind(out: Path, exc: BaseException) -> None:
         shutil.rmtree(out, ignore_errors=True)
     else:
         atomic_write_text(out / "error.txt", f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}\n")
-
-
-def _play(args: argparse.Namespace, p: Prepared, out: Path, chance: dict[str, Any]) -> dict[str, Any]:
-    """Attack the message and score it against the truth, logging progress to the terminal and ``run.log``."""
-    from privbench.attacks.labels.views import LabelView
-    from privbench.attacks.target import AttackTarget
-    from privbench.audit.games.reconstruction import score_reconstruction
-    from privbench.io import atomic_write_text
-    from privbench.metrics.reconstruction import Recovered
-    from privbench.pixels import denormalise
-    from privbench.progress import console_log, run_log
-    from privbench.provenance import versions
-
-    cfg, attack, message, data, model = p.cfg, p.attack, p.message, p.data, p.model
-    mean, std = data.train.mean, data.train.std
-    inputs = (f"normalised with data={cfg.data.get('source', '')}'s mean {_stats(mean)} and std {_stats(std)}"
-              if args.inputs == "normalised" else "raw pixels in [0, 1] (--inputs raw)")
-    if args.inputs == "raw":
-        # the attack searches in the normalised space either way (a well-scaled start); a raw-pixel model sees
-        # its candidates de-normalised, so the message is matched on the inputs the client really used
-        shift = torch.tensor(mean).view(1, -1, 1, 1)
-        scale = torch.tensor(std).view(1, -1, 1, 1)
-        model.register_forward_pre_hook(
-            lambda _module, given: (given[0] * scale.to(given[0].device) + shift.to(given[0].device), *given[1:]))
-    with run_log(out), console_log():
-        target = AttackTarget.from_payload(message.payload, base=message.base, model=model,
-                                           num_images=args.batch_size, image_shape=data.train.shape,
-                                           num_classes=data.train.num_classes, mean=mean, std=std,
-                                           unroll=attack.unroll)
-        target.knowledge["input_normalisation"] = {"inputs": args.inputs,
-                                                   **({"mean": list(mean), "std": list(std)}
-                                                      if args.inputs == "normalised" else {})}
-        view: Any = target
-        if attack.view == "labels":  # a batch's labels from its counts, read with the task's labelled test split
-            view = LabelView.from_test_split(target, data.test.images, data.test.labels,
-                                             count=int(getattr(attack, "public", 2000)), seed=int(cfg.seed),
-                                             mean=mean, std=std)
-            target.knowledge["public_data"] = view.knowledge["public_data"]
-        result = attack.attack(view, seed=int(cfg.seed))
-        privacy: dict[str, Any] = {"failed": result.failed, "objective": result.objective,
-                                   "label_source": result.label_source, "attempts": result.attempts}
-        if p.truth is not None and result.images is not None and result.labels is not None:
-            images, labels = p.truth
-            labels = labels if labels is not None else torch.full((len(images),), -1)
-            privacy.update(score_reconstruction(denormalise(result.images, mean, std), result.labels, images,
-                                                labels.long(), non_members=p.pool, seed=int(cfg.seed),
-                                                match_on=str(cfg.metrics.match_on), use_lpips=bool(cfg.metrics.lpips),
-                                                out=out, non_member_labels=p.pool_labels,
-                                                recovered=Recovered.of(cfg.metrics)))
-            privacy.update(chance)
-        atomic_write_text(out / "config.yaml", OmegaConf.to_yaml(cfg))
-    run = {"name": "attack-file", "source": str(args.file), "payload": message.payload.kind,
-           "attack": attack.name, "model": str(cfg.model._target_), "data": str(cfg.data.get("source", "")),
-           "seed": int(cfg.seed), "num_images": args.batch_size, "inputs": inputs, "versions": versions()}
-    return {"run": run, "privacy": privacy, "threat_model": dict(target.knowledge)}
 
 
 def main(argv: list[str] | None = None) -> None:

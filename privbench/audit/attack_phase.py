@@ -12,7 +12,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from privbench.audit.games import game_for
+from privbench.attacks.findings import Finding
+from privbench.audit.games import Play, game_for
 from privbench.audit.plan import Plan
 from privbench.audit.score import Scoring, Truth, score_finding
 from privbench.data import FederatedData
@@ -57,15 +58,11 @@ def attack_victims(p: Plan, store: PayloadStore, model: nn.Module, data: Federat
     findings = p.attack.attack_many([play.view for play in plays], seed=p.seed)
     scored = []
     for play, finding, folder in zip(plays, findings, dirs):
-        view = play.view
-        truth = replace(_truth(play.records, data), **play.answer)
-        how = Scoring(seed=p.seed, match_on=str(p.cfg.metrics.match_on), use_lpips=bool(p.cfg.metrics.lpips),
-                      out=folder, recovered=Recovered.of(p.cfg.metrics))
-        threat = {"server": "honest-but-curious", "aggregation": _server_view(p), **view.knowledge}
+        threat = {"server": "honest-but-curious", "aggregation": _server_view(p), **play.view.knowledge}
         spent = p.attack.budget()
         if spent:
             threat["attack_budget"] = {"attack": p.attack.name, **spent}
-        scored.append((score_finding(finding, view, p.attack, truth, how), threat, play.payload.nbytes))
+        scored.append((score_play(p, play, finding, data, folder), threat, play.payload.nbytes))
     privacy, threat, nbytes = scored[0]
     if p.victim.clients is None:
         return privacy, threat, nbytes
@@ -82,6 +79,16 @@ def attack_victims(p: Plan, store: PayloadStore, model: nn.Module, data: Federat
            if all(r.get(f.key) is not None for r in rows)},
         "seconds": seconds, "victims_per_second": len(rows) / seconds}
     return privacy, threat, nbytes
+
+
+def score_play(p: Any, play: Play, finding: Finding, data: FederatedData, folder: Path) -> dict[str, Any]:
+    """The privacy figures of ``finding`` on ``play``: its truth (the train images ``play.records`` of ``data``, and
+    the evaluator's answer on top) scored by the scorer of the finding's type, files written into ``folder``. ``p``:
+    the audit's plan, or any setting with its ``cfg``, ``attack`` and ``seed`` (a file attack's)."""
+    truth = replace(_truth(play.records, data), **play.answer)
+    how = Scoring(seed=p.seed, match_on=str(p.cfg.metrics.match_on), use_lpips=bool(p.cfg.metrics.lpips),
+                  out=folder, recovered=Recovered.of(p.cfg.metrics))
+    return score_finding(finding, play.view, p.attack, truth, how)
 
 
 def _audited(victim: Victim, store: PayloadStore) -> list[int]:

@@ -57,7 +57,7 @@ def score_reconstructed(finding: Reconstruction, view: Any, attack: Attack, trut
     privacy["label_source"] = finding.label_source
     if finding.attempts:
         privacy["attempts"] = finding.attempts
-    if finding.images is not None and finding.labels is not None:
+    if finding.images is not None and finding.labels is not None and len(truth.images):  # a file attack may hold none
         how.out.mkdir(parents=True, exist_ok=True)
         recon = finding.images.cpu()
         if not finding.pixels:
