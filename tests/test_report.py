@@ -400,6 +400,26 @@ def test_the_pareto_plot_labels_exactly_the_front():
     assert sorted(drawn.key) == ["defense=a = defense=a", "defense=b = defense=b", "defense=c = defense=c"]
 
 
+def test_every_family_s_table_has_a_verdict_from_its_headline_against_chance():
+    """Membership (AUC over 0.5), label counts (an error below the prior's: lower leaks), a one-run audit (epsilon
+    lower bound over 0) and source inference (over 1 / clients, paired per run): each row's verdict by hand."""
+    runs = pd.DataFrame({
+        "attack": ["lira"] * 3 + ["labels"] * 3 + ["one_run"] * 3 + ["source"] * 3 + ["lira_off"] * 3,
+        "seed": [0, 1, 2] * 5,
+        "mia_auc": [0.70, 0.72, 0.71, *[math.nan] * 3, 0.51, 0.50, 0.49, *[math.nan] * 3, 0.49, 0.53, 0.50],
+        "label_count_error": [*[math.nan] * 3, 0.2, 0.3, 0.25, *[math.nan] * 9],
+        "label_count_error_chance": [*[math.nan] * 3, 1.5, 1.4, 1.6, *[math.nan] * 9],
+        "epsilon_lower_bound": [*[math.nan] * 6, 0.9, 1.1, 1.0, *[math.nan] * 6],
+        "source_accuracy": [*[math.nan] * 9, 0.30, 0.10, 0.21, *[math.nan] * 3],
+        "source_chance": [*[math.nan] * 9, 0.25, 0.25, 0.25, *[math.nan] * 3],
+        "run_dir": "x"})
+    table = summarise(runs).set_index("attack")
+    assert table.loc["lira", "leaks"] == "yes" and table.loc["labels", "leaks"] == "yes"
+    assert table.loc["one_run", "leaks"] == "yes"  # the one-run bound comes before the canaries' AUC (0.50)
+    assert table.loc["source", "leaks"] == "attack failed"  # mean 0.203 < 0.25
+    assert table.loc["lira_off", "leaks"] == "unclear"  # AUC 0.507 with an interval across 0.5
+
+
 def test_pareto_front_counts_a_failed_attack_as_no_leak_not_as_depth():
     # -11.6 dB is not "more private" than -9.1 dB: both attacks failed, so the cheaper, more accurate row wins
     t = pd.DataFrame({"psnr_gain": [-11.6, -9.1, 3.0], "personal_accuracy": [0.90, 0.95, 0.99],

@@ -9,7 +9,7 @@ import pandas as pd
 from scipy import stats
 
 from privbench.figures import FIGURES as FIGURES_SPEC
-from privbench.figures import LEAKS, MISSING, PSNR_GAIN, RUNS, TABLE
+from privbench.figures import HEADLINES, LEAKS, MISSING, RUNS, TABLE, Figure
 from privbench.metrics.image import PSNR_CEILING
 from privbench.report.collect import FIGURES
 from privbench.report.grouping import group_keys
@@ -47,14 +47,36 @@ def t_interval(values: pd.Series, *, level: float = 0.95) -> tuple[float, float]
     return float(x.mean()) - half, float(x.mean()) + half
 
 
-#: The verdict of a PSNR gain at or below chance.
+#: The verdict of a headline figure at or below its chance level.
 FAILED = "attack failed"
+#: Per run: its family's headline figure beyond chance, in the direction of more leakage (``headline_gain``).
+HEADLINE = "_headline_gain"
+
+
+def headline_gain(runs: pd.DataFrame) -> pd.Series:
+    """Per run, its family's headline figure minus its chance level (``figures.HEADLINES``: the first the run
+    measured), signed so that above 0 means more leakage; NaN where it measured none.
+
+    Example:
+        >>> headline_gain(pd.DataFrame({"mia_auc": [0.7, float("nan")], "label_count_error": [float("nan"), 0.5],
+        ...                             "label_count_error_chance": [float("nan"), 1.5]})).tolist()
+        [0.19999999999999996, 1.0]
+    """
+    out = pd.Series(np.nan, index=runs.index, dtype=float)
+    for figure, chance in HEADLINES:
+        if figure.key not in runs or (isinstance(chance, Figure) and chance.key not in runs):
+            continue
+        level = runs[chance.key] if isinstance(chance, Figure) else chance
+        gain = pd.to_numeric(runs[figure.key], errors="coerce") - level
+        out = out.where(out.notna(), -gain if figure.leak == "lower" else gain)
+    return out
 
 
 def leaks(low: float, mean: float) -> str:
-    """``yes`` when the PSNR gain over chance is above 0 with its whole interval, ``attack failed`` when its mean
-    is at or below 0 (the attack learned nothing: no evidence either way, never a depth of privacy), ``unclear``
-    when the interval reaches 0; ``-`` without an interval (one seed) or a gain.
+    """``yes`` when the headline gain over chance (the PSNR gain, the membership AUC over 0.5, ...: ``HEADLINES``)
+    is above 0 with its whole interval, ``attack failed`` when its mean is at or below 0 (the attack learned
+    nothing: no evidence either way, never a depth of privacy), ``unclear`` when the interval reaches 0; ``-``
+    without an interval (one seed) or a headline.
 
     Example:
         >>> leaks(2.0, 5.0), leaks(-1.0, 4.0), leaks(-9.0, -4.0), leaks(math.nan, 5.0)
@@ -81,6 +103,7 @@ def summarise(runs: pd.DataFrame, keys: list[str] | None = None) -> pd.DataFrame
         return pd.DataFrame(columns=[*keys, RUNS, *figures])
     frame = runs.copy()
     frame["_all"] = "all"
+    frame[HEADLINE] = headline_gain(frame)
     by = keys or ["_all"]
     groups = frame.groupby(by, dropna=False, sort=False)
     agg = {c: "mean" for c in figures}
@@ -98,7 +121,8 @@ def summarise(runs: pd.DataFrame, keys: list[str] | None = None) -> pd.DataFrame
             low, high = np.maximum(low, floor), np.minimum(high, ceiling)
         intervals[f"{name}_lo"], intervals[f"{name}_hi"] = low, high
     table = pd.concat([table, pd.DataFrame(intervals, index=table.index)], axis=1)
-    table[LEAKS] = [leaks(lo, m) for lo, m in zip(table[f"{PSNR_GAIN}_lo"], table[PSNR_GAIN.key])]
+    gains = groups[HEADLINE].agg(["mean", t_interval])
+    table[LEAKS] = [leaks(bounds[0], mean) for mean, bounds in zip(gains["mean"], gains["t_interval"])]
     table = table.reset_index()
     if not keys:
         table = table.drop(columns="_all")

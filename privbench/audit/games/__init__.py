@@ -33,7 +33,9 @@ class Play:
 
 
 class Game:
-    """The evaluator's side of a family. ``p`` is the audit's ``Plan``."""
+    """The evaluator's side of a family. ``p`` is the audit's ``Plan``; the one-message games (gradient, model,
+    basis, labels) read only its ``cfg``, ``attack``, ``choice``, ``victim`` and ``seed``, which a file attack's
+    setting gives too (``privbench.file_game``)."""
 
     def check(self, p: Any, data: FederatedData, model: nn.Module, policy: Any) -> None:
         """Refuse (``ConfigError``, one line) settings this game cannot stage, before training (none by default)."""
