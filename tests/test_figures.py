@@ -1,4 +1,5 @@
-"""Every reported figure is specified once (``privbench/figures.py``) and every output reads the spec."""
+"""Every reported figure is specified once (``privbench/figures/``, a module per family) and every output reads the
+spec."""
 from __future__ import annotations
 
 import ast
@@ -27,7 +28,7 @@ def test_no_module_but_the_spec_spells_a_figure_key():
     spelled = []
     for folder in ("privbench",):
         for path in (ROOT / folder).rglob("*.py"):
-            if path == ROOT / "privbench" / "figures.py":
+            if (ROOT / "privbench" / "figures") in path.parents:
                 continue
             tree = ast.parse(path.read_text())
             docs = _docstrings(tree)
