@@ -116,6 +116,26 @@ def test_a_message_from_an_audits_payload_store(tmp_path):
     assert "psnr_mean" not in metrics["privacy"]  # no --truth: nothing to score against
 
 
+@pytest.mark.slow
+def test_a_compressed_update_of_a_later_round_keeps_its_id_and_the_declared_images(tmp_path):
+    """A quantised update of round 1 from an audit's store is attacked as recorded (decoded, its id kept), and the
+    attack rebuilds the --batch-size images declared, not the record's sample count."""
+    run = privbench.run(["fl=fedavg", "payload=update", "defense=quantize", "fl.rounds=2", "victim.round=1",
+                         "victim.update_data=all",
+                         "fl.participants=2", "data.num_clients=4", "data.partition=iid", "fl.local_epochs=1",
+                         "attack=none", "metrics.lpips=false"], results_dir=tmp_path / "results")
+    assert run.payloads is not None
+    records = [r for r in json.loads((run.payloads / "index.json").read_text()) if r["stored"]]
+    update = next(r for r in records if r["kind"] == "update" and r["round"] == 1)
+    assert update["encoding"] and update["training"]["num_samples"] > 1
+    out = attack(str(run.payloads), "--id", update["id"], "--batch-size", "1", "--out", "out", "model=lenet",
+                 "attack=ig", "attack.unroll=true", "attack.iterations=2", "attack.restarts=1", "metrics.lpips=false",
+                 cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    metrics = json.loads((written(out, tmp_path) / "metrics.json").read_text())
+    assert metrics["threat_model"]["payload"] == update["id"] and metrics["run"]["num_images"] == 1
+
+
 def _plain_pytorch_fedavg_client(folder: Path, *, clip: float | None = None) -> None:
     """A FedAvg client written in plain PyTorch, outside privbench's trainer: 3 local epochs of SGD (lr 0.1) on its
     one image, each step's gradient clipped to ``clip`` when given (DP-SGD without noise); it saves the weights it

@@ -45,6 +45,13 @@ class Game:
         """One play per audited client (``clients``, the headline victim first), or one for the whole run."""
         raise NotImplementedError(f"{type(self).__name__} stages no play")
 
+    def play(self, p: Any, victim: Any, payload: Payload, base: Payload | None, records: list[int],
+             model: nn.Module, data: FederatedData) -> Play:
+        """The play of one message alone (``payload`` and the download ``base`` it started from): what a file
+        attack plays. Games that rerun a round or read a whole run have none."""
+        raise ConfigError(f"the {type(self).__name__.lower()} game reads a whole run, not one message: audit a run "
+                          "with python -m privbench instead")
+
 
 def messages(p: Any, store: PayloadStore, clients: list[int]) -> Iterator[tuple[Payload, Payload | None, list[int]]]:
     """Each audited client's attacked message as the run's payload choice selects it, the download it started from

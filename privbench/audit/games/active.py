@@ -140,9 +140,10 @@ def _gene_client(p: Plan, crafted: nn.Module, sent: dict[str, torch.Tensor], rec
 
 def _gene_round(p: Plan, payload: Payload, base: Payload | None, model: nn.Module, data: FederatedData) -> ActiveView:
     """The victim's GENE-FL round on the crafted download (``_gene_client``): the server reads what it uploads."""
-    gene = p.cfg.fl.gene  # the learnGene round ran under fl=genefl (its payload kind says so)
-    if base is None or base.tensors is None:
-        raise AttackNotApplicableError(f"{payload.id}: a learnGene round needs the download it started from")
+    gene = getattr(p.protocol, "gene", None)  # the protocol's learnGene settings, as built
+    if not p.protocol.replays_own_data or base is None or base.tensors is None:
+        raise AttackNotApplicableError(f"{payload.id}: a learnGene round needs GENE-FL and the download it "
+                                       "started from")
     crafted = _crafted(p, model, dict(base.tensors), data)
     sent = parameters_of(crafted)
     replay, check = _gene_client(p, crafted, sent, dict(base.tensors), data, recorded=payload)
@@ -155,7 +156,7 @@ def _gene_round(p: Plan, payload: Payload, base: Payload | None, model: nn.Modul
     knowledge = _knowledge(
         p, payload, crafted=_what_was_sent(p, payload, crafted),
         reply=f"the victim's learnGene, its layers chosen by GENE-FL on the crafted download "
-              f"(select={gene.select}, score={gene.score}): {', '.join(chosen)}",
+              f"(select={getattr(gene, 'select', '-')}, score={getattr(gene, 'score', '-')}): {', '.join(chosen)}",
         reply_bytes=upload.nbytes, training=training,
         **{CRAFTED_UPLOADED.key: uploaded, "crafted_layer_xi": xi.get(layer)})
     check = {**check, CRAFTED_UPLOADED.key: float(uploaded)}

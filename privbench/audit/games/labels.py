@@ -15,7 +15,8 @@ from privbench.audit.plan import Plan
 from privbench.audit.score import Scoring, Truth, register_scorer
 from privbench.data import FederatedData
 from privbench.metrics.labels import label_scores
-from privbench.payloads import PayloadStore
+from privbench.payloads import Payload, PayloadStore
+from privbench.victim import Victim
 
 
 @register_game("labels")
@@ -25,14 +26,16 @@ class Labels(Game):
 
     def stage(self, p: Plan, store: PayloadStore, model: nn.Module, data: FederatedData, clients: list[int]
               ) -> list[Play]:
-        plays = []
-        for c, (payload, base, records) in zip(clients, messages(p, store, clients)):
-            target = gradient_view(p, p.victim.alone(c), payload, base, model, data)
-            view = LabelView.from_test_split(target, data.test.images, data.test.labels,
-                                             count=int(getattr(p.attack, "public", 2000)), seed=p.seed,
-                                             mean=data.train.mean, std=data.train.std)
-            plays.append(Play(payload, view, records))
-        return plays
+        return [self.play(p, p.victim.alone(c), payload, base, records, model, data)
+                for c, (payload, base, records) in zip(clients, messages(p, store, clients))]
+
+    def play(self, p: Plan, victim: Victim, payload: Payload, base: Payload | None, records: list[int],
+             model: nn.Module, data: FederatedData) -> Play:
+        target = gradient_view(p, victim, payload, base, model, data)
+        view = LabelView.from_test_split(target, data.test.images, data.test.labels,
+                                         count=int(getattr(p.attack, "public", 2000)), seed=p.seed,
+                                         mean=data.train.mean, std=data.train.std)
+        return Play(payload, view, records)
 
 
 @register_scorer(InferredLabels)

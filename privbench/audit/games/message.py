@@ -48,6 +48,9 @@ class OneMessage(Game):
 
     def stage(self, p: Plan, store: PayloadStore, model: nn.Module, data: FederatedData, clients: list[int]
               ) -> list[Play]:
-        build = self.builders[p.attack.view]
-        return [Play(payload, build(p, p.victim.alone(c), payload, base, model, data), records)
+        return [self.play(p, p.victim.alone(c), payload, base, records, model, data)
                 for c, (payload, base, records) in zip(clients, messages(p, store, clients))]
+
+    def play(self, p: Plan, victim: Victim, payload: Payload, base: Payload | None, records: list[int],
+             model: nn.Module, data: FederatedData) -> Play:
+        return Play(payload, self.builders[p.attack.view](p, victim, payload, base, model, data), records)

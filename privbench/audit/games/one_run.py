@@ -99,8 +99,9 @@ def canary_round(p: Plan, payload: Payload, base: Payload | None, model: nn.Modu
     device = next(model.parameters()).device
     gene = payload.kind == "learngene"
     if gene:
-        if base is None or base.tensors is None:
-            raise AttackNotApplicableError(f"{payload.id}: a learnGene round needs the download it started from")
+        if not p.protocol.replays_own_data or base is None or base.tensors is None:
+            raise AttackNotApplicableError(f"{payload.id}: a learnGene round needs GENE-FL and the download it "
+                                           "started from")
         received, client_data = dict(base.tensors), None
         layers = tuple(payload.condensation.layers) if payload.condensation else None
     else:
