@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 import torch
 from torch import nn
@@ -14,9 +14,14 @@ from privbench.payloads.kinds import Carries, kinds_where
 
 __all__ = ["Attack"]
 
+#: The view an attack takes and the finding it returns.
+V = TypeVar("V")
+F = TypeVar("F", bound=Finding)
 
-class Attack(ABC):
-    """Anything the audit can point at a recorded payload: one call, ``attack(view, seed=...)``.
+
+class Attack(ABC, Generic[V, F]):
+    """Anything the audit can point at a recorded payload: one call, ``attack(view, seed=...)``, generic in the view
+    it takes (``V``) and the finding of its family it returns (``F``).
 
     Subclasses set ``name``, ``reads`` (what a payload must carry: ``gradient``, ``model`` or
     ``basis``; which kinds qualify comes from the payload kinds' specs) and ``view`` (the view
@@ -32,10 +37,10 @@ class Attack(ABC):
     unroll: bool = False
 
     @abstractmethod
-    def attack(self, view: Any, *, seed: int) -> Finding:
+    def attack(self, view: V, *, seed: int) -> F:
         """What the attacker infers from ``view`` (what the threat model gives it), drawing randomness from ``seed``."""
 
-    def attack_many(self, views: list[Any], *, seed: int) -> list[Finding]:
+    def attack_many(self, views: list[V], *, seed: int) -> list[F]:
         """``attack`` on each view (several victims); an attack may batch them, with the same results."""
         return [self.attack(view, seed=seed) for view in views]
 
@@ -48,7 +53,7 @@ class Attack(ABC):
         """Refuse (``AttackNotApplicableError``, one line) a model this attack cannot run on; called before
         training. Any model by default."""
 
-    def evaluate(self, view: Any, truth: torch.Tensor) -> dict[str, Any]:
+    def evaluate(self, view: V, truth: torch.Tensor) -> dict[str, Any]:
         """Figures only the evaluator can compute (it holds ``truth``, the private images in [0, 1]); none by default."""
         return {}
 

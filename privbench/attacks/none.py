@@ -7,7 +7,7 @@ from privbench.attacks.base import Attack
 from privbench.attacks.findings import Finding
 
 
-class NoAttack(Attack):
+class NoAttack(Attack[Any, Finding]):
     """The opt-out: the audit skips payload selection and reconstruction.
 
     Example:

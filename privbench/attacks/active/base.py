@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from privbench.attacks.active.isolation import Isolation
+from privbench.attacks.active.views import ActiveView
 from privbench.attacks.base import Attack
 from privbench.attacks.reconstruction.findings import Reconstruction
 from privbench.attacks.views import ViewKind
@@ -16,7 +17,7 @@ from privbench.figures import CRAFTED_UPLOADED, RECOVERED_FRACTION
 from privbench.payloads.kinds import Carries
 
 
-class ActiveAttack(Attack):
+class ActiveAttack(Attack[ActiveView, Reconstruction]):
     """An active server's attack: it crafts the victim's download of the audited round (``craft``), the victim
     trains on it as usual, and the attack reads the reply (an ``ActiveView``, ``privbench.audit.games.active``).
 

@@ -75,7 +75,7 @@ def counted(target: AttackTarget) -> dict[int, int] | None:
     return {int(c): int(n) for c, n in zip(classes, numbers)}
 
 
-class LabelCounts(Attack):
+class LabelCounts(Attack[LabelView, InferredLabels]):
     """The classes a message was computed from and how many images of each, from the head's bias gradient.
 
     Args:

@@ -88,7 +88,7 @@ def _gaussian(values: torch.Tensor, mask: torch.Tensor, fixed: bool) -> tuple[to
     return mu, var.clamp_min(MIN_VARIANCE)
 
 
-class LiRA(Attack):
+class LiRA(Attack[MembershipView, MembershipScores]):
     """Score every candidate of a ``MembershipView`` by its likelihood ratio under shadow client-rounds.
 
     Args:

@@ -26,7 +26,7 @@ from privbench.payloads.kinds import Carries
 from privbench.progress import phase
 
 
-class ParticipationInference(Attack):
+class ParticipationInference(Attack[ParticipationView, MembershipScores]):
     """Score each (round, client) pair by the loss change of the client's records from the round's start to its
     aggregate.
 

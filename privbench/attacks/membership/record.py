@@ -35,7 +35,7 @@ Test = Literal["loss", "loss_change", "gradient_alignment"]
 TESTS: tuple[Test, ...] = ("loss", "loss_change", "gradient_alignment")
 
 
-class MembershipInference(Attack):
+class MembershipInference(Attack[MembershipView, MembershipScores]):
     """Score every candidate record of a ``MembershipView`` with one test.
 
     Args:

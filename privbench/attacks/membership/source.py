@@ -26,7 +26,7 @@ from privbench.progress import phase
 PRIORS = ("none", "classes")
 
 
-class SourceInference(Attack):
+class SourceInference(Attack[SourceView, SourceGuesses]):
     """Attribute each candidate record to the client whose uploaded model has the smallest loss on it.
 
     Args:

@@ -24,6 +24,7 @@ import torch.nn.functional as F
 
 from privbench.attacks.base import Attack
 from privbench.attacks.one_run.findings import CanaryScores
+from privbench.attacks.one_run.views import CanaryView
 from privbench.attacks.views import at_weights
 from privbench.payloads.kinds import Carries
 
@@ -32,7 +33,7 @@ CanaryKind = Literal["dirac", "mislabelled"]
 CANARY_KINDS = ("dirac", "mislabelled")
 
 
-class OneRunAudit(Attack):
+class OneRunAudit(Attack[CanaryView, CanaryScores]):
     """Score each canary from the victim's update and guess ``guesses`` in and ``guesses`` out.
 
     Args:

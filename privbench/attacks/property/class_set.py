@@ -108,7 +108,7 @@ def proportions_fit(basis: torch.Tensor, public: torch.Tensor, labels: torch.Ten
     return {c: float(v) for c, v in zip(classes, p)}
 
 
-class SubspaceClassSet(Attack):
+class SubspaceClassSet(Attack[BasisView, InferredProperty]):
     """Infer a client's class set from its data-subspace basis and labelled public images.
 
     Args:

@@ -15,7 +15,7 @@ from privbench.errors import AttackNotApplicableError
 from privbench.payloads.kinds import Carries
 
 
-class GradientInversion(Attack):
+class GradientInversion(Attack[AttackTarget, Reconstruction]):
     """A gradient-inversion attack with restarts.
 
     Args:

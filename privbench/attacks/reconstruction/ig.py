@@ -8,11 +8,11 @@ from typing import Any, ClassVar
 import torch
 import torch.nn.functional as F
 
-from privbench.attacks.findings import Finding
 from privbench.attacks.labels.counts import check_label_rule, counted, with_counted_labels
 from privbench.attacks.labels.recovery import known_labels
 from privbench.attacks.labels.views import LabelView
 from privbench.attacks.reconstruction.base import Attempt, GradientInversion
+from privbench.attacks.reconstruction.findings import Reconstruction
 from privbench.attacks.reconstruction.matching import candidate_gradient
 from privbench.attacks.reconstruction.objectives import cosine_distance, total_variation
 from privbench.attacks.reconstruction.stacked import StackedModel, unstackable
@@ -61,7 +61,7 @@ class InvertingGradients(GradientInversion):
         check_label_rule(labels, public)
         self.lr, self.tv, self.batched, self.labels, self.public = lr, tv, batched, labels, public
 
-    def attack(self, view: AttackTarget | LabelView, *, seed: int) -> Finding:  # type: ignore[override]
+    def attack(self, view: AttackTarget | LabelView, *, seed: int) -> Reconstruction:
         target = with_counted_labels(view, self.labels, seed=seed)
         found = super().attack(target, seed=seed)
         found.info["label_counts"] = counted(target)
@@ -106,7 +106,7 @@ class InvertingGradients(GradientInversion):
         together = self._batched([target], generators=generators)
         return None if together is None else together[0]
 
-    def attack_many(self, views: list[Any], *, seed: int) -> list[Finding]:
+    def attack_many(self, views: list[Any], *, seed: int) -> list[Reconstruction]:
         """Every target's restarts in one batched optimisation, each result equal to ``attack`` on that target alone."""
         if len(views) < 2:
             return super().attack_many(views, seed=seed)
@@ -118,7 +118,7 @@ class InvertingGradients(GradientInversion):
         together = self._batched(targets, generators=generators)
         if together is None:
             return super().attack_many(targets, seed=seed)
-        found: list[Finding] = [
+        found: list[Reconstruction] = [
             self.result(target, attempts, [(target.evaluations - b) // len(attempts)] * len(attempts))
             for target, attempts, b in zip(targets, together, before)]
         for target, finding in zip(targets, found):

@@ -15,7 +15,7 @@ from privbench.payloads.kinds import Carries
 from privbench.pixels import denormalise, normalise
 
 
-class SubspaceProjection(Attack):
+class SubspaceProjection(Attack[BasisView, Reconstruction]):
     """Score the leakage of a client's SVD basis ``U`` (``[D, d]``, in model input space).
 
     Two views: (1) the attacker's own reconstructions, the basis vectors shown as images
