@@ -63,7 +63,8 @@ def play_file(args: argparse.Namespace, p: Any, out: Path, chance: dict[str, Any
     victim = Victim(num_images=args.batch_size)
     with run_log(out), console_log():
         play = game_for(attack.view).play(setting, victim, message.payload, message.base, [], model, data)
-        play.view.knowledge["input_normalisation"] = {"inputs": args.inputs, **(
+        target = getattr(play.view, "target", play.view)  # the gradient view (a label view's knowledge reads it)
+        target.knowledge["input_normalisation"] = {"inputs": args.inputs, **(
             {"mean": list(mean), "std": list(std)} if args.inputs == "normalised" else {})}
         finding = attack.attack(play.view, seed=setting.seed)
         scored = p.truth is not None and all(getattr(finding, k, None) is not None for k in ("images", "labels"))
@@ -77,8 +78,6 @@ def play_file(args: argparse.Namespace, p: Any, out: Path, chance: dict[str, Any
             privacy.update(chance)
         atomic_write_text(out / "config.yaml", OmegaConf.to_yaml(cfg))
     threat = dict(play.view.knowledge)
-    if "public_data" in threat:  # a label view's public images, after what the gradient view declares
-        threat["public_data"] = threat.pop("public_data")
     run = {"name": "attack-file", "source": str(args.file), "payload": message.payload.kind,
            "attack": attack.name, "model": str(cfg.model._target_), "data": str(cfg.data.get("source", "")),
            "seed": int(cfg.seed), "num_images": args.batch_size, "inputs": inputs, "versions": versions()}
