@@ -53,6 +53,15 @@ class Game:
                           "with python -m privbench instead")
 
 
+class MessageGame(Game):
+    """A game whose every play is one message's: each audited client's message, played alone (``play``)."""
+
+    def stage(self, p: Any, store: PayloadStore, model: nn.Module, data: FederatedData, clients: list[int]
+              ) -> list[Play]:
+        return [self.play(p, p.victim.alone(c), payload, base, records, model, data)
+                for c, (payload, base, records) in zip(clients, messages(p, store, clients))]
+
+
 def messages(p: Any, store: PayloadStore, clients: list[int]) -> Iterator[tuple[Payload, Payload | None, list[int]]]:
     """Each audited client's attacked message as the run's payload choice selects it, the download it started from
     (None for a message with no base) and the train images it was computed from (the evaluator's truth)."""

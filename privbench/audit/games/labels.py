@@ -9,25 +9,20 @@ from torch import nn
 from privbench.attacks.base import Attack
 from privbench.attacks.labels.findings import InferredLabels
 from privbench.attacks.labels.views import LabelView
-from privbench.audit.games import Game, Play, messages, register_game
+from privbench.audit.games import MessageGame, Play, register_game
 from privbench.audit.games.message import gradient_view
 from privbench.audit.plan import Plan
 from privbench.audit.score import Scoring, Truth, register_scorer
 from privbench.data import FederatedData
 from privbench.metrics.labels import label_scores
-from privbench.payloads import Payload, PayloadStore
+from privbench.payloads import Payload
 from privbench.victim import Victim
 
 
 @register_game("labels")
-class Labels(Game):
+class Labels(MessageGame):
     """The gradient view of each audited client's message with ``attack.public`` test-split images (no client holds
     them) and their labels."""
-
-    def stage(self, p: Plan, store: PayloadStore, model: nn.Module, data: FederatedData, clients: list[int]
-              ) -> list[Play]:
-        return [self.play(p, p.victim.alone(c), payload, base, records, model, data)
-                for c, (payload, base, records) in zip(clients, messages(p, store, clients))]
 
     def play(self, p: Plan, victim: Victim, payload: Payload, base: Payload | None, records: list[int],
              model: nn.Module, data: FederatedData) -> Play:

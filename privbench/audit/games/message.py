@@ -8,10 +8,10 @@ from torch import nn
 
 from privbench.attacks.target import AttackTarget
 from privbench.attacks.views import BasisView, ModelView
-from privbench.audit.games import Game, Play, messages, register_game
+from privbench.audit.games import MessageGame, Play, register_game
 from privbench.audit.plan import Plan
 from privbench.data import FederatedData
-from privbench.payloads import Payload, PayloadStore
+from privbench.payloads import Payload
 from privbench.pixels import normalise
 from privbench.victim import Victim
 
@@ -41,15 +41,10 @@ def basis_view(p: Plan, victim: Victim, payload: Payload, base: Payload | None, 
 
 
 @register_game("gradient", "model", "basis")
-class OneMessage(Game):
+class OneMessage(MessageGame):
     """Each audited client's message, as the view the attack asks for."""
 
     builders: dict[str, Any] = {"gradient": gradient_view, "model": model_view, "basis": basis_view}
-
-    def stage(self, p: Plan, store: PayloadStore, model: nn.Module, data: FederatedData, clients: list[int]
-              ) -> list[Play]:
-        return [self.play(p, p.victim.alone(c), payload, base, records, model, data)
-                for c, (payload, base, records) in zip(clients, messages(p, store, clients))]
 
     def play(self, p: Plan, victim: Victim, payload: Payload, base: Payload | None, records: list[int],
              model: nn.Module, data: FederatedData) -> Play:
