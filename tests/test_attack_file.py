@@ -128,12 +128,14 @@ def test_a_compressed_update_of_a_later_round_keeps_its_id_and_the_declared_imag
     records = [r for r in json.loads((run.payloads / "index.json").read_text()) if r["stored"]]
     update = next(r for r in records if r["kind"] == "update" and r["round"] == 1)
     assert update["encoding"] and update["training"]["num_samples"] > 1
-    out = attack(str(run.payloads), "--id", update["id"], "--batch-size", "1", "--out", "out", "model=lenet",
-                 "attack=ig", "attack.unroll=true", "attack.iterations=2", "attack.restarts=1", "metrics.lpips=false",
-                 cwd=tmp_path)
+    torch.save({"images": torch.full((1, 1, 28, 28), 0.5)}, tmp_path / "truth.pt")  # one image, as declared
+    out = attack(str(run.payloads), "--id", update["id"], "--batch-size", "1", "--truth", "truth.pt", "--out", "out",
+                 "model=lenet", "attack=ig", "attack.unroll=true", "attack.iterations=2", "attack.restarts=1",
+                 "metrics.lpips=false", cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
     metrics = json.loads((written(out, tmp_path) / "metrics.json").read_text())
-    assert metrics["threat_model"]["payload"] == update["id"] and metrics["run"]["num_images"] == 1
+    assert metrics["threat_model"]["payload"] == update["id"]
+    assert metrics["privacy"]["num_reconstructed"] == 1 < update["training"]["num_samples"]  # the images declared
 
 
 def _plain_pytorch_fedavg_client(folder: Path, *, clip: float | None = None) -> None:

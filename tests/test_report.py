@@ -418,6 +418,10 @@ def test_every_family_s_table_has_a_verdict_from_its_headline_against_chance():
     assert table.loc["one_run", "leaks"] == "yes"  # the one-run bound comes before the canaries' AUC (0.50)
     assert table.loc["source", "leaks"] == "attack failed"  # mean 0.203 < 0.25
     assert table.loc["lira_off", "leaks"] == "unclear"  # AUC 0.507 with an interval across 0.5
+    informed = pd.DataFrame({"attack": "participation", "seed": [0, 1, 2], "mia_auc": [0.70, 0.72, 0.71],
+                             "mia_auc_informed": [0.69, 0.73, 0.69], "run_dir": "x"})
+    # the same AUC reads "yes" against 0.5, but the class alone gives as much: no evidence of participation
+    assert summarise(informed).loc[0, "leaks"] == "unclear"
 
 
 def test_pareto_front_counts_a_failed_attack_as_no_leak_not_as_depth():

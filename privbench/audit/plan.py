@@ -114,7 +114,7 @@ def plan(cfg: DictConfig) -> Plan:
         raise ConfigError(f"victim.clients: payload={choice.kind} is one aggregate per cluster, not a message of "
                           "each client; audit aggregates with one victim (victim.clients=null)")
     if p.attacking:
-        _check_attack(p, aggregation)
+        _check_attack(p)
     return p
 
 
@@ -137,8 +137,9 @@ def _check_keys(cfg: DictConfig) -> None:
         raise ConfigError(f"metrics.match_on={cfg.metrics.match_on!r}: allowed values: {', '.join(MATCH_ON)}")
 
 
-def _check_attack(p: Plan, aggregation: Aggregation) -> None:
+def _check_attack(p: Plan) -> None:
     """The attack against what the run sends and the server sees: the payload, its kind, the defence, unrolling."""
+    aggregation = p.protocol.aggregation
     if p.choice.kind not in p.protocol.wire_kinds:
         sends = ", ".join(p.protocol.wire_kinds) or "nothing (use attack=none)"
         under = "" if aggregation.name == "plain" else f" with aggregation={aggregation.name}"

@@ -104,9 +104,11 @@ FIGURES = (*REPORTED, LPIPS_GAIN, MSE_MEAN, NUM_RECONSTRUCTED, LABEL_COUNTS_EXAC
            TOTAL_RATIO, MIA_NON_MEMBERS)
 
 #: Each family's headline figure and the chance level it is read against (a figure of the same run, or a constant),
-#: in order: a run's leak verdict is read from the first it measured, in its leak direction, as a paired difference.
+#: in order: a run's leak verdict is read from the first it measured, in its leak direction, as a paired difference
+#: (the informed chance first where the game has one: what the class alone gives the test).
 HEADLINES: tuple[tuple[Figure, Figure | float], ...] = (
-    (PSNR_GAIN, 0.0), (EPSILON_LOWER, 0.0), (MIA_AUC, 0.5), (SOURCE_ACCURACY, SOURCE_CHANCE),
+    (PSNR_GAIN, 0.0), (EPSILON_LOWER, 0.0), (MIA_AUC, MIA_AUC_INFORMED), (MIA_AUC, 0.5),
+    (SOURCE_ACCURACY, SOURCE_CHANCE_INFORMED), (SOURCE_ACCURACY, SOURCE_CHANCE),
     (LABEL_COUNT_ERROR, LABEL_COUNT_ERROR_CHANCE), (CLASS_PROPORTION_ERROR, CLASS_PROPORTION_ERROR_CHANCE),
     (RECOVERED_FRACTION, RECOVERED_FRACTION_CHANCE))
 #: Derived columns of the report's tables: the leak verdict and the number of runs.
