@@ -226,7 +226,12 @@ def app(cfg: DictConfig) -> float | None:
 
 
 def main() -> None:
-    """Console entry point: check the overrides, then hand over to Hydra."""
+    """Console entry point: check the overrides, then hand over to Hydra (``audit-app PATH``: audit a Flower app,
+    ``privbench.app_audit``)."""
+    if sys.argv[1:2] == ["audit-app"]:
+        from privbench.app_audit.command import main as audit_app
+
+        raise SystemExit(audit_app(sys.argv[2:]))
     from privbench.config_dir import use_config_dir
     from privbench.launch import check_launch, hydra_arguments, remember
     from privbench.naming import register

@@ -134,10 +134,13 @@ RULES = [
     ("privbench.payloads", "privbench.audit"),
     # the Flower engine adapter sits below the audit; its apps (client_app, server_app) above it
     *[(f"privbench.flower.{m}", "privbench.audit") for m in ("engine", "capture", "codec", "launch", "simulation")],
+    # auditing a user's Flower app is an entry point over the attacks and defences: nothing below it imports it
+    *[(layer, "privbench.app_audit") for layer in ("privbench.audit", "privbench.attacks", "privbench.defenses",
+                                                    "privbench.fl", "privbench.flower", "privbench.payloads")],
 ]
 #: Modules a user or a tool starts (``python -m``, the Python API, Flower's app references).
 ENTRY_POINTS = {"privbench.__main__", "privbench.cli", "privbench.api", "privbench.attack", "privbench.report.__main__",
-                "privbench.rescore",
+                "privbench.rescore", "privbench.app_audit.__main__",
                 "privbench.flower.client_app", "privbench.flower.server_app"}
 
 

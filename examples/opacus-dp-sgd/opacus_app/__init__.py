@@ -1,0 +1,1 @@
+"""opacus-dp-sgd: each client trains with DP-SGD (Opacus) and reports the epsilon its engine spent."""

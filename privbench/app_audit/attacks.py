@@ -1,0 +1,131 @@
+"""privbench's attacks on the app's uploads: for each client's train reply, record-level membership (the loss-change
+test) and its per-class label counts, scored against what the client's data loaders yielded (the evaluator's truth).
+
+Members are the records the client trained on that round; non-members the records it evaluated on (its own held-out
+split, which it never trained on), as many as there are members, drawn by the seed. Public labelled data for the
+label attack: the other clients' evaluation records (none of them the victim's).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from privbench.app_audit.recording import Sent
+from privbench.app_audit.simulation import AppRun
+from privbench.app_audit.training import Declared, local_training
+from privbench.errors import AttackNotApplicableError
+from privbench.payloads import Payload
+
+
+@dataclass
+class ClientRound:
+    """One client's train exchange in one round, with what its loaders yielded then (the evaluator's)."""
+
+    client: str
+    round: int
+    received: Sent
+    upload: Sent
+    members: tuple[torch.Tensor, torch.Tensor]
+
+    def payloads(self, training: Any) -> tuple[Payload, Payload]:
+        """The exchange as privbench payloads: the model received (``global_model``) and the upload (``update``)."""
+        base = Payload.from_tensors(kind="global_model", round=self.round, sender="server", receiver=self.client,
+                                    tensors=self.received.arrays)
+        upload = Payload.from_tensors(kind="update", round=self.round, sender=self.client, receiver="server",
+                                      tensors=self.upload.arrays, base=base.id, training=training)
+        return upload, base
+
+
+def _unique(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each record once, in first-seen order (a loader yields a record once per epoch)."""
+    seen: dict[bytes, int] = {}
+    for i, row in enumerate(x.reshape(len(x), -1).numpy()):
+        seen.setdefault(row.tobytes(), i)
+    keep = torch.tensor(sorted(seen.values()), dtype=torch.long)
+    return x[keep], y[keep]
+
+
+def client_rounds(run: AppRun) -> list[ClientRound]:
+    """Every train exchange whose reply carries arrays and whose client's loaders yielded records, in round and
+    client order."""
+    notes = {n["message_id"]: n for n in run.notes if n["type"] == "train" and len(n["labels"])}
+    sent = {(m.message_id): m for m in run.messages if m.direction == "down" and m.message_type == "train"}
+    out = []
+    for reply in run.messages:
+        if reply.direction != "up" or reply.message_type != "train" or not reply.arrays:
+            continue
+        note, received = notes.get(reply.message_id), sent.get(reply.message_id)
+        if note is None or received is None:
+            continue
+        out.append(ClientRound(f"client{run.partitions.get(reply.node, reply.node)}", reply.round, received, reply,
+                               _unique(note["inputs"], note["labels"])))
+    return sorted(out, key=lambda c: (c.round, int(c.client.removeprefix("client"))))
+
+
+def held_out(run: AppRun, client: str) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The records ``client`` evaluated on (its own held-out split), each once; None when it evaluated nothing."""
+    node = next((n for n, p in run.partitions.items() if f"client{p}" == client), None)
+    rows = [(n["inputs"], n["labels"]) for n in run.notes if n["type"] == "evaluate" and n["node"] == node
+            and len(n["labels"])]
+    if not rows:
+        return None
+    return _unique(torch.cat([x for x, _ in rows]), torch.cat([y for _, y in rows]))
+
+
+def membership(model: Callable[[], nn.Module], cr: ClientRound, outside: tuple[torch.Tensor, torch.Tensor],
+               *, seed: int) -> dict[str, Any]:
+    """Loss-change membership on the upload: AUC and TPR at 1 % FPR over members and as many non-members."""
+    from privbench.attacks.membership.record import MembershipInference
+    from privbench.attacks.membership.views import MembershipView
+    from privbench.metrics.membership import auc, clopper_pearson, tpr_at_fpr
+
+    members_x, members_y = cr.members
+    n = min(len(members_y), len(outside[1]))
+    if n < 10:
+        raise AttackNotApplicableError(f"{cr.client} round {cr.round}: {n} members or non-members, fewer than 10")
+    gen = torch.Generator().manual_seed(seed)
+    pick_in, pick_out = torch.randperm(len(members_y), generator=gen)[:n], torch.randperm(len(outside[1]), generator=gen)[:n]
+    candidates = torch.cat([members_x[pick_in], outside[0][pick_out]])
+    labels = torch.cat([members_y[pick_in], outside[1][pick_out]])
+    upload, base = cr.payloads(None)
+    view = MembershipView.from_payload(upload, base=base, model=model(), candidates=candidates, labels=labels,
+                                       pool="the client's own evaluation records")
+    scores = MembershipInference(test="loss_change", max_candidates=2 * n).attack(view, seed=seed).scores.numpy()
+    truth = np.r_[np.ones(n, bool), np.zeros(n, bool)]
+    tpr, hits, positives = tpr_at_fpr(scores, truth, 0.01)
+    low, high = clopper_pearson(hits, positives)
+    return {"membership_auc": auc(scores, truth), "membership_auc_chance": 0.5, "membership_tpr_at_1pct_fpr": tpr,
+            "membership_tpr_at_1pct_fpr_interval": [low, high], "membership_tpr_at_1pct_fpr_chance": 0.01,
+            "members": n, "non_members": n}
+
+
+def label_counts(model: Callable[[], nn.Module], cr: ClientRound, public: tuple[torch.Tensor, torch.Tensor],
+                 flags: Declared, run_config: dict[str, Any], *, seed: int) -> dict[str, Any]:
+    """The per-class counts of the upload's records from the head's bias along the update, scored exactly."""
+    from privbench.attacks.labels.counts import LabelCounts
+    from privbench.attacks.labels.views import LabelView
+    from privbench.attacks.target import AttackTarget
+    from privbench.metrics.labels import label_scores
+
+    stated = cr.upload.metrics.get("num-examples")
+    num = int(stated) if isinstance(stated, (int, float)) and 0 < stated <= 100_000 else len(cr.members[1])
+    training, sources = local_training(flags, cr.received.config, run_config, num)
+    if training is None:
+        from privbench.app_audit.training import ask
+        raise AttackNotApplicableError(ask(sources))
+    upload, base = cr.payloads(training)
+    net = model()
+    c, h, w = (int(v) for v in public[0].shape[1:])
+    classes = int(net(public[0][:1]).shape[-1])
+    target = AttackTarget.from_payload(upload, base=base, model=net, num_images=num, image_shape=(c, h, w),
+                                       num_classes=classes)
+    finding = LabelCounts(public=len(public[1])).attack(LabelView(target, public[0], public[1]), seed=seed)
+    frequencies = torch.bincount(public[1], minlength=classes).double() / len(public[1])
+    scores = label_scores(finding.counts, cr.members[1], frequencies)
+    return {**scores, "training": {"lr": training.lr, "steps": training.steps, "batch_size": training.batch_size,
+                                   "epochs": training.epochs, "num_samples": num}, "training_from": sources}

@@ -1,0 +1,160 @@
+"""One audit of a Flower app: run it with the recording in place, write its traffic, measure its privacy
+mechanisms, attack each upload, and read the gate; the folder appears whole or not at all."""
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from privbench.app_audit import attacks, privacy
+from privbench.app_audit.app import FlowerApp
+from privbench.app_audit.gate import Rule
+from privbench.app_audit.model import find_model
+from privbench.app_audit.simulation import AppRun, run_app
+from privbench.app_audit.training import Declared
+from privbench.app_audit.wire import write_wire
+from privbench.errors import AttackNotApplicableError
+from privbench.io import atomic_write_text
+
+
+@dataclass
+class Options:
+    """What the command line asked of the audit (already checked)."""
+
+    seed: int = 0
+    model: str | None = None
+    declared: Declared = field(default_factory=Declared)
+    delta: float = 1e-5
+    rules: list[Rule] = field(default_factory=list)
+    command: str = ""
+
+
+def mechanisms(app: FlowerApp, run: AppRun, o: Options) -> list[dict[str, Any]]:
+    """Every privacy mechanism found, measured."""
+    rounds = Counter(m.node for m in run.messages if m.direction == "up" and m.message_type == "train" and m.arrays)
+    found = []
+    for mod in privacy.client_mods(run.client_app):
+        if type(mod).__name__ == "LocalDpMod":
+            found.append(privacy.local_dp(run, mod, rounds=max(rounds.values(), default=1), seed=o.seed))
+        elif callable(mod) and getattr(mod, "__name__", "") in ("fixedclipping_mod", "adaptiveclipping_mod"):
+            found.append({"mechanism": mod.__name__, "problems": [], "note": "clips on the client for the server's "
+                          "central DP wrapper"})
+    for strategy in run.strategies:
+        dp = privacy.strategy_dp(strategy, clients=app.supernodes, rounds=max(
+            (m.round for m in run.messages if m.message_type == "train"), default=1), delta=o.delta)
+        if dp is not None:
+            found.append(dp)
+    for node, partition in sorted(run.partitions.items(), key=lambda kv: kv[1]):
+        dp = privacy.dp_sgd(run, f"client{partition}", node, delta=o.delta)
+        if dp is not None:
+            found.append(dp)
+    return found
+
+
+def attack_uploads(run: AppRun, app: FlowerApp, model: Any, o: Options) -> list[dict[str, Any]]:
+    """Membership and label counts on each client's upload, each scored against its truth and chance."""
+    out = []
+    for cr in attacks.client_rounds(run):
+        row: dict[str, Any] = {"client": cr.client, "round": cr.round, "records": len(cr.members[1]), "skipped": []}
+        outside = attacks.held_out(run, cr.client)
+        public = [attacks.held_out(run, f"client{p}") for p in sorted(set(run.partitions.values()))
+                  if f"client{p}" != cr.client]
+        torch.manual_seed(o.seed)
+        try:
+            if outside is None:
+                raise AttackNotApplicableError("the client evaluated on no records of its own (no non-members)")
+            row["membership"] = attacks.membership(model, cr, outside, seed=o.seed)
+        except AttackNotApplicableError as exc:
+            row["skipped"].append(f"membership: {exc}")
+        try:
+            pool = [p for p in public if p is not None]
+            if not pool:
+                raise AttackNotApplicableError("no other client's evaluation records to serve as public data")
+            row["labels"] = attacks.label_counts(model, cr, (torch.cat([x for x, _ in pool]),
+                                                             torch.cat([y for _, y in pool])),
+                                                 o.declared, app.run_config, seed=o.seed)
+        except AttackNotApplicableError as exc:
+            row["skipped"].append(f"labels: {exc}")
+        out.append(row)
+    return out
+
+
+def _mean(values: list[float], *, bounds: tuple[float, float] = (-math.inf, math.inf)
+          ) -> tuple[float | None, list[float] | None]:
+    """The mean of per-upload figures and its 95 % t-interval within ``bounds`` (None with fewer than two)."""
+    from scipy import stats
+
+    if not values:
+        return None, None
+    mean = sum(values) / len(values)
+    if len(values) < 2:
+        return mean, None
+    half = float(stats.t.ppf(0.975, len(values) - 1) * stats.tstd(values) / len(values) ** 0.5)
+    return mean, [max(bounds[0], mean - half), min(bounds[1], mean + half)]
+
+
+def gate_figures(uploads: list[dict[str, Any]], found: list[dict[str, Any]]) -> dict[str, Any]:
+    """The gated figures: membership and label figures as means over the uploads (one test per upload; the worst
+    of many noisy tests would fail a gate by chance), the largest measured epsilon."""
+    auc, auc_ci = _mean([u["membership"]["membership_auc"] for u in uploads if "membership" in u], bounds=(0, 1))
+    tpr, tpr_ci = _mean([u["membership"]["membership_tpr_at_1pct_fpr"] for u in uploads if "membership" in u],
+                        bounds=(0, 1))
+    sets, _ = _mean([u["labels"]["label_set_exact"] for u in uploads if "labels" in u])
+    gain, gain_ci = _mean([u["labels"]["label_count_error_chance"] - u["labels"]["label_count_error"]
+                           for u in uploads if "labels" in u])
+    return {"membership_auc": auc, "membership_auc_interval": auc_ci, "membership_tpr_at_1pct_fpr": tpr,
+            "membership_tpr_at_1pct_fpr_interval": tpr_ci, "label_set_exact": sets, "label_count_error_gain": gain,
+            "label_count_error_gain_interval": gain_ci,
+            "epsilon_measured": max((m["epsilon_measured"] for m in found if m.get("epsilon_measured") is not None),
+                                    default=None),
+            "problems": [p for m in found for p in m.get("problems", [])], "mechanisms": found}
+
+
+def audit(app: FlowerApp, out: Path, o: Options) -> tuple[dict[str, Any], bool]:
+    """Audit ``app`` into the new folder ``out``; the summary and whether the gate failed."""
+    start = time.perf_counter()
+    run = run_app(app, seed=o.seed)
+    partial = out.parent / f".{out.name}.partial"
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    try:
+        traffic = write_wire(run, partial)
+        carried = next((m.arrays for m in run.messages if m.direction == "down" and m.arrays), None)
+        if carried is None:
+            raise AttackNotApplicableError(f"{app.name}: the ServerApp sent no arrays; nothing to attack")
+        model = find_model(app, carried, o.model)
+        found = mechanisms(app, run, o)
+        uploads = attack_uploads(run, app, model, o)
+        figures = gate_figures(uploads, found)
+        results = [rule.check(figures) for rule in o.rules]
+        summary = {"app": {"name": app.name, "root": str(app.root), "supernodes": app.supernodes, "seed": o.seed,
+                           "rounds": max((m.round for m in run.messages), default=0), "run_config": app.run_config,
+                           "strategy": " around ".join(type(s).__name__ for s in run.strategies) or "none started",
+                           "mods": [getattr(m, "__name__", type(m).__name__) for m in privacy.client_mods(run.client_app)],
+                           "model": f"{model.__module__}:{model.__qualname__}"},
+                   "bytes": traffic, "mechanisms": found, "problems": figures["problems"], "uploads": uploads,
+                   "figures": {k: v for k, v in figures.items() if k not in ("problems", "mechanisms")},
+                   "gate": [{"rule": r.text, "failed": f, "why": w} for r, (f, w) in zip(o.rules, results)],
+                   "command": o.command, "seconds": time.perf_counter() - start}
+        from privbench.app_audit.gate import junit
+        from privbench.app_audit.report import markdown, page
+        from privbench.app_audit.threat import threat_model
+
+        atomic_write_text(partial / "metrics.json", json.dumps(summary, indent=1, default=str) + "\n")
+        atomic_write_text(partial / "threat_model.json", json.dumps(threat_model(summary, o), indent=1) + "\n")
+        atomic_write_text(partial / "report.md", markdown(summary))
+        atomic_write_text(partial / "report.html", page(summary))
+        atomic_write_text(partial / "junit.xml", junit(o.rules, results, suite=f"privbench audit-app {app.name}",
+                                                       seconds=summary["seconds"]))
+        partial.rename(out)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+    return summary, any(f for f, _ in results)

@@ -1,0 +1,98 @@
+"""``privbench audit-app PATH``: the command line (also ``python -m privbench.app_audit``)."""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import shlex
+import sys
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from privbench.errors import ConfigError, PrivbenchError
+
+PROG = "privbench audit-app"
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=PROG, description="Run a Flower app unmodified in simulation with privbench's "
+                                "recording, attack every upload, measure its privacy mods, and gate on the result.",
+                                epilog="example: privbench audit-app examples/quickstart-pytorch --fail-on "
+                                       "'membership_auc>0.6' --fail-on misconfigured  (docs/audit-app.md)")
+    p.add_argument("path", type=Path, help="the app's folder (or its pyproject.toml)")
+    p.add_argument("--out", type=Path, default=Path("results/audit-app"), help="results go into a new folder under it")
+    p.add_argument("--seed", type=int, default=0, help="the audit's seed (sampling of candidates, probes)")
+    p.add_argument("--supernodes", type=int, help="simulated SuperNodes (default: the app's federation's)")
+    p.add_argument("--run-config", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a key of the app's [tool.flwr.app.config] (TOML value), as flwr run --run-config")
+    p.add_argument("--model", help="the app's model class, module:Class (default: found by the tensors it carries)")
+    p.add_argument("--lr", type=float, help="the clients' learning rate, where the app does not state it")
+    p.add_argument("--epochs", type=int, help="the clients' local epochs, where the app does not state it")
+    p.add_argument("--batch-size", type=int, help="the clients' batch size, where the app does not state it")
+    p.add_argument("--momentum", type=float, help="the clients' SGD momentum, where the app does not state it")
+    p.add_argument("--delta", type=float, default=1e-5, help="delta of every epsilon the audit computes")
+    p.add_argument("--fail-on", action="append", default=[], metavar="RULE",
+                   help="FIGURE>VALUE (membership_auc, membership_tpr_at_1pct_fpr, label_set_exact, "
+                        "label_count_error_gain, epsilon_measured), misconfigured, or epsilon: exit 1 if it holds")
+    p.add_argument("--junit", type=Path, help="also write the gate's JUnit XML here")
+    return p
+
+
+def _overrides(pairs: list[str]) -> dict[str, Any]:
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--run-config {pair!r}: expected KEY=VALUE")
+        try:
+            out[key.strip()] = tomllib.loads(f"v = {value}")["v"]
+        except tomllib.TOMLDecodeError:
+            out[key.strip()] = value
+    return out
+
+
+def options(args: argparse.Namespace) -> tuple[Any, Any]:
+    """The app and the audit's options, every flag checked before anything runs."""
+    from privbench.app_audit.app import read_app
+    from privbench.app_audit.audit import Options
+    from privbench.app_audit.gate import Rule
+    from privbench.app_audit.training import Declared
+
+    if not (math.isfinite(args.delta) and 0 < args.delta < 1):
+        raise ConfigError(f"--delta {args.delta}: must be in (0, 1)")
+    rules = [Rule.parse(r) for r in args.fail_on]
+    declared = Declared(args.lr, args.epochs, args.batch_size, args.momentum)
+    declared.check()
+    app = read_app(args.path, overrides=_overrides(args.run_config), supernodes=args.supernodes)
+    command = " ".join([PROG, *(shlex.quote(a) for a in (sys.argv[2:] if sys.argv[1:2] == ["audit-app"] else []))])
+    return app, Options(seed=args.seed, model=args.model, declared=declared, delta=args.delta, rules=rules,
+                        command=command)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the audit; 0 when the gate passes, 1 when a rule fails, 2 on bad input or a failed app."""
+    from privbench.app_audit.audit import audit
+    from privbench.io import new_run_folder
+
+    args = parser().parse_args(argv)
+    try:
+        app, o = options(args)
+        out = new_run_folder(args.out)
+        out.rmdir()  # the audit writes beside it and renames when whole
+        summary, failed = audit(app, out, o)
+    except PrivbenchError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 2
+    if args.junit is not None:
+        from privbench.io import atomic_write_text
+
+        atomic_write_text(args.junit, (out / "junit.xml").read_text())
+    for problem in summary["problems"]:
+        print(f"{PROG}: {problem}")
+    figures = {k: v for k, v in summary["figures"].items() if v is not None}
+    print(f"{PROG}: {app.name}: {json.dumps(figures, default=str)}")
+    for g in summary["gate"]:
+        print(f"{PROG}: gate {'FAIL' if g['failed'] else 'pass'}: {g['rule']}: {g['why']}")
+    print(f"results: {out}")
+    return 1 if failed else 0

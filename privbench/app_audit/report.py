@@ -1,0 +1,83 @@
+"""The audit's report, in Markdown and HTML from the same tables: the app, its traffic by message kind, its privacy
+mechanisms (claimed against measured), the attacks on each upload against chance, and the gate."""
+from __future__ import annotations
+
+import html
+from typing import Any
+
+Table = tuple[str, list[str], list[list[str]], str]  # title, header, rows, note
+
+
+def _f(value: Any, digits: int = 3) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, float):
+        return f"{value:.{digits}g}"
+    if isinstance(value, list):
+        return ", ".join(_f(v, digits) for v in value) or "—"
+    return str(value)
+
+
+def tables(summary: dict[str, Any]) -> list[Table]:
+    """The report's tables from ``metrics.json``'s summary."""
+    out: list[Table] = []
+    out.append(("Traffic", ["direction and type", "messages", "bytes on the wire", "bytes of arrays"],
+                [[k, _f(v["messages"]), _f(v["wire_bytes"]), _f(v["array_bytes"])] for k, v in summary["bytes"].items()],
+                "every message both ways, its content as Flower serialises it (messages.jsonl); the train exchanges' arrays are in "
+                "payloads/"))
+    out.append(("Privacy mechanisms", ["mechanism", "clip", "noise multiplier (measured)", "epsilon claimed",
+                                       "epsilon measured", "delta", "what the epsilon covers"],
+                [[m["mechanism"] + (f" ({m['client']})" if "client" in m else ""), _f(m.get("clip")),
+                  _f(m.get("noise_multiplier_measured", m.get("noise_multiplier"))), _f(m.get("epsilon_claimed")),
+                  _f(m.get("epsilon_measured")), _f(m.get("delta")), m.get("covers", "")] for m in summary["mechanisms"]]
+                or [["none found", "", "", "", "", "", ""]],
+                "measured epsilons are privbench's RDP accountant over the rounds each client took part in"))
+    rows = []
+    for u in summary["uploads"]:
+        m, lab = u.get("membership", {}), u.get("labels", {})
+        rows.append([u["client"], _f(u["round"]), _f(m.get("membership_auc")),
+                     _f(m.get("membership_tpr_at_1pct_fpr")) + (f" [{_f(m['membership_tpr_at_1pct_fpr_interval'])}]"
+                                                               if "membership_tpr_at_1pct_fpr_interval" in m else ""),
+                     _f(lab.get("label_set_exact")) + f" ({_f(lab.get('label_set_exact_chance'))})",
+                     _f(lab.get("label_count_error")) + f" ({_f(lab.get('label_count_error_chance'))})",
+                     "; ".join(u.get("skipped", [])) or ""])
+    out.append(("Attacks on each upload", ["client", "round", "membership AUC (chance 0.5)",
+                                           "TPR at 1 % FPR [95 % CI] (chance 0.01)", "class set exact (prior)",
+                                           "count error per class (prior)", "not run"], rows,
+                "membership: loss change on the upload, members the records the client trained on that round, "
+                "non-members as many of its own evaluation records; labels: per-class counts from the head's bias "
+                "along the update, against a prior that knows the class frequencies"))
+    out.append(("Gate", ["rule", "verdict", "why"],
+                [[g["rule"], "FAIL" if g["failed"] else "pass", g["why"]] for g in summary["gate"]]
+                or [["(no --fail-on rules)", "", ""]], ""))
+    return out
+
+
+def markdown(summary: dict[str, Any]) -> str:
+    """``report.md``."""
+    lines = [f"# privbench audit of the Flower app {summary['app']['name']}", "",
+             f"{summary['app']['supernodes']} simulated SuperNodes, {summary['app']['rounds']} rounds, seed "
+             f"{summary['app']['seed']}; strategy {summary['app']['strategy']}; client mods "
+             f"{', '.join(summary['app']['mods']) or 'none'}. Reproduce: `{summary['command']}`", ""]
+    lines += [f"- **{p}**" for p in summary["problems"]] + ([""] if summary["problems"] else [])
+    for title, header, rows, note in tables(summary):
+        lines += [f"## {title}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        lines += ["| " + " | ".join(r) + " |" for r in rows]
+        lines += ["", note, ""] if note else [""]
+    return "\n".join(lines)
+
+
+def page(summary: dict[str, Any]) -> str:
+    """``report.html``: the same tables."""
+    e = html.escape
+    parts = [f"<!doctype html><meta charset='utf-8'><title>privbench: {e(summary['app']['name'])}</title>",
+             "<style>body{font-family:sans-serif;max-width:70em;margin:2em auto}table{border-collapse:collapse}"
+             "td,th{border:1px solid #ccc;padding:.3em .6em}.problem{color:#a00}</style>",
+             f"<h1>privbench audit of the Flower app {e(summary['app']['name'])}</h1>",
+             f"<p>Reproduce: <code>{e(summary['command'])}</code></p>"]
+    parts += [f"<p class='problem'>{e(p)}</p>" for p in summary["problems"]]
+    for title, header, rows, note in tables(summary):
+        parts.append(f"<h2>{e(title)}</h2><table><tr>" + "".join(f"<th>{e(h)}</th>" for h in header) + "</tr>")
+        parts += ["<tr>" + "".join(f"<td>{e(c)}</td>" for c in r) + "</tr>" for r in rows]
+        parts.append(f"</table><p>{e(note)}</p>")
+    return "\n".join(parts) + "\n"

@@ -1,0 +1,125 @@
+"""The app run unmodified in Flower's simulation, with the audit's wrappers around its grid, its ClientApp and its
+strategy's ``start``; what it sent, what its clients trained on and the strategies it chose come back together."""
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from privbench.app_audit.app import AppError, FlowerApp, load_component
+from privbench.app_audit.client_side import AuditedClientApp
+from privbench.app_audit.recording import RecordingGrid, Sent
+
+
+@dataclass
+class AppRun:
+    """One audited run: the messages in the order they crossed, each client message's notes (the evaluator's),
+    the strategies the ServerApp started, and the ClientApp (for its mods)."""
+
+    messages: list[Sent]
+    notes: list[dict[str, Any]]
+    strategies: list[Any] = field(default_factory=list)
+    client_app: Any = None
+    partitions: dict[int, int] = field(default_factory=dict)  # node -> partition id
+
+
+@contextlib.contextmanager
+def _environment(**values: str) -> Iterator[None]:
+    before = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in before.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@contextlib.contextmanager
+def noting_strategies() -> Iterator[list[Any]]:
+    """Within the block, every Flower strategy whose ``start`` is called is noted (the outermost: a DP wrapper
+    holds the strategy it wraps)."""
+    from flwr.serverapp.strategy import Strategy
+
+    started: list[Any] = []
+    original = Strategy.start
+
+    def start(self: Any, *args: Any, **kwargs: Any) -> Any:
+        started.append(self)
+        return original(self, *args, **kwargs)
+
+    Strategy.start = start  # type: ignore[method-assign]
+    try:
+        yield started
+    finally:
+        Strategy.start = original  # type: ignore[method-assign]
+
+
+def run_app(app: FlowerApp, *, seed: int, slots: int = 2, reply_timeout: float = 300.0) -> AppRun:
+    """Run ``app`` in Flower's simulation with the audit's wrappers; one error line if the app fails."""
+    from flwr.app import Context, RecordDict
+    from flwr.common.config import get_fused_config_from_dir
+    from flwr.common.constant import SUPERLINK_NODE_ID
+    from flwr.serverapp import ServerApp
+    from flwr.simulation.run_simulation import _run_simulation
+    from flwr.supercore.constant import NOOP_FEDERATION_ID
+    from flwr.supercore.run import Run
+    from flwr.supercore.task_identity import TaskIdentity
+
+    server_app, client_app = load_component(app, "serverapp"), load_component(app, "clientapp")
+    outcome: dict[str, Any] = {}
+    wrapper = ServerApp()
+
+    @wrapper.main()
+    def main(grid: Any, context: Context) -> None:
+        outcome["grid"] = recording = RecordingGrid(grid, reply_timeout=reply_timeout)
+        try:
+            server_app(recording, context)
+        except BaseException as exc:  # raised again in the caller, as one line
+            outcome["error"] = exc
+
+    run = Run.create_empty(run_id=seed + 1)
+    run.override_config = dict(app.run_config)
+    run.primary_task_id, run.federation_id = seed + 1, NOOP_FEDERATION_ID
+    TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, run.run_id, SUPERLINK_NODE_ID  # as Flower's
+    fused = get_fused_config_from_dir(app.root, dict(app.run_config))
+    context = Context(run_id=run.run_id, node_id=0, node_config={}, state=RecordDict(), run_config=fused)
+    backend: dict[str, Any] = {"client_resources": {"num_cpus": 1, "num_gpus": 0.0},
+                               "init_args": {"num_cpus": slots, "include_dashboard": False, "log_to_driver": False}}
+    path = os.pathsep.join(p for p in (str(app.root), os.environ.get("PYTHONPATH", "")) if p)
+    torch.manual_seed(seed)
+    with tempfile.TemporaryDirectory(prefix="privbench-app-notes-") as notes, \
+            _environment(PYTHONPATH=path, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1"), noting_strategies() as started:
+        _run_simulation(num_supernodes=app.supernodes, exit_event=_leave_event(), client_app=AuditedClientApp(
+            client_app, notes), server_app=wrapper, backend_config=backend, app_dir=str(app.root), is_app=True,
+            run=run, server_app_context=context)
+        read = [torch.load(p, weights_only=True) for p in sorted(Path(notes).glob("*.pt"))]
+    if "error" in outcome:
+        exc = outcome["error"]
+        raise AppError(f"{app.serverapp}: the ServerApp failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+    grid: RecordingGrid | None = outcome.get("grid")
+    if grid is None:
+        raise AppError(f"{app.name}: Flower's simulation ended before the ServerApp started")
+    failed = next((m for m in grid.messages if m.error), None)
+    if failed is not None:
+        raise AppError(f"{app.clientapp}: the ClientApp on node {failed.node} failed: {failed.error}")
+    silent = grid.unanswered()
+    if silent:
+        raise AppError(f"{app.clientapp}: the ClientApp on node {silent[0].node} sent no reply Flower accepts to a "
+                       f"{silent[0].message_type} message within {reply_timeout:g} s (Flower's log above says why)")
+    return AppRun(grid.messages, read, list(started), client_app,
+                  {int(n["node"]): int(n["partition"]) for n in read})
+
+
+def _leave_event() -> Any:
+    from flwr.supercore.telemetry import EventType
+
+    return EventType.PYTHON_API_RUN_SIMULATION_LEAVE

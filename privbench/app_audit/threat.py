@@ -1,0 +1,23 @@
+"""What the audit's attacker is assumed to hold and know (``threat_model.json``)."""
+from __future__ import annotations
+
+from typing import Any
+
+
+def threat_model(summary: dict[str, Any], options: Any) -> dict[str, Any]:
+    """The attacker of every figure in the report, and its budget."""
+    sources: dict[str, str] = next((u["labels"]["training_from"] for u in summary["uploads"] if "labels" in u), {})
+    return {
+        "attacker": "the server, honest but curious: every message its grid carries, both ways (messages.jsonl)",
+        "model": f"the app's own class {summary['app']['model']}, at the weights each client received",
+        "membership": {"test": "loss change (Watson et al. 2022; the FL form of Nasr et al. 2019)",
+                       "candidates": "the client's records of that round (members) and as many of its own "
+                                     "evaluation records (non-members), by seed", "budget": "one message, no shadows"},
+        "labels": {"attack": "per-class counts from the head's bias along the update",
+                   "public_data": "the other clients' evaluation records, labelled",
+                   "client_training_from": sources},
+        "privacy_mechanisms": "found on the app's objects (ClientApp mods, the strategy started); LocalDpMod "
+                              "measured as a black box; epsilons by privbench's RDP accountant",
+        "truth": "the records the clients' data loaders yielded during each message (the evaluator's, never sent)",
+        "seed": options.seed, "delta": options.delta,
+    }

@@ -1,0 +1,257 @@
+"""``privbench audit-app``'s parts, without running Flower's simulation: the app's declaration and its checks, the
+recording grid's measures, the client-side notes, the privacy mechanisms measured, the declared training, the gate.
+The end-to-end runs on the example apps are in ``test_audit_app_runs.py``."""
+from __future__ import annotations
+
+import math
+import textwrap
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+from flwr.app.message_type import MessageType
+from flwr.clientapp import ClientApp
+from flwr.clientapp.mod import LocalDpMod
+from flwr.common.serde import recorddict_to_proto
+from flwr.supercore.task_identity import TaskIdentity
+from torch.utils.data import DataLoader, TensorDataset
+
+from privbench.app_audit import privacy
+from privbench.app_audit.app import AppError, read_app
+from privbench.app_audit.client_side import batch_records, noting_loaders
+from privbench.app_audit.gate import Rule, junit
+from privbench.app_audit.recording import RecordingGrid, Sent
+from privbench.app_audit.simulation import AppRun
+from privbench.app_audit.training import Declared, ask, local_training
+from privbench.errors import ConfigError
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+@pytest.fixture
+def task_identity(monkeypatch):
+    """Flower stamps messages with the running task's identity; a ServerApp sets it, here the test does."""
+    for attr in ("_run_id", "_task_id", "_node_id"):
+        monkeypatch.setattr(TaskIdentity, attr, 1)
+
+
+def _app(tmp_path: Path, body: str) -> Path:
+    (tmp_path / "pyproject.toml").write_text(textwrap.dedent(body))
+    return tmp_path
+
+
+APP = """
+[project]
+name = "pkg"
+version = "1.0.0"
+[tool.flwr.app]
+publisher = "me"
+[tool.flwr.app.components]
+serverapp = "pkg.server:app"
+clientapp = "pkg.client:app"
+[tool.flwr.app.config]
+lr = 0.1
+num-server-rounds = 2
+[tool.flwr.federations]
+default = "sim"
+[tool.flwr.federations.sim]
+options.num-supernodes = 5
+"""
+
+
+def test_an_app_is_read_as_flwr_run_reads_it(tmp_path):
+    app = read_app(_app(tmp_path, APP), overrides={"lr": 0.5})
+    assert (app.serverapp, app.clientapp, app.supernodes) == ("pkg.server:app", "pkg.client:app", 5)
+    assert app.run_config == {"lr": 0.5, "num-server-rounds": 2}
+    assert read_app(EXAMPLES / "quickstart-pytorch").run_config["batch-size"] == 32
+
+
+@pytest.mark.parametrize("body, overrides, words", [
+    (None, None, "no such file"),
+    ("", None, "not a Flower app (no [tool.flwr.app.components]"),
+    ("[tool.flwr.app.components]\nserverapp = 'a.b'\nclientapp = 'c:d'\n", None, "expected 'module:attribute'"),
+    ("[[not toml", None, "not valid TOML"),
+    (APP, {"learning-rate": 1.0}, "--run-config learning-rate: the app's [tool.flwr.app.config] has no such key"),
+    (APP.replace("options.num-supernodes = 5", 'address = "10.1.2.3:9093"'), None, "beyond this machine"),
+    (APP.replace("= 5", "= 1"), None, "num-supernodes = 1"),
+    (APP.replace('publisher = "me"', ""), None, "Flower refuses it: Property \"publisher\" missing in [tool.flwr.app]"),
+])
+def test_what_is_not_an_app_this_audit_can_run_is_named_in_one_line(tmp_path, body, overrides, words):
+    path = tmp_path / "missing" if body is None else _app(tmp_path, body)
+    with pytest.raises(AppError, match=None) as err:
+        read_app(path, overrides=overrides)
+    assert words in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_loopback_federation_address_is_allowed(tmp_path):
+    assert read_app(_app(tmp_path, APP.replace("options.num-supernodes = 5", 'address = "127.0.0.1:9093"'))).supernodes == 2
+
+
+def _message(arrays: dict[str, np.ndarray], kind: str = MessageType.TRAIN, **config) -> Message:
+    content = RecordDict({"arrays": ArrayRecord({n: Array(a) for n, a in arrays.items()}), "config": ConfigRecord(config)})
+    return Message(content, dst_node_id=7, message_type=kind)
+
+
+class EchoGrid:
+    """A grid whose node 7 replies to each message with its arrays doubled, except node 8, which never replies."""
+
+    def __init__(self) -> None:
+        self.timeouts: list[float | None] = []
+
+    def send_and_receive(self, messages, *, timeout=None):
+        self.timeouts.append(timeout)
+        replies = []
+        for i, m in enumerate(messages):
+            m.metadata.__dict__["_message_id"] = f"m{len(self.timeouts)}-{i}"
+            if m.metadata.dst_node_id == 8:
+                continue
+            arrays = {n: Array(a.numpy() * 2) for n, a in m.content["arrays"].items()}
+            reply = Message(RecordDict({"arrays": ArrayRecord(arrays), "metrics": MetricRecord({"num-examples": 3})}),
+                            reply_to=m)
+            replies.append(reply)
+        return replies
+
+
+def test_the_grid_records_each_message_both_ways_with_its_bytes_and_round(task_identity):
+    grid = RecordingGrid(EchoGrid(), reply_timeout=30)
+    message = _message({"w": np.ones((10, 10), np.float32)}, **{"server-round": 3, "lr": 0.1})
+    replies = list(grid.send_and_receive([message], timeout=3600))
+    wire = recorddict_to_proto(message.content).ByteSize()
+    assert grid.grid.timeouts == [30]  # the strategy's hour is capped at the audit's reply timeout
+    down, up = grid.messages
+    assert (down.direction, down.round, down.node, down.array_bytes, down.wire_bytes) == ("down", 3, 7, 400, wire)
+    assert down.config == {"server-round": 3, "lr": 0.1}
+    assert (up.direction, up.round, up.array_bytes, up.metrics) == ("up", 3, 400, {"num-examples": 3})
+    assert up.wire_bytes == recorddict_to_proto(replies[0].content).ByteSize() > 400
+    torch.testing.assert_close(up.arrays["w"], torch.full((10, 10), 2.0))
+    assert up.message_id == down.message_id and not grid.unanswered()
+
+
+def test_a_message_no_reply_answers_is_found(task_identity):
+    grid = RecordingGrid(EchoGrid())
+    silent = _message({"w": np.zeros(3, np.float32)})
+    silent.metadata.__dict__["_dst_node_id"] = 8
+    grid.send_and_receive([silent, _message({"w": np.zeros(3, np.float32)})])
+    assert [m.node for m in grid.unanswered()] == [8]
+    assert [m.round for m in grid.messages] == [1, 1, 1]  # no server-round: the first batch of train messages
+
+
+@pytest.mark.parametrize("batch, rows", [
+    ((torch.zeros(4, 1, 2, 2), torch.arange(4)), 4),
+    ({"img": torch.zeros(3, 5), "label": torch.tensor([1, 2, 3]), "id": "x"}, 3),
+    ([torch.zeros(2, 3, 4, 4), torch.tensor([0, 1])], 2),
+    ((torch.zeros(4, 5), torch.zeros(4)), None),  # no integer labels
+    ((torch.zeros(4), torch.arange(4)), None),  # no input of two dimensions
+])
+def test_a_batch_yields_its_inputs_and_labels(batch, rows):
+    pair = batch_records(batch)
+    assert (pair is None) if rows is None else (len(pair[0]) == len(pair[1]) == rows)
+
+
+def test_the_loaders_notes_are_what_the_loader_yielded_and_the_loader_is_put_back():
+    original = DataLoader.__iter__
+    x, y = torch.randn(10, 1, 3, 3), torch.arange(10)
+    loader = DataLoader(TensorDataset(x, y), batch_size=4, shuffle=True, generator=torch.Generator().manual_seed(0))
+    with noting_loaders() as seen:
+        yielded = [b for b in loader]
+    assert [len(b) for _, b in seen] == [4, 4, 2]
+    for (nx, ny), (bx, by) in zip(seen, yielded):
+        torch.testing.assert_close(nx, bx)
+        assert torch.equal(ny, by)
+    assert DataLoader.__iter__ is original
+    with pytest.raises(RuntimeError), noting_loaders():
+        raise RuntimeError("the app failed")
+    assert DataLoader.__iter__ is original
+
+
+def _run_with(arrays: dict[str, torch.Tensor], notes: list[dict] | None = None, up: list[Sent] | None = None) -> AppRun:
+    down = Sent("down", "train", 1, 7, 0, 0, arrays=arrays)
+    return AppRun([down, *(up or [])], notes or [], partitions={7: 0})
+
+
+@pytest.mark.parametrize("sensitivity", [1.5, 1e-4])
+def test_local_dp_mod_is_measured_as_it_noises_and_a_foreign_sensitivity_is_reported(task_identity, sensitivity):
+    clip, epsilon, delta = 1.5, 0.8, 1e-5
+    run = _run_with({"w": torch.zeros(200_000), "b": torch.zeros(10)})
+    out = privacy.local_dp(run, LocalDpMod(clip, sensitivity, epsilon, delta), rounds=3, seed=0)
+    std = sensitivity * math.sqrt(2 * math.log(1.25 / delta)) / epsilon  # the mod's formula, by hand
+    assert out["noise_std_measured"] == pytest.approx(std, rel=0.01)
+    assert out["clip_measured"] == pytest.approx(clip, rel=1e-3)  # the same noise drawn twice cancels
+    assert out["noise_multiplier_measured"] == pytest.approx(std / clip, rel=0.02)
+    foreign = [p for p in out["problems"] if "noise scaled for sensitivity" in p]
+    assert bool(foreign) == (sensitivity != clip)
+    assert any("over 3 rounds" in p for p in out["problems"])  # the mod composes nothing
+
+
+def test_the_mods_around_each_registered_function_are_found():
+    mod = LocalDpMod(1.0, 1.0, 0.5, 1e-5)
+    app = ClientApp()
+
+    @app.train(mods=[mod])
+    def train(msg, ctx):  # pragma: no cover (never called)
+        return msg
+
+    assert privacy.client_mods(app) == [mod]
+    assert privacy.client_mods(ClientApp()) == []
+
+
+def test_dp_sgd_is_composed_over_rounds_and_a_per_round_claim_is_reported():
+    from opacus.accountants import RDPAccountant
+
+    one_round = [(1.1, 0.125, 8)]
+    notes = [{"node": 7, "type": "train", "dp_sgd": [{"max_grad_norm": 1.0, "history": one_round}]} for _ in range(3)]
+    acc = RDPAccountant()
+    acc.history = one_round
+    claimed = acc.get_epsilon(1e-5)
+    acc.history = one_round * 3  # three engines, one per round, stepped by hand
+    composed = acc.get_epsilon(1e-5)
+    up = [Sent("up", "train", r, 7, 0, 0, metrics={"epsilon": claimed}) for r in (1, 2, 3)]
+    out = privacy.dp_sgd(_run_with({}, notes, up), "client0", 7, delta=1e-5)
+    assert out["epsilon_measured"] == pytest.approx(composed, rel=1e-9) and composed > 1.2 * claimed
+    assert out["epsilon_claimed"] == pytest.approx(claimed) and out["steps"] == 24
+    assert "reports epsilon" in out["problems"][0]
+
+
+def test_the_training_is_read_from_the_message_then_the_run_config_then_asked_for():
+    training, sources = local_training(Declared(), {"lr": 0.05}, {"local-epochs": 2, "batch-size": 32, "lr": 9.0}, 100)
+    assert (training.lr, training.epochs, training.batch_size, training.steps) == (0.05, 2, 32, 8)
+    assert sources["lr"] == "the train message's config 'lr'" and sources["epochs"] == "the run config 'local-epochs'"
+    training, sources = local_training(Declared(lr=0.2), {}, {"batch_size": 10}, 25)
+    assert (training.lr, training.steps, sources["lr"]) == (0.2, 3, "--lr")
+    training, sources = local_training(Declared(), {}, {}, 25)
+    assert training is None and ask(sources) == ("the app states no lr and no batch size for its clients' training; "
+                                                 "give --lr and --batch-size")
+    with pytest.raises(ConfigError, match="--momentum"):
+        Declared(momentum=1.0).check()
+
+
+def test_a_rule_fails_where_its_figure_passes_its_bound_and_the_junit_file_says_so():
+    figures = {"membership_auc": 0.61, "problems": ["LocalDpMod: noise scaled for ..."],
+               "mechanisms": [{"mechanism": "LocalDpMod", "epsilon_claimed": 10.0, "epsilon_measured": 4e8}]}
+    rules = [Rule.parse(r) for r in ("membership_auc>0.6", "membership_auc>=0.61", "membership_auc>0.61",
+                                     "label_set_exact>0.5", "misconfigured", "epsilon")]
+    results = [r.check(figures) for r in rules]
+    assert [f for f, _ in results] == [True, True, False, False, True, True]
+    assert results[3][1] == "label_set_exact: not measured in this audit"
+    suite = ET.fromstring(junit(rules, results, suite="s", seconds=1.0))
+    assert (suite.get("tests"), suite.get("failures")) == ("6", "4")
+    assert [c.get("name") for c in suite if c.find("failure") is not None] == [
+        "membership_auc>0.6", "membership_auc>=0.61", "misconfigured", "epsilon"]
+    for bad in ("membership_auc<0.6", "accuracy>0.5", "membership_auc>x"):
+        with pytest.raises(ConfigError, match="--fail-on"):
+            Rule.parse(bad)
+
+
+def test_a_bad_input_is_one_line_and_leaves_no_folder(tmp_path, capsys):
+    from privbench.app_audit.command import main
+
+    out = tmp_path / "results"
+    assert main([str(tmp_path / "nowhere"), "--out", str(out)]) == 2
+    assert main([str(EXAMPLES / "quickstart-pytorch"), "--out", str(out), "--fail-on", "auc>0.5"]) == 2
+    assert main([str(EXAMPLES / "quickstart-pytorch"), "--out", str(out), "--delta", "2"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 3 and all(line.startswith("privbench audit-app: error: ") for line in lines)
+    assert not out.exists() or not any(out.iterdir())

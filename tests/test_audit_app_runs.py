@@ -1,0 +1,138 @@
+"""``privbench audit-app`` end to end on the example apps (``examples/``, Flower apps written for privbench in the
+shape of Flower's own examples), each run in Flower's simulation as a user runs it: the command line, its exit
+status, its files, and the figures a hand computation gives."""
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+import textwrap
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+import torch
+
+from privbench.payloads import PayloadStore
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+pytestmark = pytest.mark.slow  # each audit starts Flower's simulation (Ray): 15 to 25 s
+
+
+def audit(path: Path, out: Path, *args: str) -> tuple[int, str, str, Path | None]:
+    """Run the command; its exit status, stdout, stderr and results folder (None when it wrote none)."""
+    done = subprocess.run([sys.executable, "-m", "privbench", "audit-app", str(path), "--out", str(out), *args],
+                          capture_output=True, text=True, timeout=600)
+    folders = sorted(out.iterdir()) if out.exists() else []
+    return done.returncode, done.stdout, done.stderr, folders[-1] if folders else None
+
+
+def test_the_quickstart_is_recorded_whole_and_audited_the_same_twice(tmp_path):
+    runs = []
+    for name in ("a", "b"):
+        code, stdout, _, folder = audit(EXAMPLES / "quickstart-pytorch", tmp_path / name, "--fail-on",
+                                        "membership_auc>0.99", "--junit", str(tmp_path / f"{name}.xml"))
+        assert code == 0 and folder is not None, stdout
+        runs.append(folder)
+    a, b = (json.loads((f / "metrics.json").read_text()) for f in runs)
+    assert a["figures"] == b["figures"] and a["uploads"] == b["uploads"]
+    rows, again = ([json.loads(line) for line in (f / "messages.jsonl").read_text().splitlines()] for f in runs)
+    # the same messages, bytes and rounds; the app's own float metrics agree to 6 digits (its convolutions run in
+    # other processes each time, where oneDNN may sum in another order: the app's, not the audit's)
+    for r, s in zip(rows, again, strict=True):
+        assert r.pop("metrics") == pytest.approx(s.pop("metrics"), rel=1e-5) and r == s
+    # 4 SuperNodes, 2 rounds, train and evaluate both ways: 32 messages; every train message carries the model
+    assert len(rows) == 32 and a["bytes"]["up train"]["messages"] == 8
+    store = PayloadStore.open(runs[0] / "payloads")
+    upload = store.load("r0002-update-client3-server")
+    assert upload.base == "r0002-global_model-server-client3"
+    assert upload.nbytes == 4 * sum(t.numel() for t in upload.tensors.values())
+    assert all(r["array_bytes"] == upload.nbytes for r in rows if r["type"] == "train")
+    suite = ET.parse(tmp_path / "a.xml").getroot()
+    assert (suite.get("tests"), suite.get("failures")) == ("1", "0")
+    assert a["app"]["model"] == "quickstart_pt.task:Net"
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_local_dp_noise_for_another_sensitivity_is_caught_in_one_run(tmp_path, seed):
+    code, stdout, _, folder = audit(EXAMPLES / "local-dp-mod", tmp_path, "--seed", str(seed), "--fail-on", "misconfigured")
+    assert code == 1 and folder is not None
+    assert "LocalDpMod: noise scaled for sensitivity 0.0001 but updates clipped to 1" in stdout
+    (mechanism,) = json.loads((folder / "metrics.json").read_text())["mechanisms"]
+    z = 1e-4 * math.sqrt(2 * math.log(1.25 / 1e-5)) / 10.0  # the mod's std over the clip, by hand
+    assert mechanism["noise_multiplier_measured"] == pytest.approx(z, rel=0.01)
+    assert mechanism["epsilon_claimed"] == 10.0 and mechanism["epsilon_measured"] > 1e6
+
+
+def test_opacus_clients_that_forget_earlier_rounds_are_caught(tmp_path):
+    from opacus.accountants import RDPAccountant
+
+    code, stdout, _, folder = audit(EXAMPLES / "opacus-dp-sgd", tmp_path, "--fail-on", "epsilon")
+    assert code == 1 and folder is not None, stdout
+    summary = json.loads((folder / "metrics.json").read_text())
+    acc = RDPAccountant()
+    acc.history = [(1.0, 32 / 256, 8)] * 2  # noise 1, Poisson rate 1/8, 8 steps a round, 2 rounds: by hand
+    for mechanism in summary["mechanisms"]:
+        assert mechanism["epsilon_measured"] == pytest.approx(acc.get_epsilon(1e-5), rel=1e-6)
+        assert mechanism["epsilon_claimed"] < mechanism["epsilon_measured"]
+    assert len(summary["mechanisms"]) == 3 and "a fresh engine each round" in stdout
+
+
+def test_central_dp_is_found_around_the_strategy_and_its_epsilon_is_scoped(tmp_path):
+    from opacus.accountants import RDPAccountant
+
+    code, stdout, _, folder = audit(EXAMPLES / "central-dp", tmp_path)
+    assert code == 0 and folder is not None, stdout
+    (mechanism,) = json.loads((folder / "metrics.json").read_text())["mechanisms"]
+    assert (mechanism["mechanism"], mechanism["noise_multiplier"], mechanism["clip"]) == (
+        "DifferentialPrivacyServerSideFixedClipping", 0.8, 0.5)
+    acc = RDPAccountant()
+    acc.history = [(0.8, 1.0, 2)]
+    assert mechanism["epsilon_measured"] == pytest.approx(acc.get_epsilon(1e-5), rel=1e-6)
+    assert "the server itself sees every update" in mechanism["covers"]
+
+
+def test_a_failing_client_app_is_one_line_and_no_result(tmp_path):
+    app = tmp_path / "broken"
+    (app / "broken_app").mkdir(parents=True)
+    (app / "pyproject.toml").write_text(textwrap.dedent("""
+        [project]
+        name = "broken"
+        version = "1.0.0"
+        [tool.flwr.app]
+        publisher = "me"
+        [tool.flwr.app.components]
+        serverapp = "broken_app.main:server"
+        clientapp = "broken_app.main:client"
+        [tool.flwr.app.config]
+        rounds = 1
+        [tool.flwr.federations]
+        default = "sim"
+        [tool.flwr.federations.sim]
+        options.num-supernodes = 2
+        """))
+    (app / "broken_app" / "__init__.py").write_text("")
+    (app / "broken_app" / "main.py").write_text(textwrap.dedent("""
+        import torch
+        from flwr.app import ArrayRecord
+        from flwr.clientapp import ClientApp
+        from flwr.serverapp import ServerApp
+        from flwr.serverapp.strategy import FedAvg
+
+        client, server = ClientApp(), ServerApp()
+
+        @client.train()
+        def train(msg, context):
+            raise ValueError("the loader found no data")
+
+        @server.main()
+        def main(grid, context):
+            FedAvg(min_available_nodes=2).start(grid=grid, initial_arrays=ArrayRecord(torch.nn.Linear(2, 2).state_dict()),
+                                                num_rounds=1)
+        """))
+    code, _, stderr, folder = audit(app, tmp_path / "out")
+    lines = [ln for ln in stderr.splitlines() if ln.startswith("privbench audit-app: error:")]
+    assert code == 2 and folder is None
+    assert len(lines) == 1 and "the ClientApp on node" in lines[0] and "the loader found no data" in lines[0], stderr
+    assert torch is not None
