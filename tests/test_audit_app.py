@@ -232,14 +232,14 @@ def test_a_rule_fails_where_its_figure_passes_its_bound_and_the_junit_file_says_
     figures = {"membership_auc": 0.61, "problems": ["LocalDpMod: noise scaled for ..."],
                "mechanisms": [{"mechanism": "LocalDpMod", "epsilon_claimed": 10.0, "epsilon_measured": 4e8}]}
     rules = [Rule.parse(r) for r in ("membership_auc>0.6", "membership_auc>=0.61", "membership_auc>0.61",
-                                     "label_set_exact>0.5", "misconfigured", "epsilon")]
+                                     "label_set_exact>0.5", "misconfigured", "epsilon-above-claim")]
     results = [r.check(figures) for r in rules]
     assert [f for f, _ in results] == [True, True, False, False, True, True]
     assert results[3][1] == "label_set_exact: not measured in this audit"
     suite = ET.fromstring(junit(rules, results, suite="s", seconds=1.0))
     assert (suite.get("tests"), suite.get("failures")) == ("6", "4")
     assert [c.get("name") for c in suite if c.find("failure") is not None] == [
-        "membership_auc>0.6", "membership_auc>=0.61", "misconfigured", "epsilon"]
+        "membership_auc>0.6", "membership_auc>=0.61", "misconfigured", "epsilon-above-claim"]
     for bad in ("membership_auc<0.6", "accuracy>0.5", "membership_auc>x"):
         with pytest.raises(ConfigError, match="--fail-on"):
             Rule.parse(bad)

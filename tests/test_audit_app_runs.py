@@ -68,7 +68,7 @@ def test_local_dp_noise_for_another_sensitivity_is_caught_in_one_run(tmp_path, s
 def test_opacus_clients_that_forget_earlier_rounds_are_caught(tmp_path):
     from opacus.accountants import RDPAccountant
 
-    code, stdout, _, folder = audit(EXAMPLES / "opacus-dp-sgd", tmp_path, "--fail-on", "epsilon")
+    code, stdout, _, folder = audit(EXAMPLES / "opacus-dp-sgd", tmp_path, "--fail-on", "epsilon-above-claim")
     assert code == 1 and folder is not None, stdout
     summary = json.loads((folder / "metrics.json").read_text())
     acc = RDPAccountant()
@@ -91,6 +91,18 @@ def test_central_dp_is_found_around_the_strategy_and_its_epsilon_is_scoped(tmp_p
     acc.history = [(0.8, 1.0, 2)]
     assert mechanism["epsilon_measured"] == pytest.approx(acc.get_epsilon(1e-5), rel=1e-6)
     assert "the server itself sees every update" in mechanism["covers"]
+
+
+def test_a_legacy_numpy_client_app_is_read_by_position(tmp_path):
+    code, stdout, _, folder = audit(EXAMPLES / "legacy-numpy-client", tmp_path)
+    assert code == 0 and folder is not None, stdout
+    summary = json.loads((folder / "metrics.json").read_text())
+    assert summary["app"]["model"] == "legacy_app.task:Net" and summary["app"]["rounds"] == 2
+    upload = PayloadStore.open(folder / "payloads").load("r0001-update-client2-server")
+    # the legacy list of arrays, named by the model's state dict in order (batch norm's buffers included)
+    assert upload.names == ["conv.weight", "conv.bias", "bn.weight", "bn.bias", "bn.running_mean", "bn.running_var",
+                            "bn.num_batches_tracked", "fc.weight", "fc.bias"]
+    assert len(summary["uploads"]) == 6 and all("membership" in u and "labels" in u for u in summary["uploads"])
 
 
 def test_a_failing_client_app_is_one_line_and_no_result(tmp_path):

@@ -112,7 +112,7 @@ def label_counts(model: Callable[[], nn.Module], cr: ClientRound, public: tuple[
     from privbench.attacks.target import AttackTarget
     from privbench.metrics.labels import label_scores
 
-    stated = cr.upload.metrics.get("num-examples")
+    stated = cr.upload.metrics.get("num-examples", cr.upload.metrics.get("num_examples"))
     num = int(stated) if isinstance(stated, (int, float)) and 0 < stated <= 100_000 else len(cr.members[1])
     training, sources = local_training(flags, cr.received.config, run_config, num)
     if training is None:

@@ -16,11 +16,12 @@ import torch
 from privbench.app_audit import attacks, privacy
 from privbench.app_audit.app import FlowerApp
 from privbench.app_audit.gate import Rule
-from privbench.app_audit.model import find_model
+from privbench.app_audit.model import find_model, legacy
 from privbench.app_audit.simulation import AppRun, run_app
 from privbench.app_audit.training import Declared
 from privbench.app_audit.wire import write_wire
 from privbench.errors import AttackNotApplicableError
+from privbench.figures.labels import LABEL_COUNT_ERROR, LABEL_COUNT_ERROR_CHANCE, LABEL_SET_EXACT
 from privbench.io import atomic_write_text
 
 
@@ -106,11 +107,11 @@ def gate_figures(uploads: list[dict[str, Any]], found: list[dict[str, Any]]) -> 
     auc, auc_ci = _mean([u["membership"]["membership_auc"] for u in uploads if "membership" in u], bounds=(0, 1))
     tpr, tpr_ci = _mean([u["membership"]["membership_tpr_at_1pct_fpr"] for u in uploads if "membership" in u],
                         bounds=(0, 1))
-    sets, _ = _mean([u["labels"]["label_set_exact"] for u in uploads if "labels" in u])
-    gain, gain_ci = _mean([u["labels"]["label_count_error_chance"] - u["labels"]["label_count_error"]
+    sets, _ = _mean([u["labels"][LABEL_SET_EXACT.key] for u in uploads if "labels" in u])
+    gain, gain_ci = _mean([u["labels"][LABEL_COUNT_ERROR_CHANCE.key] - u["labels"][LABEL_COUNT_ERROR.key]
                            for u in uploads if "labels" in u])
     return {"membership_auc": auc, "membership_auc_interval": auc_ci, "membership_tpr_at_1pct_fpr": tpr,
-            "membership_tpr_at_1pct_fpr_interval": tpr_ci, "label_set_exact": sets, "label_count_error_gain": gain,
+            "membership_tpr_at_1pct_fpr_interval": tpr_ci, LABEL_SET_EXACT.key: sets, "label_count_error_gain": gain,
             "label_count_error_gain_interval": gain_ci,
             "epsilon_measured": max((m["epsilon_measured"] for m in found if m.get("epsilon_measured") is not None),
                                     default=None),
@@ -125,11 +126,15 @@ def audit(app: FlowerApp, out: Path, o: Options) -> tuple[dict[str, Any], bool]:
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
     try:
-        traffic = write_wire(run, partial)
         carried = next((m.arrays for m in run.messages if m.direction == "down" and m.arrays), None)
         if carried is None:
             raise AttackNotApplicableError(f"{app.name}: the ServerApp sent no arrays; nothing to attack")
         model = find_model(app, carried, o.model)
+        if legacy(carried):
+            names = list(model().state_dict())
+            for m in run.messages:
+                m.arrays = {names[int(k)]: t for k, t in m.arrays.items()} if legacy(m.arrays) else m.arrays
+        traffic = write_wire(run, partial)
         found = mechanisms(app, run, o)
         uploads = attack_uploads(run, app, model, o)
         figures = gate_figures(uploads, found)

@@ -34,7 +34,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--delta", type=float, default=1e-5, help="delta of every epsilon the audit computes")
     p.add_argument("--fail-on", action="append", default=[], metavar="RULE",
                    help="FIGURE>VALUE (membership_auc, membership_tpr_at_1pct_fpr, label_set_exact, "
-                        "label_count_error_gain, epsilon_measured), misconfigured, or epsilon: exit 1 if it holds")
+                        "label_count_error_gain, epsilon_measured), misconfigured, or epsilon-above-claim: exit 1 if it holds")
     p.add_argument("--junit", type=Path, help="also write the gate's JUnit XML here")
     return p
 

@@ -1,7 +1,7 @@
 """The CI gate: ``--fail-on`` rules read against the audit's figures, an exit status, and a JUnit XML file.
 
 A rule is ``FIGURE>VALUE`` or ``FIGURE>=VALUE`` (``FIGURES``), or one of the words
-``misconfigured`` (any privacy mechanism reported as such) and ``epsilon`` (a measured epsilon above the one claimed).
+``misconfigured`` (any privacy mechanism reported as such) and ``epsilon-above-claim`` (a measured epsilon above the one claimed).
 """
 from __future__ import annotations
 
@@ -12,17 +12,19 @@ from typing import Any
 from xml.sax.saxutils import escape, quoteattr
 
 from privbench.errors import ConfigError
+from privbench.figures.labels import LABEL_SET_EXACT
+from privbench.figures.one_run import EPSILON_CLAIMED
 
 #: The figures a rule may read (means over the audited uploads, one test each; the largest epsilon).
 FIGURES = {
     "membership_auc": "record-level membership AUC (loss change) on a client's upload, mean over uploads",
     "membership_tpr_at_1pct_fpr": "its TPR at 1 % FPR, mean over uploads",
-    "label_set_exact": "share of uploads whose exact class set the label attack recovers",
+    LABEL_SET_EXACT.key: "share of uploads whose exact class set the label attack recovers",
     "label_count_error_gain": "the class-frequency prior's count error less the label attack's (per class), mean",
     "epsilon_measured": "the largest measured epsilon of any privacy mechanism",
 }
 WORDS = {"misconfigured": "a privacy mechanism is misconfigured",
-         "epsilon": "a measured epsilon is above the epsilon its mechanism claims"}
+         "epsilon-above-claim": "a measured epsilon is above the epsilon its mechanism claims"}
 _RULE = re.compile(r"^([a-z_0-9]+)\s*(>=|>)\s*([-+0-9.eE]+)$")
 
 
@@ -55,11 +57,12 @@ class Rule:
         if self.figure == "misconfigured":
             problems = figures.get("problems", [])
             return bool(problems), (problems[0] if problems else "no mechanism reported misconfigured")
-        if self.figure == "epsilon":
-            over = [m for m in figures.get("mechanisms", []) if m.get("epsilon_claimed") is not None
-                    and m.get("epsilon_measured", 0) > m["epsilon_claimed"] * 1.01]
+        if self.figure == "epsilon-above-claim":
+            claimed = EPSILON_CLAIMED.key
+            over = [m for m in figures.get("mechanisms", []) if m.get(claimed) is not None
+                    and m.get("epsilon_measured", 0) > m[claimed] * 1.01]
             return bool(over), (f"{over[0]['mechanism']}: measured {over[0]['epsilon_measured']:.3g} > claimed "
-                                f"{over[0]['epsilon_claimed']:.3g}" if over else "no measured epsilon above its claim")
+                                f"{over[0][claimed]:.3g}" if over else "no measured epsilon above its claim")
         value = figures.get(self.figure)
         if value is None or (isinstance(value, float) and math.isnan(value)):
             return False, f"{self.figure}: not measured in this audit"

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from privbench.app_audit.simulation import AppRun
+from privbench.figures.one_run import EPSILON_CLAIMED
 
 
 def client_mods(app: Any) -> list[Any]:
@@ -96,7 +97,7 @@ def local_dp(run: AppRun, mod: Any, *, rounds: int, seed: int) -> dict[str, Any]
     per_round, total = _epsilon(z, 1, delta), _epsilon(z, rounds, delta)
     problems: list[str] = []
     out: dict[str, Any] = {"mechanism": "LocalDpMod", "covers": "each client's whole update, before it leaves the node", "clip": float(mod.clipping_norm), "sensitivity": float(mod.sensitivity),
-           "epsilon_claimed": float(mod.epsilon), "delta": delta, "noise_std_measured": std, "clip_measured": clip,
+           EPSILON_CLAIMED.key: float(mod.epsilon), "delta": delta, "noise_std_measured": std, "clip_measured": clip,
            "noise_multiplier_measured": z, "epsilon_measured_per_round": per_round, "rounds": rounds,
            "epsilon_measured": total, "problems": problems}
     if not math.isclose(float(mod.sensitivity), float(mod.clipping_norm), rel_tol=1e-6):
@@ -149,7 +150,7 @@ def dp_sgd(run: AppRun, client: str, node: int, *, delta: float) -> dict[str, An
     out = {"mechanism": "Opacus DP-SGD", "client": client, "covers": "each record of the client, in everything it sends", "engines": len(notes),
            "noise_multiplier": sorted({z for z, _, _ in history}), "clip": sorted({d["max_grad_norm"] for d in notes
                                                                                    if d["max_grad_norm"] is not None}),
-           "steps": sum(s for _, _, s in history), "delta": delta, "epsilon_claimed": max(reported) if reported else None,
+           "steps": sum(s for _, _, s in history), "delta": delta, EPSILON_CLAIMED.key: max(reported) if reported else None,
            "epsilon_measured": total, "problems": []}
     if reported and total > max(reported) * 1.01:
         out["problems"].append(f"{client}: reports epsilon {max(reported):.3g} but its {len(notes)} DP-SGD runs compose "

@@ -6,6 +6,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
 from flwr.common.serde import recorddict_to_proto
@@ -51,6 +52,15 @@ class Sent:
                 "config": self.config, "metrics": self.metrics, **({"error": self.error} if self.error else {})}
 
 
+def _values_of(array: Any) -> np.ndarray:
+    """An ``Array``'s values; a legacy ``Parameters`` tensor (no dtype or shape recorded) from its numpy bytes."""
+    if array.dtype:
+        return array.numpy()
+    from flwr.common import bytes_to_ndarray
+
+    return bytes_to_ndarray(array.data)
+
+
 def _values(record: Any) -> dict[str, Any]:
     return {k: (v if isinstance(v, (bool, int, float, str)) else repr(v)[:80]) for k, v in record.items()}
 
@@ -79,7 +89,7 @@ def sent(message: Message, direction: str, round_: int, *, keep_arrays: bool, me
     for record in message.content.values():
         if isinstance(record, ArrayRecord):
             for name, array in record.items():
-                values = array.numpy()
+                values = _values_of(array)
                 array_bytes += int(values.nbytes)
                 if keep_arrays:
                     arrays[name] = torch.from_numpy(values.copy())

@@ -5,6 +5,14 @@ from __future__ import annotations
 import html
 from typing import Any
 
+from privbench.figures.labels import (
+    LABEL_COUNT_ERROR,
+    LABEL_COUNT_ERROR_CHANCE,
+    LABEL_SET_EXACT,
+    LABEL_SET_EXACT_CHANCE,
+)
+from privbench.figures.one_run import EPSILON_CLAIMED
+
 Table = tuple[str, list[str], list[list[str]], str]  # title, header, rows, note
 
 
@@ -28,7 +36,7 @@ def tables(summary: dict[str, Any]) -> list[Table]:
     out.append(("Privacy mechanisms", ["mechanism", "clip", "noise multiplier (measured)", "epsilon claimed",
                                        "epsilon measured", "delta", "what the epsilon covers"],
                 [[m["mechanism"] + (f" ({m['client']})" if "client" in m else ""), _f(m.get("clip")),
-                  _f(m.get("noise_multiplier_measured", m.get("noise_multiplier"))), _f(m.get("epsilon_claimed")),
+                  _f(m.get("noise_multiplier_measured", m.get("noise_multiplier"))), _f(m.get(EPSILON_CLAIMED.key)),
                   _f(m.get("epsilon_measured")), _f(m.get("delta")), m.get("covers", "")] for m in summary["mechanisms"]]
                 or [["none found", "", "", "", "", "", ""]],
                 "measured epsilons are privbench's RDP accountant over the rounds each client took part in"))
@@ -38,8 +46,8 @@ def tables(summary: dict[str, Any]) -> list[Table]:
         rows.append([u["client"], _f(u["round"]), _f(m.get("membership_auc")),
                      _f(m.get("membership_tpr_at_1pct_fpr")) + (f" [{_f(m['membership_tpr_at_1pct_fpr_interval'])}]"
                                                                if "membership_tpr_at_1pct_fpr_interval" in m else ""),
-                     _f(lab.get("label_set_exact")) + f" ({_f(lab.get('label_set_exact_chance'))})",
-                     _f(lab.get("label_count_error")) + f" ({_f(lab.get('label_count_error_chance'))})",
+                     _f(lab.get(LABEL_SET_EXACT.key)) + f" ({_f(lab.get(LABEL_SET_EXACT_CHANCE.key))})",
+                     _f(lab.get(LABEL_COUNT_ERROR.key)) + f" ({_f(lab.get(LABEL_COUNT_ERROR_CHANCE.key))})",
                      "; ".join(u.get("skipped", [])) or ""])
     out.append(("Attacks on each upload", ["client", "round", "membership AUC (chance 0.5)",
                                            "TPR at 1 % FPR [95 % CI] (chance 0.01)", "class set exact (prior)",

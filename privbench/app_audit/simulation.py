@@ -115,7 +115,8 @@ def run_app(app: FlowerApp, *, seed: int, slots: int = 2, reply_timeout: float =
     if silent:
         raise AppError(f"{app.clientapp}: the ClientApp on node {silent[0].node} sent no reply Flower accepts to a "
                        f"{silent[0].message_type} message within {reply_timeout:g} s (Flower's log above says why)")
-    return AppRun(grid.messages, read, list(started), client_app,
+    legacy_strategy = getattr(server_app, "_strategy", None)  # a ServerApp(server_fn=...) sets it when it runs
+    return AppRun(grid.messages, read, [*started, *([legacy_strategy] if legacy_strategy is not None else [])], client_app,
                   {int(n["node"]): int(n["partition"]) for n in read})
 
 
