@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from privbench.app_audit.client_side import MAX_RECORDS
 from privbench.app_audit.recording import Sent
 from privbench.app_audit.simulation import AppRun
 from privbench.app_audit.training import Declared, local_training
@@ -31,6 +32,7 @@ class ClientRound:
     received: Sent
     upload: Sent
     members: tuple[torch.Tensor, torch.Tensor]
+    capped: bool = False
 
     def payloads(self, training: Any) -> tuple[Payload, Payload]:
         """The exchange as privbench payloads: the model received (``global_model``) and the upload (``update``)."""
@@ -54,27 +56,36 @@ def client_rounds(run: AppRun) -> list[ClientRound]:
     """Every train exchange whose reply carries arrays and whose client's loaders yielded records, in round and
     client order."""
     notes = {n["message_id"]: n for n in run.notes if n["type"] == "train" and len(n["labels"])}
-    sent = {(m.message_id): m for m in run.messages if m.direction == "down" and m.message_type == "train"}
+    sent = {(m.message_id): m for m in run.messages if m.direction == "down" and m.kind == "train"}
     out = []
     for reply in run.messages:
-        if reply.direction != "up" or reply.message_type != "train" or not reply.arrays:
+        if reply.direction != "up" or reply.kind != "train" or not reply.arrays:
             continue
         note, received = notes.get(reply.message_id), sent.get(reply.message_id)
         if note is None or received is None:
             continue
         out.append(ClientRound(f"client{run.partitions.get(reply.node, reply.node)}", reply.round, received, reply,
-                               _unique(note["inputs"], note["labels"])))
+                               _unique(note["inputs"], note["labels"]), bool(note.get("capped", False))))
     return sorted(out, key=lambda c: (c.round, int(c.client.removeprefix("client"))))
 
 
+def _rows(x: torch.Tensor) -> list[bytes]:
+    return [row.tobytes() for row in x.reshape(len(x), -1).numpy()]
+
+
 def held_out(run: AppRun, client: str) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """The records ``client`` evaluated on (its own held-out split), each once; None when it evaluated nothing."""
+    """The records ``client`` evaluated on (its evaluate calls, and passes under ``torch.no_grad`` in its train
+    calls), each once, less any record it trained on in any round; None when none is left."""
     node = next((n for n, p in run.partitions.items() if f"client{p}" == client), None)
-    rows = [(n["inputs"], n["labels"]) for n in run.notes if n["type"] == "evaluate" and n["node"] == node
-            and len(n["labels"])]
+    mine = [n for n in run.notes if n["node"] == node]
+    rows = [(n["held_inputs"], n["held_labels"]) for n in mine if len(n.get("held_labels", ()))]
+    rows += [(n["inputs"], n["labels"]) for n in mine if n["type"] == "evaluate" and len(n["labels"])]
     if not rows:
         return None
-    return _unique(torch.cat([x for x, _ in rows]), torch.cat([y for _, y in rows]))
+    x, y = _unique(torch.cat([x for x, _ in rows]), torch.cat([y for _, y in rows]))
+    trained = {r for n in mine if n["type"] == "train" and len(n["labels"]) for r in _rows(n["inputs"])}
+    keep = torch.tensor([r not in trained for r in _rows(x)], dtype=torch.bool)
+    return (x[keep], y[keep]) if bool(keep.any()) else None
 
 
 def membership(model: Callable[[], nn.Module], cr: ClientRound, outside: tuple[torch.Tensor, torch.Tensor],
@@ -114,6 +125,11 @@ def label_counts(model: Callable[[], nn.Module], cr: ClientRound, public: tuple[
 
     stated = cr.upload.metrics.get("num-examples", cr.upload.metrics.get("num_examples"))
     num = int(stated) if isinstance(stated, (int, float)) and 0 < stated <= 100_000 else len(cr.members[1])
+    if cr.capped:
+        raise AttackNotApplicableError(f"the client's loaders yielded more records than the audit notes per message "
+                                       f"({MAX_RECORDS}): its label truth would be a part")
+    if public[0].ndim != 4:
+        raise AttackNotApplicableError(f"its inputs are {list(public[0].shape[1:])}, not images [C, H, W]")
     training, sources = local_training(flags, cr.received.config, run_config, num)
     if training is None:
         from privbench.app_audit.training import ask
@@ -121,7 +137,8 @@ def label_counts(model: Callable[[], nn.Module], cr: ClientRound, public: tuple[
     upload, base = cr.payloads(training)
     net = model()
     c, h, w = (int(v) for v in public[0].shape[1:])
-    classes = int(net(public[0][:1]).shape[-1])
+    with torch.no_grad():
+        classes = int(net.eval()(public[0][:2]).shape[-1])
     target = AttackTarget.from_payload(upload, base=base, model=net, num_images=num, image_shape=(c, h, w),
                                        num_classes=classes)
     finding = LabelCounts(public=len(public[1])).attack(LabelView(target, public[0], public[1]), seed=seed)

@@ -35,11 +35,12 @@ class Options:
     delta: float = 1e-5
     rules: list[Rule] = field(default_factory=list)
     command: str = ""
+    reply_timeout: float = 300.0
 
 
 def mechanisms(app: FlowerApp, run: AppRun, o: Options) -> list[dict[str, Any]]:
     """Every privacy mechanism found, measured."""
-    rounds = Counter(m.node for m in run.messages if m.direction == "up" and m.message_type == "train" and m.arrays)
+    rounds = Counter(m.node for m in run.messages if m.direction == "up" and m.kind == "train" and m.arrays)
     found = []
     for mod in privacy.client_mods(run.client_app):
         if type(mod).__name__ == "LocalDpMod":
@@ -47,9 +48,9 @@ def mechanisms(app: FlowerApp, run: AppRun, o: Options) -> list[dict[str, Any]]:
         elif callable(mod) and getattr(mod, "__name__", "") in ("fixedclipping_mod", "adaptiveclipping_mod"):
             found.append({"mechanism": mod.__name__, "problems": [], "note": "clips on the client for the server's "
                           "central DP wrapper"})
+    per_round = Counter(m.round for m in run.messages if m.direction == "down" and m.kind == "train")
     for strategy in run.strategies:
-        dp = privacy.strategy_dp(strategy, clients=app.supernodes, rounds=max(
-            (m.round for m in run.messages if m.message_type == "train"), default=1), delta=o.delta)
+        dp = privacy.strategy_dp(strategy, sent=[per_round[r] for r in sorted(per_round)], delta=o.delta)
         if dp is not None:
             found.append(dp)
     for node, partition in sorted(run.partitions.items(), key=lambda kv: kv[1]):
@@ -121,7 +122,7 @@ def gate_figures(uploads: list[dict[str, Any]], found: list[dict[str, Any]]) -> 
 def audit(app: FlowerApp, out: Path, o: Options) -> tuple[dict[str, Any], bool]:
     """Audit ``app`` into the new folder ``out``; the summary and whether the gate failed."""
     start = time.perf_counter()
-    run = run_app(app, seed=o.seed)
+    run = run_app(app, seed=o.seed, reply_timeout=o.reply_timeout)
     partial = out.parent / f".{out.name}.partial"
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)

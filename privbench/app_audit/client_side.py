@@ -5,9 +5,13 @@ evaluator reads."""
 from __future__ import annotations
 
 import contextlib
+import importlib
+import importlib.util
 import sys
 import uuid
+from collections import Counter
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +20,7 @@ from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 from torch.utils.data import DataLoader
 
-#: Most records noted per message (inputs kept as float32; a client's share of a quickstart's data fits).
+#: Most records noted per message and kind (trained, evaluated), as float32; a client's share of these apps fits.
 MAX_RECORDS = 4096
 
 
@@ -32,17 +36,43 @@ def batch_records(batch: Any) -> tuple[torch.Tensor, torch.Tensor] | None:
     return (inputs, labels) if labels is not None else None
 
 
+@dataclass
+class Noted:
+    """The records a call's loaders yielded: those yielded with gradients on (``trained``: fed to a training step)
+    and those yielded under ``torch.no_grad`` (``evaluated``), each capped at ``MAX_RECORDS`` (``full``: whether
+    the cap was reached)."""
+
+    trained: list[tuple[torch.Tensor, torch.Tensor]] = field(default_factory=list)
+    evaluated: list[tuple[torch.Tensor, torch.Tensor]] = field(default_factory=list)
+    full: bool = False
+
+    def add(self, pair: tuple[torch.Tensor, torch.Tensor]) -> None:
+        into = self.trained if torch.is_grad_enabled() else self.evaluated
+        if sum(len(y) for _, y in into) + len(pair[1]) > MAX_RECORDS:
+            self.full = True
+            return
+        into.append((pair[0].detach().cpu().clone().float(), pair[1].detach().cpu().clone().long()))
+
+    @staticmethod
+    def joined(pairs: list[tuple[torch.Tensor, torch.Tensor]]) -> tuple[torch.Tensor, torch.Tensor]:
+        if not pairs:
+            return torch.empty(0), torch.empty(0, dtype=torch.long)
+        return torch.cat([x for x, _ in pairs]), torch.cat([y for _, y in pairs])
+
+
 @contextlib.contextmanager
-def noting_loaders() -> Iterator[list[tuple[torch.Tensor, torch.Tensor]]]:
-    """Within the block, every batch any ``DataLoader`` yields is noted (inputs and labels, detached copies)."""
-    seen: list[tuple[torch.Tensor, torch.Tensor]] = []
+def noting_loaders() -> Iterator[Noted]:
+    """Within the block, every batch any ``DataLoader`` yields is noted (inputs and labels, detached copies), as
+    trained or evaluated by whether gradients are on where the app asks for it (a validation pass inside a train
+    call runs under ``torch.no_grad``)."""
+    seen = Noted()
     original = DataLoader.__iter__
 
     def __iter__(self: DataLoader) -> Iterator[Any]:  # noqa: N807 (the method it stands in for)
         for batch in original(self):
             pair = batch_records(batch)
-            if pair is not None and sum(len(x) for x, _ in seen) < MAX_RECORDS:
-                seen.append((pair[0].detach().cpu().clone().float(), pair[1].detach().cpu().clone().long()))
+            if pair is not None:
+                seen.add(pair)
             yield batch
 
     DataLoader.__iter__ = __iter__  # type: ignore[method-assign,assignment]
@@ -52,25 +82,41 @@ def noting_loaders() -> Iterator[list[tuple[torch.Tensor, torch.Tensor]]]:
         DataLoader.__iter__ = original  # type: ignore[method-assign]
 
 
+#: Every Opacus engine this process has made (an app may keep one across rounds): its steps are read as they grow.
+ENGINES: list[tuple[Any, dict[str, Any]]] = []
+
+
+def _steps(engine: Any) -> Counter[tuple[float, float]]:
+    """An engine's accountant history as steps per (noise multiplier, sample rate)."""
+    out: Counter[tuple[float, float]] = Counter()
+    for z, q, n in getattr(engine.accountant, "history", []):
+        out[(float(z), float(q))] += int(n)
+    return out
+
+
 @contextlib.contextmanager
 def noting_dp_sgd() -> Iterator[list[dict[str, Any]]]:
-    """Within the block, each Opacus ``PrivacyEngine.make_private*`` call is noted; at its end, each engine's
-    accountant history (noise multiplier, sample rate, steps) and the clip it was given."""
+    """Within the block, each Opacus ``PrivacyEngine.make_private*`` call is noted with the clip and targets it was
+    given; at its end, the steps each engine of this process took within the block (noise multiplier, sample
+    rate, steps), with its accountant's mechanism."""
     notes: list[dict[str, Any]] = []
+    if sys.modules.get("opacus") is None and importlib.util.find_spec("opacus") is not None:
+        importlib.import_module("opacus")  # an app may import it inside its train function
     opacus = sys.modules.get("opacus")
     if opacus is None:
         yield notes
         return
     engine_cls = opacus.PrivacyEngine
     originals = {name: getattr(engine_cls, name) for name in ("make_private", "make_private_with_epsilon")}
-    engines: list[tuple[Any, dict[str, Any]]] = []
+    before = {id(e): _steps(e) for e, _ in ENGINES}
 
     def wrap(name: str) -> Any:
         def call(self: Any, *args: Any, **kwargs: Any) -> Any:
-            engines.append((self, {"call": name, "max_grad_norm": kwargs.get("max_grad_norm"),
-                                   "target_epsilon": kwargs.get("target_epsilon"),
-                                   "target_delta": kwargs.get("target_delta"),
-                                   "poisson_sampling": kwargs.get("poisson_sampling", True)}))
+            if all(e is not self for e, _ in ENGINES):
+                ENGINES.append((self, {}))
+            given = next(g for e, g in ENGINES if e is self)
+            given.update({"call": name, "max_grad_norm": kwargs.get("max_grad_norm"),
+                          "target_epsilon": kwargs.get("target_epsilon"), "target_delta": kwargs.get("target_delta")})
             return originals[name](self, *args, **kwargs)
         return call
 
@@ -81,9 +127,11 @@ def noting_dp_sgd() -> Iterator[list[dict[str, Any]]]:
     finally:
         for name, fn in originals.items():
             setattr(engine_cls, name, fn)
-        for engine, given in engines:
-            history = [(float(z), float(q), int(n)) for z, q, n in getattr(engine.accountant, "history", [])]
-            notes.append({**given, "accountant": engine.accountant.mechanism(), "history": history})
+        for engine, given in ENGINES:
+            grown = _steps(engine) - before.get(id(engine), Counter())
+            if grown:
+                notes.append({**given, "accountant": engine.accountant.mechanism(),
+                              "history": [(z, q, n) for (z, q), n in sorted(grown.items())]})
 
 
 class AuditedClientApp(ClientApp):
@@ -97,12 +145,13 @@ class AuditedClientApp(ClientApp):
     def __call__(self, message: Message, context: Context) -> Message:
         with noting_loaders() as seen, noting_dp_sgd() as dp_sgd:
             reply = self.app(message, context)
-        inputs = torch.cat([x for x, _ in seen])[:MAX_RECORDS] if seen else torch.empty(0)
-        labels = torch.cat([y for _, y in seen])[:MAX_RECORDS] if seen else torch.empty(0, dtype=torch.long)
+        inputs, labels = seen.joined(seen.trained)
+        held_inputs, held_labels = seen.joined(seen.evaluated)
         note = {"node": int(context.node_id), "partition": int(context.node_config.get("partition-id", -1)),
-                "type": message.metadata.message_type, "group": message.metadata.group_id,
+                "type": message.metadata.message_type.split(".")[0], "group": message.metadata.group_id,
                 "message_id": message.metadata.message_id, "inputs": inputs, "labels": labels,
-                "batches": [len(y) for _, y in seen], "dp_sgd": dp_sgd}
+                "held_inputs": held_inputs, "held_labels": held_labels, "capped": seen.full,
+                "batches": [len(y) for _, y in seen.trained], "dp_sgd": dp_sgd}
         folder = Path(self.notes)
         name = f"{note['node']}-{note['type']}-{note['group'] or 'x'}-{uuid.uuid4().hex[:12]}"
         tmp = folder / f".{name}.tmp"

@@ -31,6 +31,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--epochs", type=int, help="the clients' local epochs, where the app does not state it")
     p.add_argument("--batch-size", type=int, help="the clients' batch size, where the app does not state it")
     p.add_argument("--momentum", type=float, help="the clients' SGD momentum, where the app does not state it")
+    p.add_argument("--reply-timeout", type=float, default=300.0, help="seconds to wait for a batch of replies "
+                   "before the audit says which ClientApp did not answer (default 300)")
     p.add_argument("--delta", type=float, default=1e-5, help="delta of every epsilon the audit computes")
     p.add_argument("--fail-on", action="append", default=[], metavar="RULE",
                    help="FIGURE>VALUE (membership_auc, membership_tpr_at_1pct_fpr, label_set_exact, "
@@ -59,15 +61,18 @@ def options(args: argparse.Namespace) -> tuple[Any, Any]:
     from privbench.app_audit.gate import Rule
     from privbench.app_audit.training import Declared
 
+    if not (math.isfinite(args.reply_timeout) and args.reply_timeout > 0):
+        raise ConfigError(f"--reply-timeout {args.reply_timeout}: must be a number of seconds > 0")
     if not (math.isfinite(args.delta) and 0 < args.delta < 1):
         raise ConfigError(f"--delta {args.delta}: must be in (0, 1)")
     rules = [Rule.parse(r) for r in args.fail_on]
     declared = Declared(args.lr, args.epochs, args.batch_size, args.momentum)
     declared.check()
     app = read_app(args.path, overrides=_overrides(args.run_config), supernodes=args.supernodes)
-    command = " ".join([PROG, *(shlex.quote(a) for a in (sys.argv[2:] if sys.argv[1:2] == ["audit-app"] else []))])
+    given = sys.argv[2:] if sys.argv[1:2] == ["audit-app"] else sys.argv[1:]
+    command = " ".join([PROG, *(shlex.quote(a) for a in given)])
     return app, Options(seed=args.seed, model=args.model, declared=declared, delta=args.delta, rules=rules,
-                        command=command)
+                        command=command, reply_timeout=args.reply_timeout)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -83,6 +88,10 @@ def main(argv: list[str] | None = None) -> int:
         summary, failed = audit(app, out, o)
     except PrivbenchError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # noqa: BLE001 (anything else the app or an attack raised: one line, status 2, no result)
+        line = str(exc).splitlines()[0] if str(exc) else ""
+        print(f"{PROG}: error: the audit failed: {type(exc).__name__}: {line}", file=sys.stderr)
         return 2
     if args.junit is not None:
         from privbench.io import atomic_write_text

@@ -1,6 +1,6 @@
 """The CI gate: ``--fail-on`` rules read against the audit's figures, an exit status, and a JUnit XML file.
 
-A rule is ``FIGURE>VALUE`` or ``FIGURE>=VALUE`` (``FIGURES``), or one of the words
+A rule is ``FIGURE>VALUE`` or ``FIGURE>=VALUE`` (``FIGURES``; a figure the audit could not measure fails its rule), or one of the words
 ``misconfigured`` (any privacy mechanism reported as such) and ``epsilon-above-claim`` (a measured epsilon above the one claimed).
 """
 from __future__ import annotations
@@ -64,8 +64,8 @@ class Rule:
             return bool(over), (f"{over[0]['mechanism']}: measured {over[0]['epsilon_measured']:.3g} > claimed "
                                 f"{over[0][claimed]:.3g}" if over else "no measured epsilon above its claim")
         value = figures.get(self.figure)
-        if value is None or (isinstance(value, float) and math.isnan(value)):
-            return False, f"{self.figure}: not measured in this audit"
+        if value is None or (isinstance(value, float) and math.isnan(value)):  # a gate cannot pass on no evidence
+            return True, f"{self.figure}: not measured in this audit (the report says why), so the rule cannot pass"
         failed = value >= self.value if self.op == ">=" else value > self.value
         return failed, f"{self.figure} = {value:.4g} ({'fails' if failed else 'passes'} {self.op} {self.value:g})"
 

@@ -95,11 +95,15 @@ def local_dp(run: AppRun, mod: Any, *, rounds: int, seed: int) -> dict[str, Any]
     z = std / clip if clip > 0 else 0.0
     delta = float(mod.delta)
     per_round, total = _epsilon(z, 1, delta), _epsilon(z, rounds, delta)
+    any_two = _epsilon(z / 2, rounds, delta)  # two updates clipped to C can differ by 2C
     problems: list[str] = []
     out: dict[str, Any] = {"mechanism": "LocalDpMod", "covers": "each client's whole update, before it leaves the node", "clip": float(mod.clipping_norm), "sensitivity": float(mod.sensitivity),
            EPSILON_CLAIMED.key: float(mod.epsilon), "delta": delta, "noise_std_measured": std, "clip_measured": clip,
            "noise_multiplier_measured": z, "epsilon_measured_per_round": per_round, "rounds": rounds,
-           "epsilon_measured": total, "problems": problems}
+           "epsilon_measured": total, "epsilon_measured_any_two_updates": any_two,
+           "neighbouring": "a client's update present or absent (sensitivity C, as DP-FedAvg counts it); any two "
+                           "updates (2C, local DP's strict sense) in epsilon_measured_any_two_updates",
+           "problems": problems}
     if not math.isclose(float(mod.sensitivity), float(mod.clipping_norm), rel_tol=1e-6):
         problems.append(
             f"LocalDpMod: noise scaled for sensitivity {mod.sensitivity:g} but updates clipped to {mod.clipping_norm:g}: "
@@ -114,46 +118,79 @@ def local_dp(run: AppRun, mod: Any, *, rounds: int, seed: int) -> dict[str, Any]
     return out
 
 
-def strategy_dp(strategy: Any, *, clients: int, rounds: int, delta: float) -> dict[str, Any] | None:
-    """A DP wrapper around the app's strategy (Flower's fixed or adaptive clipping), or None for a plain strategy."""
+def strategy_dp(strategy: Any, *, sent: list[int], delta: float) -> dict[str, Any] | None:
+    """A DP wrapper around the app's strategy (Flower's fixed or adaptive clipping), or None for a plain strategy.
+
+    ``sent`` is the number of train messages of each round. The wrapper's noise is ``z C / num_sampled_clients`` on
+    the mean of the updates it received; with fewer clients than it was told, one client moves that mean by
+    ``C / received``, so its noise multiplier is ``z received / num_sampled_clients``. No amplification by sampling
+    is counted (Flower samples a fixed number of clients; its own accountant refuses to count it either)."""
+    from privbench.defenses.calibration import epsilon
+
     name = type(strategy).__name__
     if not name.startswith("DifferentialPrivacy"):
         return None
     z = float(getattr(strategy, "noise_multiplier", 0.0))
-    sampled = int(getattr(strategy, "num_sampled_clients", clients))
-    from privbench.defenses.calibration import epsilon
-
-    q = min(1.0, sampled / max(clients, 1))
-    eps = epsilon(z, [(q, rounds)], delta=delta) if z > 0 else math.inf
+    declared = int(getattr(strategy, "num_sampled_clients", 0) or 0)
+    rounds = len(sent)
+    fewest = min(sent, default=declared)
+    effective = z * fewest / declared if declared else z
+    eps = epsilon(effective, [(1.0, rounds)], delta=delta) if effective > 0 and rounds else math.inf
     where = "the server" if "ServerSide" in name else "each client (fixedclipping_mod), unnoised until the server adds"
+    problems = []
+    if declared and fewest < declared:
+        problems.append(f"{name}: told {declared} clients a round but sent to {fewest}: its noise multiplier is "
+                        f"{effective:.3g}, not {z:g}, and its epsilon over {rounds} rounds {eps:.3g}")
     return {"mechanism": name, "covers": f"the models the server releases: {where} clips, the server adds the noise, "
                                          "so the server itself sees every update without it (the attacks on each "
-                                         "upload are its view)", "inner_strategy": type(getattr(strategy, "strategy", None)).__name__,
-            "noise_multiplier": z, "clip": float(getattr(strategy, "clipping_norm", getattr(strategy,
-                                                 "initial_clipping_norm", math.nan))),
-            "num_sampled_clients": sampled, "rounds": rounds, "delta": delta,
-            "epsilon_measured": eps, "epsilon_sampling": f"Poisson rate {q:.3g} assumed", "problems": []}
+                                         "upload are its view)",
+            "inner_strategy": type(getattr(strategy, "strategy", None)).__name__, "noise_multiplier": z,
+            "noise_multiplier_measured": effective,
+            "clip": float(getattr(strategy, "clipping_norm", getattr(strategy, "initial_clipping_norm", math.nan))),
+            "num_sampled_clients": declared, "clients_sent": sent, "rounds": rounds, "delta": delta,
+            "epsilon_measured": eps, "epsilon_sampling": "none counted", "problems": problems}
+
+
+def _composed(history: list[tuple[float, float, int]], mechanism: str, delta: float) -> float:
+    """Epsilon at ``delta`` after ``history`` by Opacus's accountant ``mechanism`` (RDP where it cannot)."""
+    import warnings
+
+    from opacus.accountants import create_accountant
+
+    for name in dict.fromkeys((mechanism, "rdp")):
+        try:
+            acc = create_accountant(mechanism=name)
+            acc.history = list(history)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                return float(acc.get_epsilon(delta=delta))
+        except (MemoryError, ValueError, OverflowError):
+            continue
+    return math.inf
 
 
 def dp_sgd(run: AppRun, client: str, node: int, *, delta: float) -> dict[str, Any] | None:
-    """The DP-SGD a client's Opacus engines ran over all its rounds, composed, against the epsilon it reported."""
-    from privbench.defenses.calibration import epsilon
-
+    """The DP-SGD a client's Opacus engines ran over all its rounds, composed by the accountant its engines used, at
+    the delta it targeted (else ``delta``), against the largest epsilon it reported."""
     notes = [d for n in run.notes if n["node"] == node and n["type"] == "train" for d in n["dp_sgd"]]
     if not notes:
         return None
-    history = [(z, q, steps) for d in notes for z, q, steps in d["history"]]
-    zs = {z for z, _, _ in history}
-    total = (epsilon(zs.pop(), [(q, s) for _, q, s in history], delta=delta) if len(zs) == 1 else math.nan)
+    history = [(float(z), float(q), int(steps)) for d in notes for z, q, steps in d["history"]]
+    mechanism = str(notes[-1].get("accountant") or "rdp")
+    targeted = {float(d["target_delta"]) for d in notes if d.get("target_delta")}
+    delta = targeted.pop() if len(targeted) == 1 else delta
+    total = _composed(history, mechanism, delta)
     reported = [float(v) for m in run.messages if m.direction == "up" and m.node == node
-                for k, v in m.metrics.items() if "eps" in k.lower() and isinstance(v, (int, float))]
-    out = {"mechanism": "Opacus DP-SGD", "client": client, "covers": "each record of the client, in everything it sends", "engines": len(notes),
-           "noise_multiplier": sorted({z for z, _, _ in history}), "clip": sorted({d["max_grad_norm"] for d in notes
-                                                                                   if d["max_grad_norm"] is not None}),
-           "steps": sum(s for _, _, s in history), "delta": delta, EPSILON_CLAIMED.key: max(reported) if reported else None,
-           "epsilon_measured": total, "problems": []}
+                for k, v in {**m.metrics, **m.config}.items() if "eps" in k.lower() and isinstance(v, (int, float))
+                and not isinstance(v, bool)]
+    problems: list[str] = []
+    out = {"mechanism": "Opacus DP-SGD", "client": client, "covers": "each record of the client, in everything it sends",
+           "engines": len(notes), "accountant": mechanism, "noise_multiplier": sorted({z for z, _, _ in history}),
+           "clip": sorted({d["max_grad_norm"] for d in notes if d.get("max_grad_norm") is not None}),
+           "steps": sum(s for _, _, s in history), "delta": delta,
+           EPSILON_CLAIMED.key: max(reported) if reported else None, "epsilon_measured": total, "problems": problems}
     if reported and total > max(reported) * 1.01:
-        out["problems"].append(f"{client}: reports epsilon {max(reported):.3g} but its {len(notes)} DP-SGD runs compose "
-                               f"to {total:.3g} (RDP, delta {delta:g}): a fresh engine each round forgets the rounds "
-                               "before")
+        problems.append(f"{client}: reports epsilon {max(reported):.3g} but its DP-SGD over {len(notes)} rounds composes "
+                        f"to {total:.3g} ({mechanism.upper()}, its engines' accountant, delta {delta:g}): each "
+                        "report counts only its own round")
     return out

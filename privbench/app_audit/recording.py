@@ -44,6 +44,11 @@ class Sent:
     error: str = ""
     message_id: str = ""
 
+    @property
+    def kind(self) -> str:
+        """The message type's category (``train`` for ``train.finetune``)."""
+        return self.message_type.split(".")[0]
+
     def row(self) -> dict[str, Any]:
         """The message's line in ``messages.jsonl`` (no tensors)."""
         return {"direction": self.direction, "type": self.message_type, "round": self.round, "node": self.node,
@@ -86,13 +91,14 @@ def sent(message: Message, direction: str, round_: int, *, keep_arrays: bool, me
     config: dict[str, Any] = {}
     metrics: dict[str, Any] = {}
     array_bytes = 0
-    for record in message.content.values():
+    several = sum(isinstance(r, ArrayRecord) for r in message.content.values()) > 1
+    for key, record in message.content.items():
         if isinstance(record, ArrayRecord):
             for name, array in record.items():
                 values = _values_of(array)
                 array_bytes += int(values.nbytes)
-                if keep_arrays:
-                    arrays[name] = torch.from_numpy(values.copy())
+                if keep_arrays:  # several records: each name under its record's (no record's tensor hides another's)
+                    arrays[f"{key}/{name}" if several else name] = torch.from_numpy(values.copy())
         elif isinstance(record, ConfigRecord):
             config.update(_values(record))
         elif isinstance(record, MetricRecord):
@@ -148,7 +154,7 @@ class RecordingGrid(Grid):
         for i, message in enumerate(messages):
             round_ = self._round(message)
             message_id = ids[i] if ids is not None else message.metadata.message_id
-            self.messages.append(sent(message, "down", round_, keep_arrays=message.metadata.message_type == "train",
+            self.messages.append(sent(message, "down", round_, keep_arrays=message.metadata.message_type.split(".")[0] == "train",
                                       message_id=message_id))
             self._asked[message_id] = round_
             self._last[(int(message.metadata.dst_node_id), message.metadata.message_type)] = round_
@@ -166,7 +172,7 @@ class RecordingGrid(Grid):
         for reply in replies:
             round_ = self._asked.get(reply.metadata.reply_to_message_id,
                                      self._last.get((int(reply.metadata.src_node_id), reply.metadata.message_type), -1))
-            self.messages.append(sent(reply, "up", round_, keep_arrays=reply.metadata.message_type == "train"))
+            self.messages.append(sent(reply, "up", round_, keep_arrays=reply.metadata.message_type.split(".")[0] == "train"))
         return replies
 
     def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:

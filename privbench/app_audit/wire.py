@@ -36,7 +36,7 @@ def write_wire(run: AppRun, out: Path) -> dict[str, Any]:
         t["messages"] += 1
         t["wire_bytes"] += m.wire_bytes
         t["array_bytes"] += m.array_bytes
-        if m.arrays and m.message_type == "train":
+        if m.arrays and m.kind == "train":
             sender, receiver = ("server", client) if m.direction == "down" else (client, "server")
             kind = "global_model" if m.direction == "down" else "update"
             base = f"r{m.round:04d}-global_model-server-{client}" if m.direction == "up" else None
