@@ -109,6 +109,19 @@ def test_a_legacy_numpy_client_app_is_read_by_position(tmp_path):
     assert len(summary["uploads"]) == 6 and all("membership" in u and "labels" in u for u in summary["uploads"])
 
 
+def test_small_clients_uploads_are_inverted_and_gated(tmp_path):
+    code, stdout, _, folder = audit(EXAMPLES / "quickstart-pytorch", tmp_path, "--run-config", "records-per-client=2",
+                                    "--inversion-steps", "200", "--fail-on", "psnr_gain>30")
+    assert code == 0 and folder is not None, stdout
+    summary = json.loads((folder / "metrics.json").read_text())
+    for u in summary["uploads"]:  # two records each: inverted, scored against the client's own evaluation records
+        r = u["reconstruction"]
+        assert r["num_reconstructed"] == r["num_true"] == 2 and r["budget"]["iterations"] == 200
+        assert r["input_scale"] == {"mean": [0.5], "std": [0.5]}  # the quickstart's (x - 0.5) / 0.5, read back
+        assert (folder / "reconstructions" / f"r{u['round']:04d}-{u['client']}" / "grid.png").is_file()
+    assert summary["figures"]["psnr_gain"] is not None and "gate pass: psnr_gain>30" in stdout
+
+
 def test_a_failing_client_app_is_one_line_and_no_result(tmp_path):
     app = tmp_path / "broken"
     (app / "broken_app").mkdir(parents=True)

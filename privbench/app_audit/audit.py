@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from privbench.app_audit import attacks, privacy
+from privbench.app_audit import attacks, inversion, privacy
 from privbench.app_audit.app import FlowerApp
 from privbench.app_audit.gate import Rule
 from privbench.app_audit.model import find_model, legacy
@@ -22,6 +22,7 @@ from privbench.app_audit.training import Declared
 from privbench.app_audit.wire import write_wire
 from privbench.errors import AttackNotApplicableError
 from privbench.figures.labels import LABEL_COUNT_ERROR, LABEL_COUNT_ERROR_CHANCE, LABEL_SET_EXACT
+from privbench.figures.reconstruction import PSNR_GAIN
 from privbench.io import atomic_write_text
 
 
@@ -36,6 +37,8 @@ class Options:
     rules: list[Rule] = field(default_factory=list)
     command: str = ""
     reply_timeout: float = 300.0
+    max_images: int = 8
+    inversion_steps: int = 1600
 
 
 def mechanisms(app: FlowerApp, run: AppRun, o: Options) -> list[dict[str, Any]]:
@@ -60,9 +63,14 @@ def mechanisms(app: FlowerApp, run: AppRun, o: Options) -> list[dict[str, Any]]:
     return found
 
 
-def attack_uploads(run: AppRun, app: FlowerApp, model: Any, o: Options) -> list[dict[str, Any]]:
-    """Membership and label counts on each client's upload, each scored against its truth and chance."""
+def attack_uploads(run: AppRun, app: FlowerApp, model: Any, o: Options, folder: Path) -> list[dict[str, Any]]:
+    """Membership, label counts and reconstruction on each client's upload, each scored against its truth and
+    chance."""
     out = []
+    try:
+        scale = inversion.input_scale(run)
+    except AttackNotApplicableError as exc:
+        scale, no_scale = None, str(exc)
     for cr in attacks.client_rounds(run):
         row: dict[str, Any] = {"client": cr.client, "round": cr.round, "records": len(cr.members[1]), "skipped": []}
         outside = attacks.held_out(run, cr.client)
@@ -84,6 +92,15 @@ def attack_uploads(run: AppRun, app: FlowerApp, model: Any, o: Options) -> list[
                                                  o.declared, app.run_config, seed=o.seed)
         except AttackNotApplicableError as exc:
             row["skipped"].append(f"labels: {exc}")
+        try:
+            if scale is None or outside is None or not pool:
+                raise AttackNotApplicableError(no_scale if scale is None else "no non-member or public records")
+            row["reconstruction"] = inversion.reconstruct(
+                model, cr, (torch.cat([x for x, _ in pool]), torch.cat([y for _, y in pool])), outside, scale,
+                o.declared, app.run_config, max_images=o.max_images, iterations=o.inversion_steps, seed=o.seed,
+                out=folder / "reconstructions" / f"r{cr.round:04d}-{cr.client}")
+        except AttackNotApplicableError as exc:
+            row["skipped"].append(f"reconstruction: {exc}")
         out.append(row)
     return out
 
@@ -111,9 +128,10 @@ def gate_figures(uploads: list[dict[str, Any]], found: list[dict[str, Any]]) -> 
     sets, _ = _mean([u["labels"][LABEL_SET_EXACT.key] for u in uploads if "labels" in u])
     gain, gain_ci = _mean([u["labels"][LABEL_COUNT_ERROR_CHANCE.key] - u["labels"][LABEL_COUNT_ERROR.key]
                            for u in uploads if "labels" in u])
+    psnr, psnr_ci = _mean([u["reconstruction"][PSNR_GAIN.key] for u in uploads if "reconstruction" in u])
     return {"membership_auc": auc, "membership_auc_interval": auc_ci, "membership_tpr_at_1pct_fpr": tpr,
             "membership_tpr_at_1pct_fpr_interval": tpr_ci, LABEL_SET_EXACT.key: sets, "label_count_error_gain": gain,
-            "label_count_error_gain_interval": gain_ci,
+            "label_count_error_gain_interval": gain_ci, PSNR_GAIN.key: psnr, f"{PSNR_GAIN.key}_interval": psnr_ci,
             "epsilon_measured": max((m["epsilon_measured"] for m in found if m.get("epsilon_measured") is not None),
                                     default=None),
             "problems": [p for m in found for p in m.get("problems", [])], "mechanisms": found}
@@ -137,7 +155,7 @@ def audit(app: FlowerApp, out: Path, o: Options) -> tuple[dict[str, Any], bool]:
                 m.arrays = {names[int(k)]: t for k, t in m.arrays.items()} if legacy(m.arrays) else m.arrays
         traffic = write_wire(run, partial)
         found = mechanisms(app, run, o)
-        uploads = attack_uploads(run, app, model, o)
+        uploads = attack_uploads(run, app, model, o, partial)
         figures = gate_figures(uploads, found)
         results = [rule.check(figures) for rule in o.rules]
         summary = {"app": {"name": app.name, "root": str(app.root), "supernodes": app.supernodes, "seed": o.seed,

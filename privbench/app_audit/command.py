@@ -33,10 +33,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--momentum", type=float, help="the clients' SGD momentum, where the app does not state it")
     p.add_argument("--reply-timeout", type=float, default=300.0, help="seconds to wait for a batch of replies "
                    "before the audit says which ClientApp did not answer (default 300)")
+    p.add_argument("--max-images", type=int, default=8, help="invert uploads of clients that trained on at most this "
+                   "many records (the inversion rebuilds all of them; default 8)")
+    p.add_argument("--inversion-steps", type=int, default=1600, help="signed-Adam steps of the FedAvg-aware "
+                   "inversion (default 1600, its config's)")
     p.add_argument("--delta", type=float, default=1e-5, help="delta of every epsilon the audit computes")
     p.add_argument("--fail-on", action="append", default=[], metavar="RULE",
                    help="FIGURE>VALUE (membership_auc, membership_tpr_at_1pct_fpr, label_set_exact, "
-                        "label_count_error_gain, epsilon_measured), misconfigured, or epsilon-above-claim: exit 1 if it holds")
+                        "label_count_error_gain, psnr_gain, epsilon_measured), misconfigured, or epsilon-above-claim: exit 1 if it holds")
     p.add_argument("--junit", type=Path, help="also write the gate's JUnit XML here")
     return p
 
@@ -63,6 +67,9 @@ def options(args: argparse.Namespace) -> tuple[Any, Any]:
 
     if not (math.isfinite(args.reply_timeout) and args.reply_timeout > 0):
         raise ConfigError(f"--reply-timeout {args.reply_timeout}: must be a number of seconds > 0")
+    for flag, value in (("--max-images", args.max_images), ("--inversion-steps", args.inversion_steps)):
+        if value < 1:
+            raise ConfigError(f"{flag} {value}: must be at least 1")
     if not (math.isfinite(args.delta) and 0 < args.delta < 1):
         raise ConfigError(f"--delta {args.delta}: must be in (0, 1)")
     rules = [Rule.parse(r) for r in args.fail_on]
@@ -72,7 +79,8 @@ def options(args: argparse.Namespace) -> tuple[Any, Any]:
     given = sys.argv[2:] if sys.argv[1:2] == ["audit-app"] else sys.argv[1:]
     command = " ".join([PROG, *(shlex.quote(a) for a in given)])
     return app, Options(seed=args.seed, model=args.model, declared=declared, delta=args.delta, rules=rules,
-                        command=command, reply_timeout=args.reply_timeout)
+                        command=command, reply_timeout=args.reply_timeout, max_images=args.max_images,
+                        inversion_steps=args.inversion_steps)
 
 
 def main(argv: list[str] | None = None) -> int:

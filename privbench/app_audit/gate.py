@@ -14,6 +14,7 @@ from xml.sax.saxutils import escape, quoteattr
 from privbench.errors import ConfigError
 from privbench.figures.labels import LABEL_SET_EXACT
 from privbench.figures.one_run import EPSILON_CLAIMED
+from privbench.figures.reconstruction import PSNR_GAIN
 
 #: The figures a rule may read (means over the audited uploads, one test each; the largest epsilon).
 FIGURES = {
@@ -22,6 +23,7 @@ FIGURES = {
     LABEL_SET_EXACT.key: "share of uploads whose exact class set the label attack recovers",
     "label_count_error_gain": "the class-frequency prior's count error less the label attack's (per class), mean",
     "epsilon_measured": "the largest measured epsilon of any privacy mechanism",
+    PSNR_GAIN.key: "the reconstruction's PSNR over chance (dB), mean over the uploads it ran on",
 }
 WORDS = {"misconfigured": "a privacy mechanism is misconfigured",
          "epsilon-above-claim": "a measured epsilon is above the epsilon its mechanism claims"}

@@ -12,6 +12,7 @@ from privbench.figures.labels import (
     LABEL_SET_EXACT_CHANCE,
 )
 from privbench.figures.one_run import EPSILON_CLAIMED
+from privbench.figures.reconstruction import PSNR_CHANCE, PSNR_MEAN, RECOVERED_FRACTION
 
 Table = tuple[str, list[str], list[list[str]], str]  # title, header, rows, note
 
@@ -42,19 +43,23 @@ def tables(summary: dict[str, Any]) -> list[Table]:
                 "measured epsilons are privbench's RDP accountant over the rounds each client took part in"))
     rows = []
     for u in summary["uploads"]:
-        m, lab = u.get("membership", {}), u.get("labels", {})
+        m, lab, rec = u.get("membership", {}), u.get("labels", {}), u.get("reconstruction", {})
         rows.append([u["client"], _f(u["round"]), _f(m.get("membership_auc")),
                      _f(m.get("membership_tpr_at_1pct_fpr")) + (f" [{_f(m['membership_tpr_at_1pct_fpr_interval'])}]"
                                                                if "membership_tpr_at_1pct_fpr_interval" in m else ""),
                      _f(lab.get(LABEL_SET_EXACT.key)) + f" ({_f(lab.get(LABEL_SET_EXACT_CHANCE.key))})",
                      _f(lab.get(LABEL_COUNT_ERROR.key)) + f" ({_f(lab.get(LABEL_COUNT_ERROR_CHANCE.key))})",
+                     (f"{_f(rec.get(PSNR_MEAN.key))} ({_f(rec.get(PSNR_CHANCE.key))}), recovered "
+                      f"{_f(rec.get(RECOVERED_FRACTION.key))}" if rec else "—"),
                      "; ".join(u.get("skipped", [])) or ""])
     out.append(("Attacks on each upload", ["client", "round", "membership AUC (chance 0.5)",
                                            "TPR at 1 % FPR [95 % CI] (chance 0.01)", "class set exact (prior)",
-                                           "count error per class (prior)", "not run"], rows,
+                                           "count error per class (prior)", "PSNR dB (chance)", "not run"], rows,
                 "membership: loss change on the upload, members the records the client trained on that round, "
                 "non-members as many of its own evaluation records; labels: per-class counts from the head's bias "
-                "along the update, against a prior that knows the class frequencies"))
+                "along the update, against a prior that knows the class frequencies; reconstruction: the FedAvg-aware inversion "
+                "of the uploads of clients with at most --max-images records, matched one-to-one, chance from the "
+                "client's evaluation records; recovered: the share rebuilt to 20 dB"))
     out.append(("Gate", ["rule", "verdict", "why"],
                 [[g["rule"], "FAIL" if g["failed"] else "pass", g["why"]] for g in summary["gate"]]
                 or [["(no --fail-on rules)", "", ""]], ""))

@@ -16,6 +16,11 @@ def threat_model(summary: dict[str, Any], options: Any) -> dict[str, Any]:
         "labels": {"attack": "per-class counts from the head's bias along the update",
                    "public_data": "the other clients' evaluation records, labelled",
                    "client_training_from": sources},
+        "reconstruction": {"attack": "FedAvg-aware inversion (Dimitrov et al. 2022), the declared training replayed",
+                           "budget": {"iterations": options.inversion_steps, "restarts": 1,
+                                      "max_images": options.max_images},
+                           "input_scale": "read from the range of the inputs (pixels in [0, 1] before an affine "
+                                          "normalisation)"},
         "privacy_mechanisms": "found on the app's objects (ClientApp mods, the strategy started); LocalDpMod "
                               "measured as a black box; epsilons by privbench's RDP accountant",
         "truth": "the records the clients' data loaders yielded during each message (the evaluator's, never sent)",

@@ -37,7 +37,7 @@ def load_data(partition_id: int, num_partitions: int, batch_size: int, per_clien
               ) -> tuple[DataLoader, DataLoader]:
     """This node's IID share of the train and test splits, normalised to [-1, 1]."""
     loaders = []
-    for name, size, shuffle in (("train", per_client, True), ("test", per_client // 2, False)):
+    for name, size, shuffle in (("train", per_client, True), ("test", max(per_client // 2, 10), False)):
         images, labels = _split(name)
         order = np.random.default_rng(42).permutation(len(images))
         mine = order[partition_id * size:(partition_id + 1) * size]
