@@ -86,8 +86,10 @@ def test_what_is_not_an_app_this_audit_can_run_is_named_in_one_line(tmp_path, bo
     assert words in str(err.value) and "\n" not in str(err.value)
 
 
-def test_a_loopback_federation_address_is_allowed(tmp_path):
-    assert read_app(_app(tmp_path, APP.replace("options.num-supernodes = 5", 'address = "127.0.0.1:9093"'))).supernodes == 2
+def test_a_loopback_federation_is_run_in_simulation_and_the_audit_says_so(tmp_path):
+    app = read_app(_app(tmp_path, APP.replace("options.num-supernodes = 5", 'address = "127.0.0.1:9093"')))
+    assert app.supernodes == 2 and "names a deployment at 127.0.0.1:9093" in app.notes[0]
+    assert read_app(_app(tmp_path, APP)).notes == ()
 
 
 def _message(arrays: dict[str, np.ndarray], kind: str = MessageType.TRAIN, **config) -> Message:

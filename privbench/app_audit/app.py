@@ -31,6 +31,7 @@ class FlowerApp:
         run_config: ``[tool.flwr.app.config]``, flattened to dotted keys, with the audit's overrides.
         supernodes: ``options.num-supernodes`` of the default federation (or the audit's override).
         name: the project name.
+        notes: what the audit runs differently from what the app asks, one line each.
     """
 
     root: Path
@@ -39,6 +40,7 @@ class FlowerApp:
     run_config: dict[str, Any] = field(default_factory=dict)
     supernodes: int = 2
     name: str = ""
+    notes: tuple[str, ...] = ()
 
 
 def _flatten(table: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -78,7 +80,7 @@ def _federation(flwr: dict[str, Any], pyproject: Path) -> dict[str, Any]:
         if isinstance(table, dict) and "address" in table and not _loopback(str(table["address"])):
             if table is chosen:
                 raise AppError(f"{pyproject}: federation {name!r} connects to {table['address']}, beyond this "
-                               "machine: privbench audits an app in simulation or on loopback only")
+                               "machine: privbench audits an app in simulation on this machine only")
     return chosen if isinstance(chosen, dict) else {}
 
 
@@ -119,13 +121,17 @@ def read_app(path: Path, *, overrides: dict[str, Any] | None = None, supernodes:
                        f"(it has: {', '.join(sorted(config)) or 'none'})")
     server, client = (_reference(components[k], k, pyproject) for k in ("serverapp", "clientapp"))
     _flower_checks(pyproject.parent)
-    options = _federation(flwr, pyproject).get("options", {})
+    federation = _federation(flwr, pyproject)
+    options = federation.get("options", {})
+    notes = (f"the app's default federation names a deployment at {federation['address']}; the audit runs the app "
+             "in Flower's simulation instead (a loopback deployment of a user's app is not built yet)",
+             ) if "address" in federation else ()
     nodes = supernodes if supernodes is not None else options.get("num-supernodes", 2)
     if not isinstance(nodes, int) or isinstance(nodes, bool) or not 2 <= nodes <= 64:
         raise AppError(f"num-supernodes = {nodes!r}: the audit runs 2 to 64 simulated SuperNodes")
     return FlowerApp(root=pyproject.parent.resolve(), serverapp=server, clientapp=client,
                      run_config={**config, **(overrides or {})}, supernodes=nodes,
-                     name=str(toml.get("project", {}).get("name", pyproject.parent.name)))
+                     name=str(toml.get("project", {}).get("name", pyproject.parent.name)), notes=notes)
 
 
 def load_component(app: FlowerApp, which: str) -> Any:

@@ -164,6 +164,7 @@ def audit(app: FlowerApp, out: Path, o: Options) -> tuple[dict[str, Any], bool]:
                            "mods": [getattr(m, "__name__", type(m).__name__) for m in privacy.client_mods(run.client_app)],
                            "model": f"{model.__module__}:{model.__qualname__}"},
                    "bytes": traffic, "mechanisms": found, "problems": figures["problems"], "uploads": uploads,
+                   "notes": list(app.notes),
                    "figures": {k: v for k, v in figures.items() if k not in ("problems", "mechanisms")},
                    "gate": [{"rule": r.text, "failed": f, "why": w} for r, (f, w) in zip(o.rules, results)],
                    "command": o.command, "seconds": time.perf_counter() - start}

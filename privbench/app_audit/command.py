@@ -105,6 +105,8 @@ def main(argv: list[str] | None = None) -> int:
         from privbench.io import atomic_write_text
 
         atomic_write_text(args.junit, (out / "junit.xml").read_text())
+    for note in summary["notes"]:
+        print(f"{PROG}: note: {note}")
     for problem in summary["problems"]:
         print(f"{PROG}: {problem}")
     figures = {k: v for k, v in summary["figures"].items() if v is not None}

@@ -72,7 +72,8 @@ def markdown(summary: dict[str, Any]) -> str:
              f"{summary['app']['supernodes']} simulated SuperNodes, {summary['app']['rounds']} rounds, seed "
              f"{summary['app']['seed']}; strategy {summary['app']['strategy']}; client mods "
              f"{', '.join(summary['app']['mods']) or 'none'}. Reproduce: `{summary['command']}`", ""]
-    lines += [f"- **{p}**" for p in summary["problems"]] + ([""] if summary["problems"] else [])
+    lines += [f"- {n}" for n in summary.get("notes", [])]
+    lines += [f"- **{p}**" for p in summary["problems"]] + ([""] if summary["problems"] or summary.get("notes") else [])
     for title, header, rows, note in tables(summary):
         lines += [f"## {title}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         lines += ["| " + " | ".join(r) + " |" for r in rows]
@@ -88,6 +89,7 @@ def page(summary: dict[str, Any]) -> str:
              "td,th{border:1px solid #ccc;padding:.3em .6em}.problem{color:#a00}</style>",
              f"<h1>privbench audit of the Flower app {e(summary['app']['name'])}</h1>",
              f"<p>Reproduce: <code>{e(summary['command'])}</code></p>"]
+    parts += [f"<p>{e(n)}</p>" for n in summary.get("notes", [])]
     parts += [f"<p class='problem'>{e(p)}</p>" for p in summary["problems"]]
     for title, header, rows, note in tables(summary):
         parts.append(f"<h2>{e(title)}</h2><table><tr>" + "".join(f"<th>{e(h)}</th>" for h in header) + "</tr>")
