@@ -333,7 +333,69 @@ def test_an_upload_of_one_image_is_inverted_and_scored_against_chance(tmp_path):
     out = reconstruct(DLGLeNet, cr, (x[20:], y[20:]), (x[10:20], y[10:20]), ((0.5,), (0.5,)), Declared(),
                       {"batch-size": 32}, max_images=8, iterations=1600, seed=0, out=tmp_path)
     assert out["recovered_fraction"] == 1.0 and out["psnr_gain"] > 5  # 21.6 dB against a chance of 11.8
-    assert out["budget"] == {"attack": "fedavg_inversion", "iterations": 1600, "restarts": 1, "images": 1}
+    assert out["budget"] == {"attack": "fedavg_inversion", "iterations": 1600, "restarts": 1, "images": 1,
+                             "count_from": "the client's num-examples"}
     with pytest.raises(AttackNotApplicableError, match="more than --max-images 0"):
         reconstruct(DLGLeNet, cr, (x[20:], y[20:]), (x[10:20], y[10:20]), ((0.5,), (0.5,)), Declared(),
                     {"batch-size": 32}, max_images=0, iterations=1, seed=0, out=tmp_path)
+
+
+def test_opacus_steps_are_counted_once_with_the_outermost_call_s_targets():
+    import warnings
+
+    from opacus import PrivacyEngine
+
+    from privbench.app_audit.client_side import noting_dp_sgd
+
+    torch.manual_seed(0)
+    data = DataLoader(TensorDataset(torch.randn(40, 3), torch.randint(0, 2, (40,))), batch_size=10)
+
+    def rounds(steps: int, history: list | None = None) -> tuple[list[dict], list]:
+        net = torch.nn.Linear(3, 2)
+        engine = PrivacyEngine(accountant="rdp")
+        if history:
+            engine.accountant.history = list(history)  # a careful app carries its history over
+        with noting_dp_sgd() as notes, warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            model, opt, loader = engine.make_private_with_epsilon(
+                module=net, optimizer=torch.optim.SGD(net.parameters(), lr=0.1), data_loader=data, epochs=1,
+                target_epsilon=5.0, target_delta=1e-3, max_grad_norm=0.7, poisson_sampling=False)
+            for i, (x, y) in enumerate(loader):
+                if i == steps:
+                    break
+                opt.zero_grad()
+                torch.nn.functional.cross_entropy(model(x), y).backward()
+                opt.step()
+        return notes, engine.accountant.history
+
+    notes, history = rounds(3)
+    (note,) = notes
+    assert (note["call"], note["target_delta"], note["max_grad_norm"]) == ("make_private_with_epsilon", 1e-3, 0.7)
+    assert sum(n for _, _, n in note["history"]) == 3 and note["accountant"] == "rdp"
+    again, _ = rounds(2, history)  # 3 steps restored, 2 taken: 2 counted
+    assert sum(n for _, _, n in again[0]["history"]) == 2
+
+
+def test_gdp_composition_counts_every_round():
+    from opacus.accountants import GaussianAccountant
+
+    out = privacy._composed([(1.0, 0.1, 100)] * 3, "gdp", 1e-5)
+    acc = GaussianAccountant()
+    acc.history = [(1.0, 0.1, 300)]
+    assert out == pytest.approx(acc.get_epsilon(1e-5), rel=1e-9)
+    assert privacy.EPSILON_KEY.match("epsilon_spent") and not privacy.EPSILON_KEY.match("local_steps")
+
+
+def test_non_members_exclude_what_the_client_trained_on_in_any_round():
+    from privbench.app_audit.attacks import held_out
+
+    x = torch.arange(12.0).view(12, 1, 1, 1)
+    y = torch.arange(12) % 3
+    notes = [{"node": 7, "type": "train", "inputs": x[:4], "labels": y[:4], "held_inputs": x[2:6],
+              "held_labels": y[2:6]},  # a validation pass over records 2..5, of which 2 and 3 were trained on
+             {"node": 7, "type": "evaluate", "inputs": x[6:9], "labels": y[6:9]},
+             {"node": 7, "type": "train", "inputs": x[8:9], "labels": y[8:9]}]  # record 8, trained on later
+    got, labels = held_out(AppRun([], notes, partitions={7: 0}), "client0")
+    assert got.flatten().tolist() == [4.0, 5.0, 6.0, 7.0] and labels.tolist() == [1, 2, 0, 1]
+    notes[0]["capped"] = True  # records trained on past the cap are unknown: no non-members
+    assert held_out(AppRun([], notes, partitions={7: 0}), "client0") is None

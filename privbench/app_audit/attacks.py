@@ -52,6 +52,15 @@ def _unique(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tenso
     return x[keep], y[keep]
 
 
+def stated_count(cr: ClientRound) -> tuple[int, str]:
+    """The records the client says the upload was trained on (its ``num-examples``, read only for its own upload),
+    else the count the evaluator noted, and which it was."""
+    stated = cr.upload.metrics.get("num-examples", cr.upload.metrics.get("num_examples"))
+    if isinstance(stated, (int, float)) and not isinstance(stated, bool) and 0 < stated <= 100_000:
+        return int(stated), "the client's num-examples"
+    return len(cr.members[1]), "not stated: the records its loaders yielded"
+
+
 def client_rounds(run: AppRun) -> list[ClientRound]:
     """Every train exchange whose reply carries arrays and whose client's loaders yielded records, in round and
     client order."""
@@ -78,6 +87,8 @@ def held_out(run: AppRun, client: str) -> tuple[torch.Tensor, torch.Tensor] | No
     calls), each once, less any record it trained on in any round; None when none is left."""
     node = next((n for n, p in run.partitions.items() if f"client{p}" == client), None)
     mine = [n for n in run.notes if n["node"] == node]
+    if any(n.get("capped") for n in mine if n["type"] == "train"):
+        return None  # records trained on beyond the cap are not known: none can be called a non-member
     rows = [(n["held_inputs"], n["held_labels"]) for n in mine if len(n.get("held_labels", ()))]
     rows += [(n["inputs"], n["labels"]) for n in mine if n["type"] == "evaluate" and len(n["labels"])]
     if not rows:
@@ -123,8 +134,7 @@ def label_counts(model: Callable[[], nn.Module], cr: ClientRound, public: tuple[
     from privbench.attacks.target import AttackTarget
     from privbench.metrics.labels import label_scores
 
-    stated = cr.upload.metrics.get("num-examples", cr.upload.metrics.get("num_examples"))
-    num = int(stated) if isinstance(stated, (int, float)) and 0 < stated <= 100_000 else len(cr.members[1])
+    num, counted = stated_count(cr)
     if cr.capped:
         raise AttackNotApplicableError(f"the client's loaders yielded more records than the audit notes per message "
                                        f"({MAX_RECORDS}): its label truth would be a part")
@@ -139,10 +149,12 @@ def label_counts(model: Callable[[], nn.Module], cr: ClientRound, public: tuple[
     c, h, w = (int(v) for v in public[0].shape[1:])
     with torch.no_grad():
         classes = int(net.eval()(public[0][:2]).shape[-1])
+    net.train()  # the client's training is replayed as it ran
     target = AttackTarget.from_payload(upload, base=base, model=net, num_images=num, image_shape=(c, h, w),
                                        num_classes=classes)
     finding = LabelCounts(public=len(public[1])).attack(LabelView(target, public[0], public[1]), seed=seed)
     frequencies = torch.bincount(public[1], minlength=classes).double() / len(public[1])
     scores = label_scores(finding.counts, cr.members[1], frequencies)
     return {**scores, "training": {"lr": training.lr, "steps": training.steps, "batch_size": training.batch_size,
-                                   "epochs": training.epochs, "num_samples": num}, "training_from": sources}
+                                   "epochs": training.epochs, "num_samples": num},
+            "training_from": {**sources, "num_samples": counted}}

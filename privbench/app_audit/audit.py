@@ -105,6 +105,19 @@ def attack_uploads(run: AppRun, app: FlowerApp, model: Any, o: Options, folder: 
     return out
 
 
+def name_legacy_arrays(run: AppRun, model: Any) -> None:
+    """Name each legacy list of arrays by the model's state dict, in order, where its count and every shape match;
+    a list that does not match is dropped from the attacks (its bytes stay recorded)."""
+    state = model().state_dict()
+    names, shapes = list(state), [tuple(t.shape) for t in state.values()]
+    for m in run.messages:
+        if not m.arrays or not legacy(m.arrays):
+            continue
+        listed = [m.arrays[str(i)] for i in range(len(m.arrays))]
+        matches = len(listed) == len(names) and all(tuple(t.shape) == s for t, s in zip(listed, shapes))
+        m.arrays = dict(zip(names, listed)) if matches else {}
+
+
 def _mean(values: list[float], *, bounds: tuple[float, float] = (-math.inf, math.inf)
           ) -> tuple[float | None, list[float] | None]:
     """The mean of per-upload figures and its 95 % t-interval within ``bounds`` (None with fewer than two)."""
@@ -150,9 +163,7 @@ def audit(app: FlowerApp, out: Path, o: Options) -> tuple[dict[str, Any], bool]:
             raise AttackNotApplicableError(f"{app.name}: the ServerApp sent no arrays; nothing to attack")
         model = find_model(app, carried, o.model)
         if legacy(carried):
-            names = list(model().state_dict())
-            for m in run.messages:
-                m.arrays = {names[int(k)]: t for k, t in m.arrays.items()} if legacy(m.arrays) else m.arrays
+            name_legacy_arrays(run, model)
         traffic = write_wire(run, partial)
         found = mechanisms(app, run, o)
         uploads = attack_uploads(run, app, model, o, partial)

@@ -82,23 +82,16 @@ def noting_loaders() -> Iterator[Noted]:
         DataLoader.__iter__ = original  # type: ignore[method-assign]
 
 
-#: Every Opacus engine this process has made (an app may keep one across rounds): its steps are read as they grow.
+#: Every Opacus engine this process has made (an app may keep one across rounds), with what it was given.
 ENGINES: list[tuple[Any, dict[str, Any]]] = []
-
-
-def _steps(engine: Any) -> Counter[tuple[float, float]]:
-    """An engine's accountant history as steps per (noise multiplier, sample rate)."""
-    out: Counter[tuple[float, float]] = Counter()
-    for z, q, n in getattr(engine.accountant, "history", []):
-        out[(float(z), float(q))] += int(n)
-    return out
 
 
 @contextlib.contextmanager
 def noting_dp_sgd() -> Iterator[list[dict[str, Any]]]:
-    """Within the block, each Opacus ``PrivacyEngine.make_private*`` call is noted with the clip and targets it was
-    given; at its end, the steps each engine of this process took within the block (noise multiplier, sample
-    rate, steps), with its accountant's mechanism."""
+    """Within the block, every step an Opacus accountant takes is counted (noise multiplier, sample rate), by
+    accountant; each ``PrivacyEngine.make_private*`` call is noted with the clip and targets it was given (the
+    outermost call: ``make_private_with_epsilon`` calls ``make_private``). Counting steps, not reading histories, a
+    history an app restores into a fresh engine is not counted twice."""
     notes: list[dict[str, Any]] = []
     if sys.modules.get("opacus") is None and importlib.util.find_spec("opacus") is not None:
         importlib.import_module("opacus")  # an app may import it inside its train function
@@ -106,32 +99,52 @@ def noting_dp_sgd() -> Iterator[list[dict[str, Any]]]:
     if opacus is None:
         yield notes
         return
+    from opacus import accountants
+
     engine_cls = opacus.PrivacyEngine
-    originals = {name: getattr(engine_cls, name) for name in ("make_private", "make_private_with_epsilon")}
-    before = {id(e): _steps(e) for e, _ in ENGINES}
+    made = {name: getattr(engine_cls, name) for name in ("make_private", "make_private_with_epsilon")}
+    stepped = {cls: cls.step for cls in (accountants.RDPAccountant, accountants.PRVAccountant,
+                                         accountants.GaussianAccountant)}
+    steps: Counter[tuple[int, str, float, float]] = Counter()
+    depth = [0]
 
     def wrap(name: str) -> Any:
         def call(self: Any, *args: Any, **kwargs: Any) -> Any:
-            if all(e is not self for e, _ in ENGINES):
-                ENGINES.append((self, {}))
-            given = next(g for e, g in ENGINES if e is self)
-            given.update({"call": name, "max_grad_norm": kwargs.get("max_grad_norm"),
-                          "target_epsilon": kwargs.get("target_epsilon"), "target_delta": kwargs.get("target_delta")})
-            return originals[name](self, *args, **kwargs)
+            if depth[0] == 0:
+                if all(e is not self for e, _ in ENGINES):
+                    ENGINES.append((self, {}))
+                given = next(g for e, g in ENGINES if e is self)
+                given.update({"call": name, "max_grad_norm": kwargs.get("max_grad_norm"),
+                              "target_epsilon": kwargs.get("target_epsilon"),
+                              "target_delta": kwargs.get("target_delta")})
+            depth[0] += 1
+            try:
+                return made[name](self, *args, **kwargs)
+            finally:
+                depth[0] -= 1
         return call
 
-    for name in originals:
+    def counting(cls: type) -> Any:
+        def step(self: Any, *, noise_multiplier: float, sample_rate: float) -> Any:
+            steps[(id(self), self.mechanism(), float(noise_multiplier), float(sample_rate))] += 1
+            return stepped[cls](self, noise_multiplier=noise_multiplier, sample_rate=sample_rate)
+        return step
+
+    for name in made:
         setattr(engine_cls, name, wrap(name))
+    for cls in stepped:
+        cls.step = counting(cls)
     try:
         yield notes
     finally:
-        for name, fn in originals.items():
+        for name, fn in made.items():
             setattr(engine_cls, name, fn)
-        for engine, given in ENGINES:
-            grown = _steps(engine) - before.get(id(engine), Counter())
-            if grown:
-                notes.append({**given, "accountant": engine.accountant.mechanism(),
-                              "history": [(z, q, n) for (z, q), n in sorted(grown.items())]})
+        for cls, fn in stepped.items():
+            cls.step = fn
+        for key in dict.fromkeys((k[0], k[1]) for k in steps):
+            given = next((g for e, g in ENGINES if id(e.accountant) == key[0]), {})
+            notes.append({**given, "accountant": key[1], "history": [(z, q, n) for (a, _, z, q), n in steps.items()
+                                                                     if a == key[0]]})
 
 
 class AuditedClientApp(ClientApp):

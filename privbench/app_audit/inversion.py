@@ -14,7 +14,7 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from privbench.app_audit.attacks import ClientRound
+from privbench.app_audit.attacks import ClientRound, stated_count
 from privbench.app_audit.simulation import AppRun
 from privbench.app_audit.training import Declared, ask, local_training
 from privbench.errors import AttackNotApplicableError
@@ -43,12 +43,10 @@ def reconstruct(model: Callable[[], nn.Module], cr: ClientRound, public: tuple[t
     from privbench.audit.score import Scoring, Truth, score_finding
     from privbench.pixels import denormalise
 
-    n = len(cr.members[1])
-    if cr.capped or n > max_images:
-        raise AttackNotApplicableError(f"{n} records, more than --max-images {max_images} (the inversion rebuilds "
+    num, counted = stated_count(cr)
+    if cr.capped or num > max_images:
+        raise AttackNotApplicableError(f"{num} records, more than --max-images {max_images} (the inversion rebuilds "
                                        "every record of the update; raise it where there is time, e.g. a GPU)")
-    stated = cr.upload.metrics.get("num-examples", cr.upload.metrics.get("num_examples"))
-    num = int(stated) if isinstance(stated, (int, float)) and 0 < stated <= max_images else n
     training, sources = local_training(flags, cr.received.config, run_config, num)
     if training is None:
         raise AttackNotApplicableError(ask(sources))
@@ -58,17 +56,20 @@ def reconstruct(model: Callable[[], nn.Module], cr: ClientRound, public: tuple[t
     c, h, w = (int(v) for v in public[0].shape[1:])
     with torch.no_grad():
         classes = int(net.eval()(public[0][:2]).shape[-1])
+    net.train()  # the client's training is replayed as it ran (batch norm on batch statistics)
     target = AttackTarget.from_payload(upload, base=base, model=net, num_images=num, image_shape=(c, h, w),
                                        num_classes=classes, mean=mean, std=std, unroll=True)
     attack = FedAvgInversion(iterations=iterations, restarts=1, public=len(public[1]))
     view = LabelView(target, public[0], public[1])
     torch.manual_seed(seed)
     finding = attack.attack(view, seed=seed)
+    if finding.images is None:
+        raise AttackNotApplicableError("the inversion's attempt diverged (no finite objective); nothing to score")
     truth = Truth(images=denormalise(cr.members[0], mean, std).clamp(0, 1), labels=cr.members[1],
                   non_members=denormalise(outside[0], mean, std).clamp(0, 1), non_member_labels=outside[1],
                   class_frequencies=torch.bincount(public[1], minlength=classes).double() / len(public[1]),
                   mean=mean, std=std)
     scores = score_finding(finding, view, attack, truth, Scoring(seed=seed, match_on="mse", use_lpips=False, out=out))
     return {**{k: v for k, v in scores.items() if k != "attempts"}, "budget": {
-        "attack": "fedavg_inversion", "iterations": iterations, "restarts": 1, "images": num},
+        "attack": "fedavg_inversion", "iterations": iterations, "restarts": 1, "images": num, "count_from": counted},
         "input_scale": {"mean": list(mean), "std": list(std)}}

@@ -5,11 +5,13 @@ strategy, and the DP-SGD its clients' Opacus engines ran; each with what it clai
 less that change, is its noise alone) and, with numpy's generator reseeded so the same noise is drawn again and
 with a change far past any clip (its component along the change is the clip), so its noise multiplier is the
 measured noise over the measured clip, whatever it was configured with. Epsilons are privbench's RDP accountant's
-(``defenses.calibration.epsilon``) at the app's delta, composed over the rounds each client took part in.
+(``defenses.calibration.epsilon``) at the audit's delta, composed over the rounds each client took part in, except
+DP-SGD's: the accountant its Opacus engines used (PRV by default), at the delta it targeted.
 """
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 import numpy as np
@@ -151,16 +153,26 @@ def strategy_dp(strategy: Any, *, sent: list[int], delta: float) -> dict[str, An
             "epsilon_measured": eps, "epsilon_sampling": "none counted", "problems": problems}
 
 
+#: A metric that reports an epsilon: ``eps``, ``epsilon``, ``epsilon_spent``, ``eps-total`` (not ``steps``).
+EPSILON_KEY = re.compile(r"^(eps|epsilon)([-_ ].*)?$", re.IGNORECASE)
+
+
 def _composed(history: list[tuple[float, float, int]], mechanism: str, delta: float) -> float:
     """Epsilon at ``delta`` after ``history`` by Opacus's accountant ``mechanism`` (RDP where it cannot)."""
     import warnings
 
     from opacus.accountants import create_accountant
 
-    for name in dict.fromkeys((mechanism, "rdp")):
+    merged: dict[tuple[float, float], int] = {}
+    for z, q, n in history:
+        merged[(z, q)] = merged.get((z, q), 0) + n
+    entries = [(z, q, n) for (z, q), n in merged.items()]
+    # Opacus's GDP accountant reads only its last entry: with several, RDP composes them
+    first = mechanism if not (mechanism == "gdp" and len(entries) > 1) else "rdp"
+    for name in dict.fromkeys((first, "rdp")):
         try:
             acc = create_accountant(mechanism=name)
-            acc.history = list(history)
+            acc.history = entries
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 return float(acc.get_epsilon(delta=delta))
@@ -181,7 +193,7 @@ def dp_sgd(run: AppRun, client: str, node: int, *, delta: float) -> dict[str, An
     delta = targeted.pop() if len(targeted) == 1 else delta
     total = _composed(history, mechanism, delta)
     reported = [float(v) for m in run.messages if m.direction == "up" and m.node == node
-                for k, v in {**m.metrics, **m.config}.items() if "eps" in k.lower() and isinstance(v, (int, float))
+                for k, v in {**m.metrics, **m.config}.items() if EPSILON_KEY.match(k) and isinstance(v, (int, float))
                 and not isinstance(v, bool)]
     problems: list[str] = []
     out = {"mechanism": "Opacus DP-SGD", "client": client, "covers": "each record of the client, in everything it sends",

@@ -95,6 +95,8 @@ def sent(message: Message, direction: str, round_: int, *, keep_arrays: bool, me
     for key, record in message.content.items():
         if isinstance(record, ArrayRecord):
             for name, array in record.items():
+                if not array.data:  # a legacy reply without parameters carries one empty placeholder
+                    continue
                 values = _values_of(array)
                 array_bytes += int(values.nbytes)
                 if keep_arrays:  # several records: each name under its record's (no record's tensor hides another's)

@@ -40,7 +40,7 @@ def tables(summary: dict[str, Any]) -> list[Table]:
                   _f(m.get("noise_multiplier_measured", m.get("noise_multiplier"))), _f(m.get(EPSILON_CLAIMED.key)),
                   _f(m.get("epsilon_measured")), _f(m.get("delta")), m.get("covers", "")] for m in summary["mechanisms"]]
                 or [["none found", "", "", "", "", "", ""]],
-                "measured epsilons are privbench's RDP accountant over the rounds each client took part in"))
+                "measured epsilons: privbench's RDP accountant over the rounds each client took part in; DP-SGD's by its engines' own accountant (PRV by default), at the delta they targeted"))
     rows = []
     for u in summary["uploads"]:
         m, lab, rec = u.get("membership", {}), u.get("labels", {}), u.get("reconstruction", {})

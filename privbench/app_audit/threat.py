@@ -22,7 +22,8 @@ def threat_model(summary: dict[str, Any], options: Any) -> dict[str, Any]:
                            "input_scale": "read from the range of the inputs (pixels in [0, 1] before an affine "
                                           "normalisation)"},
         "privacy_mechanisms": "found on the app's objects (ClientApp mods, the strategy started); LocalDpMod "
-                              "measured as a black box; epsilons by privbench's RDP accountant",
+                              "measured as a black box; epsilons by privbench's RDP accountant, DP-SGD's by "
+                              "the accountant its Opacus engines used",
         "truth": "the records the clients' data loaders yielded during each message (the evaluator's, never sent)",
         "seed": options.seed, "delta": options.delta,
     }
