@@ -15,6 +15,7 @@ import torch
 from privbench.app_audit.app import AppError, FlowerApp, load_component
 from privbench.app_audit.client_side import AuditedClientApp
 from privbench.app_audit.recording import RecordingGrid, Sent
+from privbench.flower.simulation import environment
 
 
 @dataclass
@@ -27,20 +28,6 @@ class AppRun:
     strategies: list[Any] = field(default_factory=list)
     client_app: Any = None
     partitions: dict[int, int] = field(default_factory=dict)  # node -> partition id
-
-
-@contextlib.contextmanager
-def _environment(**values: str) -> Iterator[None]:
-    before = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for k, v in before.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 @contextlib.contextmanager
@@ -97,7 +84,7 @@ def run_app(app: FlowerApp, *, seed: int, slots: int = 2, reply_timeout: float =
     path = os.pathsep.join(p for p in (str(app.root), os.environ.get("PYTHONPATH", "")) if p)
     torch.manual_seed(seed)
     with tempfile.TemporaryDirectory(prefix="privbench-app-notes-") as notes, \
-            _environment(PYTHONPATH=path, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1"), noting_strategies() as started:
+            environment(PYTHONPATH=path, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1"), noting_strategies() as started:
         _run_simulation(num_supernodes=app.supernodes, exit_event=_leave_event(), client_app=AuditedClientApp(
             client_app, notes), server_app=wrapper, backend_config=backend, app_dir=str(app.root), is_app=True,
             run=run, server_app_context=context)

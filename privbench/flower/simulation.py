@@ -22,7 +22,7 @@ from privbench.progress import quiet_consoles
 
 
 @contextlib.contextmanager
-def _environment(**values: str) -> Iterator[None]:
+def environment(**values: str) -> Iterator[None]:
     """Set environment variables for the processes started inside (Ray's workers inherit them)."""
     before = {k: os.environ.get(k) for k in values}
     os.environ.update(values)
@@ -88,7 +88,7 @@ class FlowerSimulation(Launcher):
         # set up): their lines reach run.log, the console only their warnings
         with contextlib.suppress(ImportError):
             importlib.import_module("ray")
-        with _environment(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PRIVBENCH_CLIENT_THREADS="1"), quiet_consoles():
+        with environment(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PRIVBENCH_CLIENT_THREADS="1"), quiet_consoles():
             run_simulation(server_app=server_app, client_app=client_app, num_supernodes=num_clients + num_agnostic,
                            backend_config=backend)
         if "error" in outcome:
