@@ -94,7 +94,26 @@ def test_central_dp_is_found_around_the_strategy_and_its_epsilon_is_scoped(tmp_p
     acc = RDPAccountant()
     acc.history = [(0.8, 1.0, 2)]
     assert mechanism["epsilon_measured"] == pytest.approx(acc.get_epsilon(1e-5), rel=1e-6)
-    assert "the server itself sees every update" in mechanism["covers"]
+    assert "it sees every update without the noise" in mechanism["covers"]
+
+
+def test_secure_aggregation_hides_the_uploads_and_a_gate_on_them_cannot_pass(tmp_path):
+    from opacus.accountants import RDPAccountant
+
+    code, stdout, _, folder = audit(EXAMPLES / "secagg-central-dp", tmp_path, "--fail-on", "membership_auc>0.6")
+    assert code == 1 and folder is not None, stdout  # nothing measured on the uploads: the rule cannot pass
+    summary = json.loads((folder / "metrics.json").read_text())
+    assert summary["uploads"] == [] and "masked vectors" in summary["notes"][0]
+    names = [m["mechanism"] for m in summary["mechanisms"]]
+    assert names == ["secure aggregation (secaggplus_mod)", "fixedclipping_mod",
+                     "DifferentialPrivacyClientSideFixedClipping"]
+    wrapper = summary["mechanisms"][2]
+    assert wrapper["clients_sent"] == [4, 4]  # four SecAgg+ stages a round, four clients
+    acc = RDPAccountant()
+    acc.history = [(0.5, 1.0, 2)]
+    assert wrapper["epsilon_measured"] == pytest.approx(acc.get_epsilon(1e-5), rel=1e-6)
+    assert "under secure aggregation it sees only their sum" in wrapper["covers"]
+    assert summary["bytes"]["up train"]["array_bytes"] == 0 and summary["bytes"]["up train"]["wire_bytes"] > 0
 
 
 def test_a_legacy_numpy_client_app_is_read_by_position(tmp_path):

@@ -49,11 +49,20 @@ def mechanisms(app: FlowerApp, run: AppRun, o: Options) -> list[dict[str, Any]]:
         if type(mod).__name__ == "LocalDpMod":
             found.append(privacy.local_dp(run, mod, rounds=max(rounds.values(), default=1), seed=o.seed))
         elif callable(mod) and getattr(mod, "__name__", "") in ("fixedclipping_mod", "adaptiveclipping_mod"):
-            found.append({"mechanism": mod.__name__, "problems": [], "note": "clips on the client for the server's "
-                          "central DP wrapper"})
-    per_round = Counter(m.round for m in run.messages if m.direction == "down" and m.kind == "train")
+            found.append({"mechanism": mod.__name__, "problems": [], "covers": "clips on the client for the "
+                          "server's central DP wrapper (its noise is the wrapper's)"})
+        elif callable(mod) and getattr(mod, "__name__", "") in ("secaggplus_mod", "secagg_mod"):
+            found.append({"mechanism": f"secure aggregation ({mod.__name__})", "problems": [],
+                          "covers": "each client's update: the server receives masked vectors and unmasks only "
+                                    "their sum (the next round's model is its view of the round)"})
+    clients: dict[int, set[int]] = {}  # the clients each round's train messages went to (SecAgg+ sends several)
+    for m in run.messages:
+        if m.direction == "down" and m.kind == "train":
+            clients.setdefault(m.round, set()).add(m.node)
+    secure = any(f["mechanism"].startswith("secure aggregation") for f in found)
     for strategy in run.strategies:
-        dp = privacy.strategy_dp(strategy, sent=[per_round[r] for r in sorted(per_round)], delta=o.delta)
+        dp = privacy.strategy_dp(strategy, sent=[len(clients[r]) for r in sorted(clients)], delta=o.delta,
+                                 secure=secure)
         if dp is not None:
             found.append(dp)
     for node, partition in sorted(run.partitions.items(), key=lambda kv: kv[1]):
@@ -175,7 +184,9 @@ def audit(app: FlowerApp, out: Path, o: Options) -> tuple[dict[str, Any], bool]:
                            "mods": [getattr(m, "__name__", type(m).__name__) for m in privacy.client_mods(run.client_app)],
                            "model": f"{model.__module__}:{model.__qualname__}"},
                    "bytes": traffic, "mechanisms": found, "problems": figures["problems"], "uploads": uploads,
-                   "notes": list(app.notes),
+                   "notes": [*app.notes, *([] if uploads else [
+                       "no client's train reply carries arrays (under secure aggregation they are masked vectors): "
+                       "no upload is attacked; attacking each round's aggregate is not built yet"])],
                    "figures": {k: v for k, v in figures.items() if k not in ("problems", "mechanisms")},
                    "gate": [{"rule": r.text, "failed": f, "why": w} for r, (f, w) in zip(o.rules, results)],
                    "command": o.command, "seconds": time.perf_counter() - start}

@@ -31,7 +31,7 @@ def client_mods(app: Any) -> list[Any]:
         seen.add(id(fn))
         for cell in getattr(fn, "__closure__", None) or ():
             value = cell.cell_contents
-            if callable(value) and getattr(value, "__module__", "").startswith("flwr.clientapp.mod"):
+            if callable(value) and getattr(value, "__module__", "").startswith(("flwr.clientapp.mod", "flwr.client.mod")):
                 found.append(value)
             if callable(value) and getattr(value, "__closure__", None):
                 stack.append(value)
@@ -120,13 +120,14 @@ def local_dp(run: AppRun, mod: Any, *, rounds: int, seed: int) -> dict[str, Any]
     return out
 
 
-def strategy_dp(strategy: Any, *, sent: list[int], delta: float) -> dict[str, Any] | None:
+def strategy_dp(strategy: Any, *, sent: list[int], delta: float, secure: bool = False) -> dict[str, Any] | None:
     """A DP wrapper around the app's strategy (Flower's fixed or adaptive clipping), or None for a plain strategy.
 
     ``sent`` is the number of train messages of each round. The wrapper's noise is ``z C / num_sampled_clients`` on
     the mean of the updates it received; with fewer clients than it was told, one client moves that mean by
     ``C / received``, so its noise multiplier is ``z received / num_sampled_clients``. No amplification by sampling
-    is counted (Flower samples a fixed number of clients; its own accountant refuses to count it either)."""
+    is counted (Flower samples a fixed number of clients; its own accountant refuses to count it either). ``secure``:
+    the updates reach the server through secure aggregation (their sum only)."""
     from privbench.defenses.calibration import epsilon
 
     name = type(strategy).__name__
@@ -138,14 +139,14 @@ def strategy_dp(strategy: Any, *, sent: list[int], delta: float) -> dict[str, An
     fewest = min(sent, default=declared)
     effective = z * fewest / declared if declared else z
     eps = epsilon(effective, [(1.0, rounds)], delta=delta) if effective > 0 and rounds else math.inf
-    where = "the server" if "ServerSide" in name else "each client (fixedclipping_mod), unnoised until the server adds"
+    clips = "the server clips each update" if "ServerSide" in name else "each client clips its update (fixedclipping_mod)"
+    sees = ("under secure aggregation it sees only their sum, still without the noise" if secure else
+            "so it sees every update without the noise (the attacks on each upload are its view)")
     problems = []
     if declared and fewest < declared:
         problems.append(f"{name}: told {declared} clients a round but sent to {fewest}: its noise multiplier is "
                         f"{effective:.3g}, not {z:g}, and its epsilon over {rounds} rounds {eps:.3g}")
-    return {"mechanism": name, "covers": f"the models the server releases: {where} clips, the server adds the noise, "
-                                         "so the server itself sees every update without it (the attacks on each "
-                                         "upload are its view)",
+    return {"mechanism": name, "covers": f"the models the server releases: {clips} and the server adds the noise; {sees}",
             "inner_strategy": type(getattr(strategy, "strategy", None)).__name__, "noise_multiplier": z,
             "noise_multiplier_measured": effective,
             "clip": float(getattr(strategy, "clipping_norm", getattr(strategy, "initial_clipping_norm", math.nan))),

@@ -33,7 +33,7 @@ class AppRun:
 @contextlib.contextmanager
 def noting_strategies() -> Iterator[list[Any]]:
     """Within the block, every Flower strategy whose ``start`` is called is noted (the outermost: a DP wrapper
-    holds the strategy it wraps)."""
+    holds the strategy it wraps), and every strategy a ``LegacyContext`` is given (the workflows' apps)."""
     from flwr.serverapp.strategy import Strategy
 
     started: list[Any] = []
@@ -43,11 +43,21 @@ def noting_strategies() -> Iterator[list[Any]]:
         started.append(self)
         return original(self, *args, **kwargs)
 
+    from flwr.server import LegacyContext
+
+    legacy_init = LegacyContext.__init__
+
+    def init(self: Any, *args: Any, **kwargs: Any) -> None:  # a workflow's strategy (DefaultWorkflow, SecAgg+)
+        legacy_init(self, *args, **kwargs)
+        started.append(self.strategy)
+
     Strategy.start = start  # type: ignore[method-assign]
+    LegacyContext.__init__ = init  # type: ignore[method-assign]
     try:
         yield started
     finally:
         Strategy.start = original  # type: ignore[method-assign]
+        LegacyContext.__init__ = legacy_init  # type: ignore[method-assign]
 
 
 def run_app(app: FlowerApp, *, seed: int, slots: int = 2, reply_timeout: float = 300.0) -> AppRun:
