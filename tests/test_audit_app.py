@@ -399,3 +399,23 @@ def test_non_members_exclude_what_the_client_trained_on_in_any_round():
     assert got.flatten().tolist() == [4.0, 5.0, 6.0, 7.0] and labels.tolist() == [1, 2, 0, 1]
     notes[0]["capped"] = True  # records trained on past the cap are unknown: no non-members
     assert held_out(AppRun([], notes, partitions={7: 0}), "client0") is None
+
+
+def test_the_report_shows_each_table_the_problems_and_the_reconstructions():
+    from privbench.app_audit.report import markdown, page
+
+    summary = {
+        "app": {"name": "demo", "supernodes": 2, "rounds": 1, "seed": 0, "strategy": "FedAvg", "mods": ["LocalDpMod"]},
+        "command": "privbench audit-app demo", "notes": [], "problems": ["LocalDpMod: noise scaled for sensitivity"],
+        "bytes": {"up train": {"messages": 2, "wire_bytes": 900, "array_bytes": 800}},
+        "mechanisms": [{"mechanism": "LocalDpMod", "clip": 1.0, "noise_multiplier_measured": 4.8e-5,
+                        "epsilon_claimed": 10.0, "epsilon_measured": 2.4e8, "delta": 1e-5, "covers": "the update"}],
+        "uploads": [{"client": "client1", "round": 1, "skipped": [], "membership": {"membership_auc": 0.61},
+                     "reconstruction": {"psnr_mean": 21.64, "psnr_chance": 11.8, "recovered_fraction": 1.0}}],
+        "gate": [{"rule": "misconfigured", "failed": True, "why": "LocalDpMod: noise scaled"}]}
+    md, html = markdown(summary), page(summary)
+    assert "- **LocalDpMod: noise scaled for sensitivity**" in md
+    assert "| LocalDpMod | 1 | 4.8e-05 | 10 | 2.4e+08 | 1e-05 | the update |" in md
+    assert "| client1 | 1 | 0.61 |" in md and "21.6 (11.8), recovered 1" in md
+    assert "| misconfigured | FAIL | LocalDpMod: noise scaled |" in md
+    assert "<img src='reconstructions/r0001-client1/grid.png'" in html and "class='problem'" in html

@@ -95,4 +95,10 @@ def page(summary: dict[str, Any]) -> str:
         parts.append(f"<h2>{e(title)}</h2><table><tr>" + "".join(f"<th>{e(h)}</th>" for h in header) + "</tr>")
         parts += ["<tr>" + "".join(f"<td>{e(c)}</td>" for c in r) + "</tr>" for r in rows]
         parts.append(f"</table><p>{e(note)}</p>")
+    grids = [u for u in summary["uploads"] if "reconstruction" in u]
+    if grids:
+        parts.append("<h2>Reconstructions</h2><p>each upload's true records (top) and their matched reconstructions</p>")
+        parts += [f"<figure><img src='reconstructions/r{u['round']:04d}-{e(u['client'])}/grid.png' "
+                  f"alt='{e(u['client'])} round {u['round']}'><figcaption>{e(u['client'])}, round {u['round']}: "
+                  f"{_f(u['reconstruction'].get(PSNR_MEAN.key))} dB</figcaption></figure>" for u in grids]
     return "\n".join(parts) + "\n"
