@@ -419,3 +419,13 @@ def test_the_report_shows_each_table_the_problems_and_the_reconstructions():
     assert "| client1 | 1 | 0.61 |" in md and "21.6 (11.8), recovered 1" in md
     assert "| misconfigured | FAIL | LocalDpMod: noise scaled |" in md
     assert "<img src='reconstructions/r0001-client1/grid.png'" in html and "class='problem'" in html
+
+
+def test_the_command_s_help_names_its_rules_and_doc(capsys):
+    from privbench.app_audit.command import main
+
+    with pytest.raises(SystemExit) as done:
+        main(["--help"])
+    text = capsys.readouterr().out
+    assert done.value.code == 0 and "docs/audit-app.md" in text
+    assert all(word in text for word in ("--fail-on", "psnr_gain", "epsilon-above-claim", "--max-images"))
