@@ -80,11 +80,15 @@ def attack_uploads(run: AppRun, app: FlowerApp, model: Any, o: Options, folder: 
         scale = inversion.input_scale(run)
     except AttackNotApplicableError as exc:
         scale, no_scale = None, str(exc)
+    # each client's evaluated records once: its non-members, and the other clients' public data
+    held = {f"client{p}": attacks.held_out(run, f"client{p}") for p in sorted(set(run.partitions.values()))}
+    publics: dict[str, tuple[torch.Tensor, torch.Tensor] | None] = {}
+    for client in held:
+        pool = [h for c, h in held.items() if c != client and h is not None]
+        publics[client] = (torch.cat([x for x, _ in pool]), torch.cat([y for _, y in pool])) if pool else None
     for cr in attacks.client_rounds(run):
         row: dict[str, Any] = {"client": cr.client, "round": cr.round, "records": len(cr.members[1]), "skipped": []}
-        outside = attacks.held_out(run, cr.client)
-        public = [attacks.held_out(run, f"client{p}") for p in sorted(set(run.partitions.values()))
-                  if f"client{p}" != cr.client]
+        outside, public = held.get(cr.client), publics.get(cr.client)
         torch.manual_seed(o.seed)
         try:
             if outside is None:
@@ -93,19 +97,16 @@ def attack_uploads(run: AppRun, app: FlowerApp, model: Any, o: Options, folder: 
         except AttackNotApplicableError as exc:
             row["skipped"].append(f"membership: {exc}")
         try:
-            pool = [p for p in public if p is not None]
-            if not pool:
+            if public is None:
                 raise AttackNotApplicableError("no other client's evaluation records to serve as public data")
-            row["labels"] = attacks.label_counts(model, cr, (torch.cat([x for x, _ in pool]),
-                                                             torch.cat([y for _, y in pool])),
-                                                 o.declared, app.run_config, seed=o.seed)
+            row["labels"] = attacks.label_counts(model, cr, public, o.declared, app.run_config, seed=o.seed)
         except AttackNotApplicableError as exc:
             row["skipped"].append(f"labels: {exc}")
         try:
-            if scale is None or outside is None or not pool:
+            if scale is None or outside is None or public is None:
                 raise AttackNotApplicableError(no_scale if scale is None else "no non-member or public records")
             row["reconstruction"] = inversion.reconstruct(
-                model, cr, (torch.cat([x for x, _ in pool]), torch.cat([y for _, y in pool])), outside, scale,
+                model, cr, public, outside, scale,
                 o.declared, app.run_config, max_images=o.max_images, iterations=o.inversion_steps, seed=o.seed,
                 out=folder / "reconstructions" / f"r{cr.round:04d}-{cr.client}")
         except AttackNotApplicableError as exc:
