@@ -537,7 +537,8 @@ def _first_nan(tensors: dict) -> dict:  # type: ignore[type-arg]
     pytest.param(lambda f, s: (f, _gene(s, lambda t: {**t, "body.0.weight": t[next(iter(t))].long()})),
                  "not a floating tensor", marks=pytest.mark.slow),
     # the client's word against the server's plan (issue 45): its training record, layer list, every tensor
-    (lambda f, s: (f, _trained(s, lr=1e-6)), "declares lr=1e-06; the server planned 0.1"),
+    pytest.param(lambda f, s: (f, _trained(s, lr=1e-6)), "declares lr=1e-06; the server planned 0.1",
+                 marks=pytest.mark.slow),
     pytest.param(lambda f, s: (f, _trained(s, steps=1)), "declares steps=1; the server planned",
                  marks=pytest.mark.slow),
     pytest.param(lambda f, s: ({**f, "layers": json.dumps(["no.such.layer"])}, s),

@@ -83,7 +83,12 @@ def _assert_readable(page: Path, tmp_path: Path) -> None:
     assert int(str(seen["images"])) > 0
 
 
-@pytest.mark.parametrize("page", PAGES, ids=[str(p.relative_to(DOCS)) for p in PAGES])
+def _paged(page: Path) -> object:
+    """A gallery (a page of images, 0.3-1.7 s to render) runs with the slow suite; each study's audit page stays quick."""
+    return pytest.param(page, marks=pytest.mark.slow) if page.name == "gallery.html" else page
+
+
+@pytest.mark.parametrize("page", [_paged(p) for p in PAGES], ids=[str(p.relative_to(DOCS)) for p in PAGES])
 def test_committed_page_renders(page, tmp_path):
     _assert_readable(page, tmp_path)
 
