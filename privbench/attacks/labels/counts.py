@@ -10,6 +10,7 @@ import torch
 
 from privbench.attacks.base import Attack
 from privbench.attacks.labels.bias import estimate_counts
+from privbench.attacks.labels.bounds import checked_head_counts, counts_from_bounds, head_bounds
 from privbench.attacks.labels.findings import InferredLabels
 from privbench.attacks.labels.head import counts_from_head
 from privbench.attacks.labels.views import LabelView
@@ -20,8 +21,14 @@ from privbench.payloads import kind as payload_kind
 from privbench.payloads.kinds import Carries
 
 #: How counts are read: the head's bias (any message), its weight and bias by shadow batches (one step's
-#: gradient), or ``auto`` (head for a gradient, bias for a model payload).
-ESTIMATORS = ("auto", "bias", "head")
+#: gradient), the bounds one step's gradient proves alone (``bounds.py``), or ``auto`` (for a gradient the shadow
+#: batches' counts where the bounds admit them, else the bounds'; bias for a model payload).
+ESTIMATORS = ("auto", "bias", "head", "bounds")
+#: What ``knowledge["labels"]`` says of each one-step source.
+HOW = {"head": "per-class counts recovered from the head's weight and bias gradients (shadow batches of public "
+               "images), within the bounds the gradient proves",
+       "bounds": "per-class counts from the bounds the head's gradient proves (the shadow batches' counts broke "
+                 "them: public data unlike the client's)"}
 
 
 #: Where a gradient inversion's batch labels come from: ``auto`` (recovered counts for a batch of more than one
@@ -57,8 +64,8 @@ def with_counted_labels(view: AttackTarget | LabelView, rule: str, *, seed: int,
     images, labels = view.public, view.public_labels
     one_step = target.unroll is None and int((target.knowledge.get("training") or {}).get("steps", 1)) <= 1
     if one_step and carried:
-        counts = counts_from_head(target, images, labels, seed=seed)
-        how = "per-class counts recovered from the head's weight and bias gradients (shadow batches of public images)"
+        counts, source = checked_head_counts(target, images, labels, seed=seed)
+        how = HOW[source]
     else:
         counts = estimate_counts(target, images, labels, points=points)
         how = "per-class counts recovered from the head's bias gradient along the update"
@@ -84,7 +91,9 @@ class LabelCounts(Attack[LabelView, InferredLabels]):
         points: models along a model payload's update at which that estimate is taken and averaged (1: the
             received model only; a gradient always uses the received model).
         estimator: ``auto`` (``head`` for one step's gradient, ``bias`` for a model payload), ``bias`` or ``head``
-            (the head's weight and bias gradients by shadow batches; gradient payloads only).
+            (the head's weight and bias gradients by shadow batches; gradient payloads only) or ``bounds`` (the
+            bounds one step's gradient proves, no public data). ``auto`` checks ``head``'s counts against the
+            bounds and takes the bounds' where they break them.
         shadows: shadow batches of each ``head`` regression.
         refits: regressions refitted around the counts found.
     """
@@ -105,8 +114,9 @@ class LabelCounts(Attack[LabelView, InferredLabels]):
 
     def cannot_read(self, kind: str) -> str | None:
         reason = super().cannot_read(kind)
-        if reason is None and self.estimator == "head" and payload_kind(kind).carries != "gradient":
-            return (f"attack.estimator=head reads one step's head gradient; {kind} is a multi-step model payload "
+        if reason is None and self.estimator in ("head", "bounds") and payload_kind(kind).carries != "gradient":
+            return (f"attack.estimator={self.estimator} reads one step's head gradient; {kind} is a multi-step "
+                    "model payload "
                     "(use attack.estimator=bias or auto)")
         return reason
 
@@ -119,12 +129,27 @@ class LabelCounts(Attack[LabelView, InferredLabels]):
     def attack(self, view: LabelView, *, seed: int) -> InferredLabels:
         target = view.target
         one_step = int((target.knowledge.get("training") or {}).get("steps", 1)) <= 1
-        use = self.estimator if self.estimator != "auto" else ("head" if one_step else "bias")
-        if use == "head":
+        use = self.estimator if self.estimator != "auto" else ("checked" if one_step else "bias")
+        if use == "checked":
+            counts, use = checked_head_counts(target, view.public, view.public_labels, shadows=self.shadows,
+                                              refits=self.refits, seed=seed)
+        elif use == "head":
             counts = counts_from_head(target, view.public, view.public_labels, shadows=self.shadows,
                                       refits=self.refits, seed=seed)
+        elif use == "bounds":
+            counts = _bounds_only(target, view.public)
         else:
             counts = estimate_counts(target, view.public, view.public_labels, points=self.points,
                                      iterations=self.iterations)
         return InferredLabels(counts={int(c): int(n) for c, n in enumerate(counts) if n > 0},
                               info={"estimator": use})
+
+
+
+def _bounds_only(target: AttackTarget, public: torch.Tensor) -> np.ndarray:
+    """``attack.estimator=bounds``: the counts from the bounds the head's gradient proves alone."""
+    bounds = head_bounds(target, public)
+    if not bounds.feasible:
+        raise AttackNotApplicableError(f"the head's bias gradient admits no counts of a batch of "
+                                       f"{target.num_images}: not one clean step of that batch")
+    return counts_from_bounds(target.gradient[f"{target.head}.bias"], bounds)
