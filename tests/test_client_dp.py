@@ -485,3 +485,20 @@ def test_a_run_of_dp_fedavg_over_secagg_is_measured_by_its_canary_clients(tmp_pa
     assert comm["uplink_bytes"] > 0 and "masked_upload" in (result.run_dir / "comm.json").read_text()
     kinds = {r["kind"] for r in PayloadStore.open(result.run_dir / "payloads").records()}
     assert "aggregate" in kinds and not kinds & {"update", "gradient"}  # no upload reaches the server's store
+
+
+@pytest.mark.parametrize("protocol", ["fedavg", "genefl"])
+def test_client_dp_uploads_reads_client_dp_s_stores(protocol):
+    """experiment=client_dp_uploads trains nothing again after client_dp: each arm composes to the same training key,
+    while what is attacked differs (the upload, not the released model)."""
+    from privbench import api
+    from privbench.audit.resume import training_key
+
+    released = api.compose(["experiment=client_dp", f"+experiment/client_dp/protocol={protocol}",
+                            "+experiment/client_dp=local_eps4", "seed=1"])
+    upload = api.compose(["experiment=client_dp_uploads", "+experiment/client_dp_uploads/read=source",
+                          f"+experiment/client_dp_uploads/protocol={protocol}", "+experiment/client_dp=local_eps4",
+                          "seed=1"])
+    assert training_key(released) == training_key(upload)
+    assert upload.payload.kind == ("update" if protocol == "fedavg" else "learngene")
+    assert released.payload.kind != upload.payload.kind
