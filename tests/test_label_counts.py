@@ -263,3 +263,26 @@ def test_a_client_of_another_domain_gets_labels_at_least_as_right_as_the_sign_ru
         if right(head) < auto:
             assert "bounds" in counted.knowledge["labels"]
     assert beaten >= 1  # the failure the check exists for is reproduced here
+
+
+def test_auto_takes_the_bounds_only_where_it_may():
+    """The bounds' counts alone (estimator=bounds) need no public labels; under declared DP-SGD clipping the check is
+    skipped (per-sample clipping breaks the bias identity) and says so."""
+    from privbench.attacks.labels.bounds import checked_head_counts
+    from privbench.attacks.labels.counts import LabelCounts
+    from privbench.attacks.labels.views import LabelView
+    from privbench.attacks.target import AttackTarget
+
+    torch.manual_seed(0)
+    model = LeNet(in_channels=1, image_size=28, num_classes=10)
+    x, y = torch.randn(4, 1, 28, 28), torch.tensor([1, 1, 5, 8])
+    weight, bias = torch.autograd.grad(F.cross_entropy(model(x), y), [model.fc.weight, model.fc.bias])
+    public = torch.randn(32, 1, 28, 28)
+
+    def target(clip: float | None = None) -> AttackTarget:
+        return AttackTarget(model, {"fc.weight": weight, "fc.bias": bias}, 4, (1, 28, 28), 10, clip=clip)
+
+    found = LabelCounts(estimator="bounds").attack(LabelView(target(), public, torch.zeros(32).long()), seed=0)
+    assert found.counts == {1: 2, 5: 1, 8: 1} and found.info["estimator"] == "bounds"  # at initialisation: exact
+    _, source = checked_head_counts(target(clip=1.0), public, torch.arange(32) % 10, shadows=20, refits=0)
+    assert source == "unchecked"

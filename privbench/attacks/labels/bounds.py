@@ -99,12 +99,15 @@ def head_bounds(target: AttackTarget, public: torch.Tensor) -> CountBounds:
 def checked_head_counts(target: AttackTarget, public: torch.Tensor, public_labels: torch.Tensor, *,
                         shadows: int = 4000, refits: int = 1, seed: int = 0) -> tuple[np.ndarray, str]:
     """The shadow-batch counts (``head.counts_from_head``) where the gradient's bounds admit them, else the counts
-    from the bounds alone; and which (``head``, or ``bounds``). Under declared DP-SGD clipping the identities do not
-    hold, and the shadow-batch counts are taken unchecked."""
+    from the bounds alone; and which (``head``, ``bounds``, or ``unchecked``: under declared DP-SGD clipping, or a
+    bias gradient that admits no counts of the batch, the identities do not hold and the shadow batches' counts
+    are taken as they are)."""
     counts = counts_from_head(target, public, public_labels, shadows=shadows, refits=refits, seed=seed)
     if target.clip is not None:
-        return counts, "head"
+        return counts, "unchecked"
     bounds = head_bounds(target, public)
-    if not bounds.feasible or bounds.admits(counts):
+    if not bounds.feasible:
+        return counts, "unchecked"
+    if bounds.admits(counts):
         return counts, "head"
     return counts_from_bounds(target.gradient[f"{target.head}.bias"], bounds), "bounds"

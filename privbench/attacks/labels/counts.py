@@ -28,7 +28,9 @@ ESTIMATORS = ("auto", "bias", "head", "bounds")
 HOW = {"head": "per-class counts recovered from the head's weight and bias gradients (shadow batches of public "
                "images), within the bounds the gradient proves",
        "bounds": "per-class counts from the bounds the head's gradient proves (the shadow batches' counts broke "
-                 "them: public data unlike the client's)"}
+                 "them: public data unlike the client's)",
+       "unchecked": "per-class counts recovered from the head's weight and bias gradients (shadow batches of public "
+                    "images), unchecked (clipped per sample, or not one clean step of the declared batch)"}
 
 
 #: Where a gradient inversion's batch labels come from: ``auto`` (recovered counts for a batch of more than one
@@ -131,8 +133,9 @@ class LabelCounts(Attack[LabelView, InferredLabels]):
         one_step = int((target.knowledge.get("training") or {}).get("steps", 1)) <= 1
         use = self.estimator if self.estimator != "auto" else ("checked" if one_step else "bias")
         if use == "checked":
-            counts, use = checked_head_counts(target, view.public, view.public_labels, shadows=self.shadows,
-                                              refits=self.refits, seed=seed)
+            counts, source = checked_head_counts(target, view.public, view.public_labels, shadows=self.shadows,
+                                                 refits=self.refits, seed=seed)
+            use = "bounds" if source == "bounds" else "head"
         elif use == "head":
             counts = counts_from_head(target, view.public, view.public_labels, shadows=self.shadows,
                                       refits=self.refits, seed=seed)
