@@ -118,8 +118,7 @@ class LabelCounts(Attack[LabelView, InferredLabels]):
         reason = super().cannot_read(kind)
         if reason is None and self.estimator in ("head", "bounds") and payload_kind(kind).carries != "gradient":
             return (f"attack.estimator={self.estimator} reads one step's head gradient; {kind} is a multi-step "
-                    "model payload "
-                    "(use attack.estimator=bias or auto)")
+                    "model payload (use attack.estimator=bias or auto)")
         return reason
 
     def budget(self) -> dict[str, Any]:
@@ -146,7 +145,6 @@ class LabelCounts(Attack[LabelView, InferredLabels]):
                                      iterations=self.iterations)
         return InferredLabels(counts={int(c): int(n) for c, n in enumerate(counts) if n > 0},
                               info={"estimator": use})
-
 
 
 def _bounds_only(target: AttackTarget, public: torch.Tensor) -> np.ndarray:
