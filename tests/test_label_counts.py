@@ -190,6 +190,10 @@ def test_the_bounds_one_step_proves_by_hand():
     assert count_bounds(dw2, db2, 4, nonnegative_inputs=True).lower[0] == 1
     # a gradient that is not one step of a batch of 4 admits nothing
     assert not count_bounds(dw, torch.tensor([-0.9, -0.9] + [0.225] * 8), 4, nonnegative_inputs=False).feasible
+    # noise on the gradient (defense=noise) breaks the bias's zero sum: not read as a clean step, so not checked
+    noisy = db + 1e-3 * torch.randn(10, generator=torch.Generator().manual_seed(0), dtype=db.dtype)
+    assert count_bounds(dw, db, 4, nonnegative_inputs=True).feasible
+    assert not count_bounds(dw, noisy, 4, nonnegative_inputs=True).feasible
 
 
 def _another_domain(rng: np.random.Generator, n: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -25,6 +25,9 @@ from privbench.errors import AttackNotApplicableError
 
 #: Slack on a bound, in images (a float32 gradient's rounding is far smaller).
 SLACK = 1e-3
+#: Largest ``|sum_c db_c|`` of a clean step, per class (0 in exact arithmetic; float32 rounding left 5e-8 on LeNet's
+#: ten classes at a batch of 16; Gaussian noise of 1e-3 on ten classes moves it by about 3e-3).
+CLEAN = 1e-7
 
 
 @dataclass(frozen=True)
@@ -35,11 +38,13 @@ class CountBounds:
     upper: np.ndarray
     present: np.ndarray  # classes a negative weight-gradient entry proves present (all False when not read)
     batch: int
+    clean: bool = True  # the bias gradient sums to 0, as softmax cross-entropy's does (noise or compression breaks it)
 
     @property
     def feasible(self) -> bool:
-        """Whether some counts summing to the batch fit (else the gradient is not one step of that batch)."""
-        return int(self.lower.sum()) <= self.batch <= int(self.upper.sum()) and bool((self.lower <= self.upper).all())
+        """Whether the gradient reads as one clean step and some counts summing to the batch fit (else it is not one
+        clean step of that batch: noised, compressed, or of another batch size)."""
+        return self.clean and int(self.lower.sum()) <= self.batch <= int(self.upper.sum()) and bool((self.lower <= self.upper).all())
 
     def admits(self, counts: np.ndarray) -> bool:
         """Whether ``counts`` lie within every bound."""
@@ -65,7 +70,7 @@ def count_bounds(weight_gradient: torch.Tensor, bias_gradient: torch.Tensor, bat
         scale = float(weight.abs().max()) if weight.numel() else 0.0
         present = (weight < -1e-9 * scale).any(1).numpy() if scale > 0 else present
         lower = np.maximum(lower, present.astype(int))
-    return CountBounds(lower, upper, present, batch)
+    return CountBounds(lower, upper, present, batch, clean=abs(float(bias.sum())) <= CLEAN * len(bias))
 
 
 def counts_from_bounds(bias_gradient: torch.Tensor, bounds: CountBounds) -> np.ndarray:
