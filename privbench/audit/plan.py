@@ -166,6 +166,15 @@ def _check_isolation(p: Plan) -> None:
     """An active server that isolates a member needs a cohort aggregate, the in-process engine and a cohort larger
     than its sybils."""
     isolation = getattr(p.attack, "isolation", None)
+    if isolation is not None and isolation.downloads == "per_client":
+        slots = getattr(p.attack, "slots", 0)
+        if p.launcher.name != "inprocess":
+            raise ConfigError(f"attack={p.attack.name} sends each member its own download: engine={p.launcher.name} "
+                              "sends every client the server's one model (per-client downloads run on "
+                              "engine=inprocess)")
+        if p.choice.spec.aggregate and slots < p.protocol.participants:
+            raise ConfigError(f"attack.slots={slots}: a cohort of fl.participants={p.protocol.participants} needs "
+                              "a slot for each member")
     if isolation is None or not isolation.isolates:
         return
     asked = ("attack.downloads=inconsistent" if isolation.downloads == "inconsistent"

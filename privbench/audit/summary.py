@@ -8,6 +8,7 @@ from typing import Any
 from privbench.figures import (
     ACCURACY,
     AGNOSTIC_ACCURACY,
+    ATTRIBUTED_FRACTION,
     CANARY_TPR_BOUND_01,
     CANARY_TPR_BOUND_1,
     CLASS_PROPORTION_ERROR,
@@ -43,6 +44,7 @@ from privbench.figures import (
     MIA_TPR_1_INFORMED,
     MIA_TPR_BOUND_01,
     MIA_TPR_BOUND_1,
+    MISATTRIBUTED,
     NUM_RECONSTRUCTED,
     NUM_TRUE,
     PERSONAL_ACCURACY,
@@ -146,6 +148,9 @@ def _leakage(privacy: dict[str, Any], threat: dict[str, Any]) -> list[tuple[str,
                     if isinstance(bar, dict) and {"psnr", "ssim"} <= set(bar) else "")
             lines.append(("", f"recovered {formatted(privacy[RECOVERED_FRACTION.key], '{:.2f}')} of the true images"
                               f"{rule} (chance {formatted(privacy.get(RECOVERED_FRACTION_CHANCE.key), '{:.2f}')})"))
+        if ATTRIBUTED_FRACTION.key in privacy:
+            lines.append(("", f"attributed {formatted(privacy[ATTRIBUTED_FRACTION.key], '{:.2f}')} of them to their "
+                              f"client, {privacy.get(MISATTRIBUTED.key)} to another client's slot"))
         if privacy.get("chance_from"):
             alike = "" if privacy.get("chance_pool_alike", True) else " (the true images do not look like it)"
             lines.append(("", f"chance from {privacy['chance_from']}{alike}"))
@@ -250,19 +255,16 @@ def _victims(privacy: dict[str, Any]) -> list[tuple[str, str]]:
 
 def _utility(utility: dict[str, Any], nbytes: dict[str, Any]) -> list[tuple[str, str]]:
     """Accuracy and bytes."""
-    lines: list[tuple[str, str]] = []
     models = [(name, utility.get(f.key)) for name, f in (("own model", PERSONAL_ACCURACY),
                                                           ("downloaded model", DOWNLOADED_ACCURACY))]
     scored = [f"{name} {formatted(v, '{:.3f}')}" for name, v in models if v is not None]
     useful = "known-client accuracy " + (", ".join(scored) or formatted(utility.get(ACCURACY.key), "{:.3f}"))
     if utility.get(AGNOSTIC_ACCURACY.key) is not None:
         useful += f", agnostic {formatted(utility[AGNOSTIC_ACCURACY.key], '{:.3f}')}"
-    lines.append(("utility", useful))
     sent = f"up {formatted(nbytes.get(UPLINK_BYTES.key), '{:,}')}, down {formatted(nbytes.get(DOWNLINK_BYTES.key), '{:,}')}"
     if nbytes.get(TOTAL_RATIO.key) is not None:
         sent += f", total vs FedAvg {formatted(nbytes[TOTAL_RATIO.key], '{:.3f}')}"
-    lines.append(("bytes", sent))
-    return lines
+    return [("utility", useful), ("bytes", sent)]
 
 
 def _privacy(defense: dict[str, Any]) -> list[tuple[str, str]]:
@@ -287,8 +289,7 @@ def _privacy(defense: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 def _aggregation(defense: dict[str, Any]) -> dict[str, Any]:
-    got = defense.get("aggregation")
-    return got if isinstance(got, dict) else {}
+    return got if isinstance(got := defense.get("aggregation"), dict) else {}
 
 
 def _wrapped(lines: list[tuple[str, str]]) -> str:

@@ -54,6 +54,11 @@ class ActiveAttack(Attack[ActiveView, Reconstruction]):
         each, whether it was built to pass it, and why (``threat_model.json``'s ``client_checks``)."""
         return {check: "not designed to pass" for check in CLIENT_CHECKS}
 
+    def member_downloads(self, crafted: nn.Module, count: int) -> list[nn.Module] | None:
+        """Each of a cohort's ``count`` members' own download, in cohort order (``isolation.downloads=per_client``);
+        None: the isolation's crafted and quiet downloads."""
+        return None
+
     def crafted_rows(self, crafted: nn.Module) -> torch.Tensor:
         """The output units of ``crafted_layer`` the server crafted (all of them by default)."""
         weight = crafted.get_submodule(self.crafted_layer(crafted)).get_parameter("weight")

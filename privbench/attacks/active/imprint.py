@@ -94,13 +94,28 @@ def craft(model: nn.Module, public: torch.Tensor, *, bins: int, seed: int, scale
     return crafted.to(device)
 
 
-def read_bins(weight: torch.Tensor, bias: torch.Tensor, *, tolerance: float = 1e-4) -> torch.Tensor:
+def bias_steps(bias: torch.Tensor) -> torch.Tensor:
+    """Neighbouring bins' bias differences (the last bin's own bias): what each region between two thresholds holds."""
+    b = bias.double()
+    return b - torch.cat([b[1:], torch.zeros_like(b[:1])])
+
+
+def read_bins(weight: torch.Tensor, bias: torch.Tensor, *, tolerance: float = 1e-4, floor: float = 0.0
+              ) -> torch.Tensor:
     """The inputs isolated by the bins, from the bins' gradient or change (``weight [k, D]``, ``bias [k]``):
     neighbouring rows' differences, divided by their bias difference; regions whose bias difference is at most
-    ``tolerance`` times the largest are empty and left out. Returns ``[n, D]`` (n <= k)."""
+    ``tolerance`` times the largest, or at most ``floor`` (a secure sum's rounding), are empty and left out.
+    Returns ``[n, D]`` (n <= k).
+
+    Example:
+        >>> bias = torch.tensor([3.0, 2.001, 2.0, 1e-3, -1e-3])  # two inputs, rounding elsewhere
+        >>> weight = bias.view(-1, 1) * torch.ones(5, 2)
+        >>> len(read_bins(weight, bias)), len(read_bins(weight, bias, floor=0.01))
+        (5, 2)
+    """
     w = weight.double() - torch.cat([weight.double()[1:], torch.zeros_like(weight.double()[:1])])
-    b = bias.double() - torch.cat([bias.double()[1:], torch.zeros_like(bias.double()[:1])])
-    occupied = b.abs() > tolerance * b.abs().max().clamp(min=1e-300)
+    b = bias_steps(bias)
+    occupied = b.abs() > max(tolerance * float(b.abs().max().clamp(min=1e-300)), floor)
     return (w[occupied] / b[occupied].unsqueeze(1)).float()
 
 

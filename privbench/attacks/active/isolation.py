@@ -1,7 +1,7 @@
 """How an active server isolates one member inside a secure aggregate.
 
 Secure aggregation shows the server only a cohort's sum, so a crafted download read through it mixes every
-member's reply. Two published ways around it, both within what a server controls:
+member's reply. Three published ways around it, all within what a server controls:
 
 - **Model inconsistency** (Pasquini et al., CCS 2022): the victim gets the crafted download and every other member
   a *quiet* one, the same model with the crafted rows zeroed. A zero row's pre-activation is exactly 0 on every
@@ -15,6 +15,9 @@ member's reply. Two published ways around it, both within what a server controls
   cohort but the victim isolate it; fewer leave the others' images in the sum, and the truth is still the
   victim's).
 
+- **Per-client downloads** (LOKI, Zhao et al., S&P 2024; ``loki.py``): every member gets its own download, each
+  with crafted rows only it fires, so the sum keeps every member apart and the server reads all of them.
+
 An honest-but-curious client cannot see what the others received unless a defence (an agreed-model hash) says so.
 """
 from __future__ import annotations
@@ -26,8 +29,8 @@ from typing import Any
 import torch
 from torch import nn
 
-#: What each cohort member receives: the same crafted download, or the crafted one for the victim only.
-DOWNLOADS = ("same", "inconsistent")
+#: What each cohort member receives: the same crafted download, the crafted one for the victim only, or its own.
+DOWNLOADS = ("same", "inconsistent", "per_client")
 
 
 @dataclass(frozen=True)
@@ -35,8 +38,9 @@ class Isolation:
     """An active server's isolation of the victim in a secure aggregate.
 
     Attributes:
-        downloads: ``same`` (every member gets the crafted download, as Fowl et al. send it) or ``inconsistent``
-            (only the victim; the others a quiet download).
+        downloads: ``same`` (every member gets the crafted download, as Fowl et al. send it), ``inconsistent``
+            (only the victim; the others a quiet download) or ``per_client`` (each member its own, the attack's
+            ``member_downloads``: the server reads every member).
         sybils: cohort members the server controls (they upload what they received).
     """
 
@@ -56,7 +60,7 @@ class Isolation:
 
     def describe(self) -> dict[str, Any]:
         """For ``threat_model.json``: what the server controls beyond the weights."""
-        return {"per_client_downloads": self.downloads == "inconsistent", "sybil_clients": self.sybils}
+        return {"per_client_downloads": self.downloads != "same", "sybil_clients": self.sybils}
 
 
 def quiet(crafted: nn.Module, layer: str, rows: torch.Tensor) -> nn.Module:

@@ -28,6 +28,7 @@ class ActiveView:
         target: the evaluator's truth of a server that isolated one member of a secure aggregate: that member's
             train images (None: the message's own images are the truth); the evaluator's field, which no attack
             reads.
+        owners: with per-client downloads, the member each image of ``target`` belongs to (the evaluator's field).
     """
 
     sent: dict[str, torch.Tensor]
@@ -41,3 +42,4 @@ class ActiveView:
     knowledge: dict[str, Any] = field(default_factory=dict)
     client_check: dict[str, Any] = field(default_factory=dict)
     target: list[int] | None = None
+    owners: list[str] | None = None

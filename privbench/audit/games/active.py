@@ -20,15 +20,18 @@ import torch
 from torch import nn
 
 from privbench.attacks.active.base import ActiveAttack
+from privbench.attacks.active.loki import Attributed
 from privbench.attacks.active.views import ActiveView
 from privbench.attacks.views import at_weights
 from privbench.audit.games import Game, Play, messages, register_game
 from privbench.audit.games.active_cohort import Member, change_from, fresh_trainer, secure_round
+from privbench.audit.games.reconstruction import score_reconstructed
 from privbench.audit.plan import Plan
+from privbench.audit.score import Scoring, Truth, register_scorer
 from privbench.data import FederatedData
 from privbench.defenses.detector import inspect_download
 from privbench.errors import AttackNotApplicableError
-from privbench.figures import CRAFTED_UPLOADED, DOWNLOAD_FLAGGED
+from privbench.figures import ATTRIBUTED_FRACTION, CRAFTED_UPLOADED, DOWNLOAD_FLAGGED, MISATTRIBUTED
 from privbench.fl.protocols.client import Replay, replay_inputs
 from privbench.fl.sgd import parameters_of
 from privbench.payloads import LocalTraining, Payload, PayloadStore
@@ -162,6 +165,19 @@ def _gene_round(p: Plan, payload: Payload, base: Payload | None, model: nn.Modul
     check = {**check, CRAFTED_UPLOADED.key: float(uploaded)}
     return ActiveView(sent, change_from(upload.tensors, sent), "learngene", training, data.train.shape,
                       tuple(data.train.mean), tuple(data.train.std), layer, knowledge, check)
+
+
+@register_scorer(Attributed)
+def score_attributed(finding: Attributed, view: Any, attack: Any, truth: Truth, how: Scoring) -> dict[str, Any]:
+    """Images matched against the cohort's (``score_reconstructed``), and whether each image recovered was read
+    from the slot of the member that holds it (``view.owners``)."""
+    privacy = score_reconstructed(finding, view, attack, truth, how)
+    owners = getattr(view, "owners", None)
+    if owners is None or finding.images is None:
+        return privacy
+    recovered = [row for row in privacy.get("matched", []) if how.recovered.count([row])]
+    right = sum(finding.sources[row["recon"]] == owners[row["truth"]] for row in recovered)
+    return {**privacy, ATTRIBUTED_FRACTION.key: right / len(owners), MISATTRIBUTED.key: len(recovered) - right}
 
 
 def _members(store: PayloadStore, aggregate: Payload) -> list[tuple[str, list[int], LocalTraining]]:

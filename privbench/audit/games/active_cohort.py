@@ -59,12 +59,13 @@ def secure_round(p: Plan, payload: Payload, base: Payload | None, data: Federate
     sent, layer, rows = parameters_of(crafted), attack.crafted_layer(crafted), attack.crafted_rows(crafted)
     hushed = quiet(crafted, layer, rows) if isolation.downloads == "inconsistent" else crafted
     sent_quiet = parameters_of(hushed)
+    own = attack.member_downloads(crafted, len(members))  # per-client downloads (LOKI), else crafted or quiet
     sybils = [n for n in names if n != victim][: isolation.sybils]
     uploads, records, checks = [], [], []
     own_check: dict[str, Any] = {}
     for i, member in enumerate(members):  # ``hushed`` is ``crafted`` itself unless the downloads differ
-        upload, record, verdict = _member_round(p, payload, base, data, i, member,
-                                                crafted if member[0] == victim else hushed, received, check,
+        download = own[i] if own is not None else crafted if member[0] == victim else hushed
+        upload, record, verdict = _member_round(p, payload, base, data, i, member, download, received, check,
                                                 sybil=member[0] in sybils)
         uploads.append(upload)
         records += [record] if record is not None else []
@@ -78,11 +79,13 @@ def secure_round(p: Plan, payload: Payload, base: Payload | None, data: Federate
         cost = wire.totals().uplink_bytes
     honest = [u for u in uploads if u.payload.sender not in sybils]
     observed, extra = _server_read(p, mean, sent, sent_quiet, honest, layer, rows, victim)
-    extra = {"downloads": _downloads(isolation.downloads, victim, len(members), sent, sent_quiet), "sybils": sybils,
+    extra = {"downloads": _downloads(isolation.downloads, victim, names, sent, sent_quiet, own), "sybils": sybils,
              **extra}
     word = "learnGenes" if "learngene" in p.protocol.sends else "updates"
     to = (f"sent to {victim} only (the {len(members) - 1} others: its crafted rows zeroed)"
-          if isolation.downloads == "inconsistent" else f"sent to all {len(members)} members of the cohort")
+          if isolation.downloads == "inconsistent" else
+          f"each of the {len(members)} members its own" if own is not None
+          else f"sent to all {len(members)} members of the cohort")
     threat = knowledge(crafted=f"{what_was_sent}, {to}", reply_bytes=cost, training=payload.training,
                        reply=f"the cohort's {aggregation.name} aggregate of {len(members)} {word} "
                              f"({sum(r.num_samples for r in records)} images"
@@ -94,8 +97,12 @@ def secure_round(p: Plan, payload: Payload, base: Payload | None, data: Federate
     if CRAFTED_UPLOADED.key in extra:
         verdict[CRAFTED_UPLOADED.key] = float(extra[CRAFTED_UPLOADED.key])
     target = next(indices for name, indices, _ in members if name == victim) if isolation.isolates else None
+    owners = None
+    if own is not None:  # the truth is every member's images, each with its member
+        target = [i for _, indices, _ in members for i in indices]
+        owners = [name for name, indices, _ in members for _ in indices]
     return ActiveView(sent, observed, "update", payload.training, data.train.shape, tuple(data.train.mean),
-                      tuple(data.train.std), layer, threat, verdict, target)
+                      tuple(data.train.std), layer, threat, verdict, target, owners)
 
 
 def _cohort(payload: Payload, members: Sequence[Member], victim: str, isolates: bool, sybils: int) -> list[str]:
@@ -189,9 +196,17 @@ def undo_quiet(observed: dict[str, torch.Tensor], mean: dict[str, torch.Tensor],
     return share
 
 
-def _downloads(mode: str, victim: str, count: int, sent: dict[str, torch.Tensor],
-               sent_quiet: dict[str, torch.Tensor]) -> dict[str, Any]:
-    """Which download went to whom, with each one's bytes."""
+def _downloads(mode: str, victim: str, names: Sequence[str], sent: dict[str, torch.Tensor],
+               sent_quiet: dict[str, torch.Tensor], own: Sequence[nn.Module] | None) -> dict[str, Any]:
+    """Which download went to whom, with each one's bytes (per-client downloads: the tensors they differ in, and
+    each member's slot in cohort order)."""
+    count = len(names)
+    if own is not None:
+        states = [parameters_of(m) for m in own]
+        differ = sorted(n for n in states[0] if any(not torch.equal(s[n], states[0][n]) for s in states[1:]))
+        return {"distinct": count, "each": {"to": f"each of the {count} members", "bytes": _nbytes(states[0])},
+                "differ_in": differ, "slots": {name: i for i, name in enumerate(names)},
+                "bytes_total": sum(_nbytes(s) for s in states)}
     if mode == "same":
         return {"distinct": 1, "crafted": {"to": f"all {count} members", "bytes": _nbytes(sent)}}
     return {"distinct": 2, "crafted": {"to": victim, "bytes": _nbytes(sent)},
