@@ -64,6 +64,7 @@ from privbench.figures import (
     SSIM_MEAN,
     TOTAL_RATIO,
     UPLINK_BYTES,
+    VICTIM_ATTRIBUTED,
     formatted,
 )
 from privbench.metrics.reconstruction import Recovered
@@ -149,8 +150,9 @@ def _leakage(privacy: dict[str, Any], threat: dict[str, Any]) -> list[tuple[str,
             lines.append(("", f"recovered {formatted(privacy[RECOVERED_FRACTION.key], '{:.2f}')} of the true images"
                               f"{rule} (chance {formatted(privacy.get(RECOVERED_FRACTION_CHANCE.key), '{:.2f}')})"))
         if ATTRIBUTED_FRACTION.key in privacy:
-            lines.append(("", f"attributed {formatted(privacy[ATTRIBUTED_FRACTION.key], '{:.2f}')} of them to their "
-                              f"client, {privacy.get(MISATTRIBUTED.key)} to another client's slot"))
+            lines.append(("", f"attributed {formatted(privacy[ATTRIBUTED_FRACTION.key], '{:.2f}')} to their client "
+                              f"(the victim's {formatted(privacy.get(VICTIM_ATTRIBUTED.key), '{:.2f}')}), "
+                              f"{privacy.get(MISATTRIBUTED.key)} to another client's slot"))
         if privacy.get("chance_from"):
             alike = "" if privacy.get("chance_pool_alike", True) else " (the true images do not look like it)"
             lines.append(("", f"chance from {privacy['chance_from']}{alike}"))
@@ -236,21 +238,19 @@ def _labels(privacy: dict[str, Any]) -> list[tuple[str, str]]:
 
 def _victims(privacy: dict[str, Any]) -> list[tuple[str, str]]:
     """Many victims audited at once."""
-    lines: list[tuple[str, str]] = []
     spread = privacy.get("victims_summary")
-    if spread:
-        psnr = (f"PSNR mean {formatted(spread.get(PSNR_MEAN.key), '{:.2f}')} (min "
-                f"{formatted(spread.get('psnr_min'), '{:.2f}')}, max {formatted(spread.get('psnr_max'), '{:.2f}')}), "
-                f"{spread['above_chance']} above chance, ") if spread.get(PSNR_MEAN.key) is not None else ""
-        others = "".join(f", {name} {spread[key]:.3f} on average" for key, name in
-                         ((LABEL_SET_EXACT.key, "class set exact"),
-                          (CLASS_PROPORTION_ERROR.key, "proportions error"),
-                          (CLASS_PROPORTION_ERROR_CHANCE.key, "prior's proportions error"),
-                          (MIA_AUC.key, "membership AUC"))
-                         if spread.get(key) is not None)
-        lines.append(("victims", f"{spread['count']} audited, {psnr}{spread['victims_per_second']:.3g} "
-                                 f"victims/s{others}"))
-    return lines
+    if not spread:
+        return []
+    psnr = (f"PSNR mean {formatted(spread.get(PSNR_MEAN.key), '{:.2f}')} (min "
+            f"{formatted(spread.get('psnr_min'), '{:.2f}')}, max {formatted(spread.get('psnr_max'), '{:.2f}')}), "
+            f"{spread['above_chance']} above chance, ") if spread.get(PSNR_MEAN.key) is not None else ""
+    others = "".join(f", {name} {spread[key]:.3f} on average" for key, name in
+                     ((LABEL_SET_EXACT.key, "class set exact"),
+                      (CLASS_PROPORTION_ERROR.key, "proportions error"),
+                      (CLASS_PROPORTION_ERROR_CHANCE.key, "prior's proportions error"),
+                      (MIA_AUC.key, "membership AUC"))
+                     if spread.get(key) is not None)
+    return [("victims", f"{spread['count']} audited, {psnr}{spread['victims_per_second']:.3g} victims/s{others}")]
 
 
 def _utility(utility: dict[str, Any], nbytes: dict[str, Any]) -> list[tuple[str, str]]:

@@ -11,6 +11,9 @@ CRAFTED_UPLOADED = privacy("crafted_layer_uploaded", "crafted layer uploaded", f
 #: recovered (the matching's recovery rule) from the slot of the member that holds them.
 ATTRIBUTED_FRACTION = privacy("attributed_fraction", "images recovered and attributed to their client", fmt="{:.3f}",
                               leak="higher", bounds="unit")
+#: The same server: the audited victim's images recovered from its own slot (its share, as one isolated client's).
+VICTIM_ATTRIBUTED = privacy("victim_attributed_fraction", "victim's images recovered and attributed to it",
+                            fmt="{:.3f}", leak="higher", bounds="unit")
 #: The same server: images recovered but read from another member's slot (an attribution error).
 MISATTRIBUTED = privacy("misattributed", "images recovered from another client's slot", fmt="{:.0f}",
                         bounds="nonnegative")

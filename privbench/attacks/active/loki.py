@@ -12,8 +12,9 @@ cohort's secure sum slot ``s``'s bins carry member ``s``'s change alone, scaled 
 imprint read ``x = (dW_i - dW_{i+1}) / (db_i - db_{i+1})`` cancels: every image isolated in its member's bins is
 read verbatim, and attributed to the member that slot was sent to.
 
-The bins measure a slot's average pixel intensity (LOKI's statistic) against thresholds at equal-mass quantiles of
-public images. With ``k + 1`` regions and ``B`` images a member, an image is read with probability
+The block has one slot more than ``attack.slots``, sent to nobody: its bins hold only what the secure sum's rounding
+put there, the measure of which regions of the members' slots are empty. The bins measure a slot's average pixel
+intensity (LOKI's statistic) against thresholds at equal-mass quantiles of public images. With ``k + 1`` regions and ``B`` images a member, an image is read with probability
 ``(k/(k+1)) (1 - 1/(k+1))^(B-1)`` (``imprint.expected_fraction``).
 """
 from __future__ import annotations
@@ -73,6 +74,7 @@ class Lokied(nn.Module):
         super().__init__()
         self.loki = LokiBlock(channels=shape[0], height=shape[1], width=shape[2], slots=slots, bins=bins)
         self.model = model
+        self.normalisation: tuple[tuple[float, ...], tuple[float, ...]] = ((), ())  # the server's, for for_slot
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.model(self.loki(x))
@@ -86,6 +88,9 @@ def craft(model: nn.Module, public: torch.Tensor, *, slots: int, bins: int, mean
     quantiles on ``public``; the way back is ``scale`` times a random sign vector drawn from ``seed``."""
     shape = tuple(int(d) for d in public.shape[1:])
     assert len(shape) == 3
+    if not len(mean) == len(std) == shape[0]:
+        raise AttackNotApplicableError(f"attack=loki: {shape[0]} input channels but a normalisation of "
+                                       f"{len(mean)} means and {len(std)} standard deviations")
     crafted = Lokied(copy.deepcopy(model), shape=(shape[0], shape[1], shape[2]), slots=slots, bins=bins)
     raw = public.cpu().double() * torch.tensor(std).view(1, -1, 1, 1) + torch.tensor(mean).view(1, -1, 1, 1)
     intensity = raw.flatten(1).mean(1)
@@ -96,6 +101,7 @@ def craft(model: nn.Module, public: torch.Tensor, *, slots: int, bins: int, mean
     features = int(public[0].numel())
     generator = torch.Generator().manual_seed(seed * 7919 + 211)
     back = scale * torch.sign(torch.randn(features, generator=generator))
+    crafted.normalisation = (tuple(mean), tuple(std))
     with torch.no_grad():
         block = crafted.loki
         _zero_kernels(block.conv)
@@ -144,14 +150,15 @@ class LokiAttack(ActiveAttack):
     """LOKI's per-client kernels: each member of the cohort gets its own slot, the server reads every slot.
 
     Args:
-        slots: the block's slots (the most cohort members it keeps apart; at least ``fl.participants``).
+        slots: the block's member slots (the most cohort members it keeps apart; at least ``fl.participants``);
+            the block has one more, sent to nobody (the sentinel that measures the secure sum's rounding).
         bins: bins per slot (the most images one member can give away).
         public: test-split images the server uses to place the thresholds.
         scale: the size of each entry of the block's way back to the input.
         gain: the size of the bins' measurement (and thresholds).
         tolerance: a region is empty when its bias difference is at most this times the largest of its slot.
         noise: ... or when it is within this many robust standard deviations of zero (1.4826 times the median
-            absolute bias difference over every slot's regions, most of which are empty: a secure sum's rounding;
+            absolute bias difference of the sentinel slot's regions, which no member fires: a secure sum's rounding;
             0: off).
     """
 
@@ -170,20 +177,16 @@ class LokiAttack(ActiveAttack):
     def craft(self, model: nn.Module, public: torch.Tensor, *, seed: int, mean: tuple[float, ...] = (),
               std: tuple[float, ...] = ()) -> nn.Module:
         """The victim's download (slot 0); ``member_downloads`` gives a cohort theirs."""
-        shared = craft(model, public, slots=self.slots, bins=self.bins, mean=mean, std=std, seed=seed,
+        shared = craft(model, public, slots=self.slots + 1, bins=self.bins, mean=mean, std=std, seed=seed,
                        scale=self.scale, gain=self.gain)
         return for_slot(shared, 0, mean=mean, std=std)
 
     def member_downloads(self, crafted: nn.Module, count: int) -> list[nn.Module] | None:
-        """Member ``i`` of the cohort (in cohort order) gets slot ``i`` (the normalisation read back from slot 0)."""
+        """Member ``i`` of the cohort (in cohort order) gets slot ``i``; the sentinel slot goes to nobody."""
         if count > self.slots:
             raise AttackNotApplicableError(f"attack.slots={self.slots}: the cohort has {count} members")
         assert isinstance(crafted, Lokied)
-        conv = crafted.loki.conv
-        weight, bias = conv.weight.detach(), conv.bias
-        assert bias is not None
-        std = tuple(float(weight[c, c, 1, 1]) for c in range(conv.in_channels))
-        mean = tuple(float(bias.detach()[c]) for c in range(conv.in_channels))
+        mean, std = crafted.normalisation
         shared = copy.deepcopy(crafted)
         _zero_kernels(shared.loki.conv)
         return [for_slot(shared, i, mean=mean, std=std) for i in range(count)]
@@ -195,7 +198,8 @@ class LokiAttack(ActiveAttack):
     def describe(self) -> dict[str, Any]:
         """What the server changed, for ``threat_model.json``."""
         return {"server": "active", "changed": "architecture", "crafted": {
-            "block": f"LOKI (Zhao et al. 2024): a 3x3 convolution with {self.slots} slots, each member's download "
+            "block": f"LOKI (Zhao et al. 2024): a 3x3 convolution with {self.slots} member slots and a sentinel, "
+                     "each member's download "
                      f"identity kernels in its own slot; {self.bins} ReLU bins a slot on its average pixel "
                      "intensity, thresholds at equal-mass quantiles of public data; a linear way back to the input",
             "slots": self.slots, "bins": self.bins, "public_images": self.public, "scale": self.scale,
@@ -207,6 +211,11 @@ class LokiAttack(ActiveAttack):
                 "aligned_rows": "not designed to pass: a slot's bins share one direction",
                 "first_relu_firing": "not designed to pass"}
 
+    def nothing(self, status: str) -> Attributed:
+        """A read that gave no image: nothing attributed either (0, where the view knows the members)."""
+        return Attributed([{"objective": float("nan"), "status": status, "iterations": 0, "evaluations": 0}],
+                          label_source="none")
+
     def attack(self, view: Any, *, seed: int) -> Reconstruction:
         """Each slot's images, read from its bins (raw pixels), attributed to the member the slot was sent to."""
         reply = view.observed
@@ -217,8 +226,12 @@ class LokiAttack(ActiveAttack):
                                            f"({BINS_WEIGHT}, {BINS_BIAS})")
         owners = view.knowledge.get("downloads", {}).get("slots") or {"victim": 0}
         weight, bias = reply[BINS_WEIGHT], reply[BINS_BIAS]
-        steps = torch.cat([bias_steps(bias[s * self.bins: (s + 1) * self.bins]) for s in owners.values()])
-        floor = self.noise * 1.4826 * float(steps.abs().median())  # most regions of all slots together are empty
+        if bias.numel() != (self.slots + 1) * self.bins or weight.shape[0] != bias.numel():
+            raise AttackNotApplicableError(f"the reply's LOKI bins have {bias.numel()} rows, not the "
+                                           f"{(self.slots + 1) * self.bins} of {self.slots} slots, a sentinel and "
+                                           f"{self.bins} bins each")
+        sentinel = bias_steps(bias[self.slots * self.bins:])  # no member fires it: the rounding alone
+        floor = self.noise * 1.4826 * float(sentinel.abs().median())
         images, sources = [], []
         for member, slot in owners.items():
             rows = slice(slot * self.bins, (slot + 1) * self.bins)

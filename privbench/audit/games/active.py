@@ -31,7 +31,13 @@ from privbench.audit.score import Scoring, Truth, register_scorer
 from privbench.data import FederatedData
 from privbench.defenses.detector import inspect_download
 from privbench.errors import AttackNotApplicableError
-from privbench.figures import ATTRIBUTED_FRACTION, CRAFTED_UPLOADED, DOWNLOAD_FLAGGED, MISATTRIBUTED
+from privbench.figures import (
+    ATTRIBUTED_FRACTION,
+    CRAFTED_UPLOADED,
+    DOWNLOAD_FLAGGED,
+    MISATTRIBUTED,
+    VICTIM_ATTRIBUTED,
+)
 from privbench.fl.protocols.client import Replay, replay_inputs
 from privbench.fl.sgd import parameters_of
 from privbench.payloads import LocalTraining, Payload, PayloadStore
@@ -173,11 +179,15 @@ def score_attributed(finding: Attributed, view: Any, attack: Any, truth: Truth, 
     from the slot of the member that holds it (``view.owners``)."""
     privacy = score_reconstructed(finding, view, attack, truth, how)
     owners = getattr(view, "owners", None)
-    if owners is None or finding.images is None:
+    if owners is None:
         return privacy
-    recovered = [row for row in privacy.get("matched", []) if how.recovered.count([row])]
-    right = sum(finding.sources[row["recon"]] == owners[row["truth"]] for row in recovered)
-    return {**privacy, ATTRIBUTED_FRACTION.key: right / len(owners), MISATTRIBUTED.key: len(recovered) - right}
+    recovered = [row for row in privacy.get("matched", []) if how.recovered.count([row])]  # none: nothing was read
+    right = [row for row in recovered if finding.sources[row["recon"]] == owners[row["truth"]]]
+    privacy.update({ATTRIBUTED_FRACTION.key: len(right) / len(owners), MISATTRIBUTED.key: len(recovered) - len(right)})
+    victim = view.knowledge.get("downloads", {}).get("victim")
+    if victim in owners:  # the audited member's own share, as an isolating server reports it
+        privacy[VICTIM_ATTRIBUTED.key] = sum(owners[r["truth"]] == victim for r in right) / owners.count(victim)
+    return privacy
 
 
 def _members(store: PayloadStore, aggregate: Payload) -> list[tuple[str, list[int], LocalTraining]]:

@@ -205,7 +205,7 @@ def _downloads(mode: str, victim: str, names: Sequence[str], sent: dict[str, tor
         states = [parameters_of(m) for m in own]
         differ = sorted(n for n in states[0] if any(not torch.equal(s[n], states[0][n]) for s in states[1:]))
         return {"distinct": count, "each": {"to": f"each of the {count} members", "bytes": _nbytes(states[0])},
-                "differ_in": differ, "slots": {name: i for i, name in enumerate(names)},
+                "differ_in": differ, "slots": {name: i for i, name in enumerate(names)}, "victim": victim,
                 "bytes_total": sum(_nbytes(s) for s in states)}
     if mode == "same":
         return {"distinct": 1, "crafted": {"to": f"all {count} members", "bytes": _nbytes(sent)}}
