@@ -7,7 +7,6 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
-from privbench.attacks.active.base import ActiveAttack
 from privbench.attacks.base import Attack
 from privbench.attacks.none import NoAttack
 from privbench.audit.games import game_for
@@ -168,7 +167,7 @@ def _check_isolation(p: Plan) -> None:
     than its sybils."""
     isolation = getattr(p.attack, "isolation", None)
     if isolation is not None and isolation.downloads == "per_client":
-        if getattr(type(p.attack), "member_downloads", None) is ActiveAttack.member_downloads:
+        if not getattr(p.attack, "per_member", False):
             raise ConfigError(f"attack.downloads=per_client: attack={p.attack.name} has no per-client downloads "
                               "(attack=loki sends each member its own)")
         slots = getattr(p.attack, "slots", 0)

@@ -34,6 +34,8 @@ class ActiveAttack(Attack[ActiveView, Reconstruction]):
     #: whether each crafted row fires for few inputs (trap weights): then an isolated read drops the rows whose
     #: change is within the secure sum's rounding (``attacks.active.isolation.within_noise``).
     sparse_rows: ClassVar[bool] = False
+    #: whether ``member_downloads`` gives each member of a cohort its own download (``downloads=per_client``).
+    per_member: ClassVar[bool] = False
 
     @abstractmethod
     def craft(self, model: nn.Module, public: torch.Tensor, *, seed: int, mean: tuple[float, ...],

@@ -163,6 +163,7 @@ class LokiAttack(ActiveAttack):
     """
 
     name: ClassVar[str] = "loki"
+    per_member: ClassVar[bool] = True
 
     def __init__(self, *, slots: int = 20, bins: int = 64, public: int = 1000, scale: float = 1.0,
                  gain: float = 1e-2, tolerance: float = 1e-4, noise: float = 6.0) -> None:
