@@ -133,7 +133,7 @@ RULES: dict[str, Any] = {
     "defense.max_grad_norm": Number(low=0, open_low=True, high=1e6),
     "defense.delta": Number(low=0, high=1, open_low=True, open_high=True), "defense.sigma": Number(low=0, high=1e6),
     "defense.p": FRACTION, "defense.bits": Number(integer=True, low=1, high=16),
-    "aggregation.clipping_range": Number(low=0, open_low=True, high=1e6),
+    "aggregation.clipping_range": Number(low=0, open_low=True, high=1e6), "aggregation.agreed_download": Flag(),
     "aggregation.quantization_range": Number(integer=True, low=2, high=2**31),
     "aggregation.modulus_range": Number(integer=True, low=4, high=2**32),
     "aggregation.max_weight": Number(low=0, open_low=True, high=1e12),

@@ -288,3 +288,42 @@ def test_each_active_attack_states_which_client_checks_its_download_was_built_to
     assert passes(TrapWeightsAttack()) == {"architecture", "aligned_rows"}
     assert passes(TrapWeightsAttack(rows_trapped=0.5)) == set(CLIENT_CHECKS)
     assert passes(TrapBehindPCAAttack()) == set(CLIENT_CHECKS)
+
+
+@pytest.mark.parametrize("attack", [
+    ["attack=trap_weights", "attack.downloads=inconsistent"],
+    ["attack=loki", "attack.slots=4"],
+])
+def test_an_agreed_download_digest_stops_per_client_downloads(tmp_path, attack):
+    """``aggregation.agreed_download=true``: the members' digests differ, every member abandons the round, and the
+    server reads nothing (0 recovered, not missing)."""
+    import privbench
+
+    setting = [o for o in SECURE if not o.startswith("attack.")] + (["attack.fire_rate=0.01"] if "trap" in attack[0]
+                                                                     else [])
+    run = privbench.run([*setting, "fl.participants=4", *attack, "aggregation.agreed_download=true"],
+                        results_dir=tmp_path)
+    privacy, threat = run.metrics["privacy"], json.loads((run.run_dir / "threat_model.json").read_text())
+    assert len(threat["abandoned_by"]) == 4 and privacy["recovered_fraction"] == 0.0
+
+
+def test_sybils_hold_the_agreed_digest_and_still_read_the_victim(tmp_path):
+    """The attack that knows the digest check: one download for all, three sybils (who say they received it too);
+    no member abandons, and the read is the one without the check (seed 0: 0.5 of 8)."""
+    import privbench
+
+    overrides = [*SECURE, "fl.participants=4", "attack=trap_weights", "attack.sybils=3"]
+    runs = [privbench.run([*overrides, f"aggregation.agreed_download={on}"], results_dir=tmp_path / on)
+            for on in ("false", "true")]
+    threat = json.loads((runs[1].run_dir / "threat_model.json").read_text())
+    assert threat["abandoned_by"] == [] and runs[1].metrics["privacy"]["recovered_fraction"] >= 0.375
+    assert runs[1].metrics["privacy"]["recovered_fraction"] == runs[0].metrics["privacy"]["recovered_fraction"]
+
+
+def test_the_agreed_digest_is_refused_on_flower_before_training(tmp_path):
+    import privbench
+
+    with pytest.raises(ConfigError, match="aggregation.agreed_download=true: engine=flower runs Flower's"):
+        privbench.run([*SECURE, "attack=trap_weights", "aggregation.agreed_download=true", "engine=flower"],
+                      results_dir=tmp_path)
+    assert not list(tmp_path.rglob("payloads"))

@@ -260,3 +260,27 @@ def test_imprint_through_secure_aggregation_needs_the_servers_own_quantisation(t
     assert chosen["privacy"]["recovered_fraction"] >= 0.6  # the isolation law over 96 images and 1024 bins: 0.91
     assert chosen["threat_model"]["server"] == "active"
     assert "secagg aggregate of 2 updates" in chosen["threat_model"]["reply"]
+
+
+def test_an_agreed_download_digest_travels_with_the_keys_and_a_differing_one_abandons_the_round(tmp_path):
+    """``agreed_download``: each member's public keys carry 32 more bytes (the SHA-256 of the model it received),
+    relayed to its neighbours; the same digest everywhere gives the same mean as without the check, one member told
+    another model makes every member that sees it send no shares, and the model stays as sent."""
+    from privbench.defenses.secure_aggregation.exchange import digest
+
+    weights, tensors = _three()
+    plain = SecAggPlus(max_weight=10.0).combine(BASE, _uploads(weights, tensors), round_=0, group=None,
+                                                wire=_wire(tmp_path / "plain"), seed=0)
+    agreed, wire = SecAggPlus(max_weight=10.0, agreed_download=True), _wire(tmp_path / "agreed")
+    out = agreed.combine(BASE, _uploads(weights, tensors), round_=0, group=None, wire=wire, seed=0)
+    assert agreed.abandoned == [] and all(torch.equal(out[n], plain[n]) for n in BASE)
+    assert wire.store.load("r0000-secagg_public_keys-client0-server").nbytes == 64 + 32
+    assert wire.store.load("r0000-secagg_neighbour_keys-server-client0").nbytes == 3 * (64 + 32)
+    assert digest(BASE) == digest({n: t.clone() for n, t in BASE.items()}) != digest({**BASE, "b": BASE["b"] + 1e-3})
+    told = {"client0": digest(BASE), "client1": digest({**BASE, "b": BASE["b"] + 1e-3}), "client2": digest(BASE)}
+    wire = _wire(tmp_path / "inconsistent")
+    out = agreed.combine(BASE, _uploads(weights, tensors), round_=0, group=None, wire=wire, seed=0, received=told)
+    assert agreed.abandoned == ["client0", "client1", "client2"]  # num_shares=1.0: each sees client1's digest
+    assert all(torch.equal(out[n], BASE[n]) for n in BASE)
+    kinds = [r["kind"] for r in wire.store.records()]
+    assert "secagg_key_shares" not in kinds and "masked_upload" not in kinds and "aggregate" not in kinds

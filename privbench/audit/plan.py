@@ -158,6 +158,9 @@ def _check_attack(p: Plan) -> None:
         raise AttackNotApplicableError(f"attack.unroll=true needs a payload that carries a model; "
                                        f"payload={p.choice.kind} carries a {p.choice.spec.carries}")
     _check_isolation(p)
+    if getattr(getattr(p.protocol, "aggregation", None), "agreed_download", False) and p.launcher.name != "inprocess":
+        raise ConfigError(f"aggregation.agreed_download=true: engine={p.launcher.name} runs Flower's SecAggPlusWorkflow, "
+                          "whose keys carry no download digest (the check runs on engine=inprocess)")
     if p.cfg.metrics.lpips:
         alexnet_backbone()  # damaged weights fail here, not after training
 

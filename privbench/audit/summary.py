@@ -120,6 +120,9 @@ def _server(run: dict[str, Any], privacy: dict[str, Any], threat: dict[str, Any]
                                                                           else "passed")))
         if threat.get(CRAFTED_UPLOADED.key) is False:
             lines.append(("", "the victim's learnGene left the crafted layer out: nothing to read (0 recovered)"))
+        if threat.get("abandoned_by"):
+            lines.append(("", f"{len(threat['abandoned_by'])} members saw another download's digest: round abandoned, "
+                              "nothing to read (0 recovered)"))
     spent = threat.get("attack_budget")
     if spent and "iterations" in spent:
         restarts = int(spent.get("restarts", 1))
@@ -245,10 +248,8 @@ def _victims(privacy: dict[str, Any]) -> list[tuple[str, str]]:
             f"{formatted(spread.get('psnr_min'), '{:.2f}')}, max {formatted(spread.get('psnr_max'), '{:.2f}')}), "
             f"{spread['above_chance']} above chance, ") if spread.get(PSNR_MEAN.key) is not None else ""
     others = "".join(f", {name} {spread[key]:.3f} on average" for key, name in
-                     ((LABEL_SET_EXACT.key, "class set exact"),
-                      (CLASS_PROPORTION_ERROR.key, "proportions error"),
-                      (CLASS_PROPORTION_ERROR_CHANCE.key, "prior's proportions error"),
-                      (MIA_AUC.key, "membership AUC"))
+                     ((LABEL_SET_EXACT.key, "class set exact"), (CLASS_PROPORTION_ERROR.key, "proportions error"),
+                      (CLASS_PROPORTION_ERROR_CHANCE.key, "prior's proportions error"), (MIA_AUC.key, "membership AUC"))
                      if spread.get(key) is not None)
     return [("victims", f"{spread['count']} audited, {psnr}{spread['victims_per_second']:.3g} victims/s{others}")]
 
@@ -292,9 +293,6 @@ def _aggregation(defense: dict[str, Any]) -> dict[str, Any]:
     return got if isinstance(got := defense.get("aggregation"), dict) else {}
 
 
-def _wrapped(lines: list[tuple[str, str]]) -> str:
-    out = []
-    for key, text in lines:  # wrap at 80 columns under a 9-column label
-        for i, part in enumerate(textwrap.wrap(text, width=WIDTH - 9, break_on_hyphens=False) or [""]):
-            out.append(f"{key if i == 0 else '':<8} {part}".rstrip())
-    return "\n".join(out)
+def _wrapped(lines: list[tuple[str, str]]) -> str:  # wrap at 80 columns under a 9-column label
+    return "\n".join(f"{key if i == 0 else '':<8} {part}".rstrip() for key, text in lines
+                     for i, part in enumerate(textwrap.wrap(text, width=WIDTH - 9, break_on_hyphens=False) or [""]))

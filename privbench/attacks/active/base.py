@@ -76,9 +76,10 @@ class ActiveAttack(Attack[ActiveView, Reconstruction]):
 
     def evaluate(self, view: Any, truth: torch.Tensor) -> dict[str, Any]:
         """The victim's own check of the crafted download (reported beside the attack's figures); a reply without
-        the crafted layer returns no image, and that is 0 recovered."""
+        the crafted layer, or a round the cohort abandoned (``aggregation.agreed_download``), returns no image, and
+        that is 0 recovered."""
         out = dict(getattr(view, "client_check", {}))
-        if self.withheld(view):
+        if self.withheld(view) or view.knowledge.get("abandoned_by"):  # kept home, or the cohort abandoned the round
             out[RECOVERED_FRACTION.key] = 0.0
         return out
 

@@ -24,6 +24,7 @@ from privbench.attacks.active.isolation import quiet, victim_share, within_noise
 from privbench.attacks.active.views import ActiveView
 from privbench.audit.plan import Plan
 from privbench.data import FederatedData
+from privbench.defenses.secure_aggregation.exchange import digest
 from privbench.errors import AttackNotApplicableError
 from privbench.figures import CRAFTED_UPLOADED, DOWNLOAD_FLAGGED
 from privbench.fl.protocols.client import replay_inputs
@@ -72,15 +73,19 @@ def secure_round(p: Plan, payload: Payload, base: Payload | None, data: Federate
         checks += [verdict] if verdict is not None else []
         own_check = verdict if member[0] == victim and verdict is not None else own_check
     aggregation = p.protocol.aggregation
+    agreed: dict[str, Any] = ({"received": _digests(members, own, crafted, hushed, victim, sybils)}
+                              if getattr(aggregation, "agreed_download", False) else {})
     with tempfile.TemporaryDirectory() as scratch:
         wire = Wire(PayloadStore(Path(scratch)), CapturePolicy(kinds=frozenset()), sends=aggregation.sends,
                     trainer=fresh_trainer(p))
-        mean = aggregation.combine(sent, uploads, round_=payload.round, group=payload.cluster, wire=wire, seed=p.seed)
+        mean = aggregation.combine(sent, uploads, round_=payload.round, group=payload.cluster, wire=wire, seed=p.seed,
+                                   **agreed)
         cost = wire.totals().uplink_bytes
+    abandoned = list(getattr(aggregation, "abandoned", []))
     honest = [u for u in uploads if u.payload.sender not in sybils]
     observed, extra = _server_read(p, mean, sent, sent_quiet, honest, layer, rows, victim)
     extra = {"downloads": _downloads(isolation.downloads, victim, names, sent, sent_quiet, own), "sybils": sybils,
-             **extra}
+             **extra, **({"abandoned_by": abandoned} if agreed else {})}
     word = "learnGenes" if "learngene" in p.protocol.sends else "updates"
     to = (f"sent to {victim} only (the {len(members) - 1} others: its crafted rows zeroed)"
           if isolation.downloads == "inconsistent" else
@@ -103,6 +108,15 @@ def secure_round(p: Plan, payload: Payload, base: Payload | None, data: Federate
         owners = [name for name, indices, _ in members for _ in indices]
     return ActiveView(sent, observed, "update", payload.training, data.train.shape, tuple(data.train.mean),
                       tuple(data.train.std), layer, threat, verdict, target, owners)
+
+
+def _digests(members: Sequence[Member], own: Sequence[nn.Module] | None, crafted: nn.Module, hushed: nn.Module,
+             victim: str, sybils: Sequence[str]) -> dict[str, bytes]:
+    """What each member says it received (``aggregation.agreed_download``): the digest of its download; a sybil, the
+    server's own, says it received what the victim did."""
+    said = {name: digest(parameters_of(own[i] if own is not None else crafted if name == victim else hushed))
+            for i, (name, _, _) in enumerate(members) if name not in sybils}
+    return {**said, **{name: said.get(victim, digest(parameters_of(crafted))) for name in sybils}}
 
 
 def _cohort(payload: Payload, members: Sequence[Member], victim: str, isolates: bool, sybils: int) -> list[str]:

@@ -2,8 +2,9 @@
 each member's keys and what it was told, and the messages the server relays between members."""
 from __future__ import annotations
 
+import hashlib
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 import torch
@@ -53,30 +54,51 @@ def sender(wire: Wire, *, round_: int, group: int | None) -> Send:
     return send
 
 
-def advertise_keys(members: Iterable[Member], send: Send) -> dict[str, tuple[bytes, bytes]]:
-    """Stage 0: each member makes its two key pairs and sends the public keys; the server's copy of them."""
-    public: dict[str, tuple[bytes, bytes]] = {}
+def digest(state: Mapping[str, torch.Tensor]) -> bytes:
+    """SHA-256 of a model's state (names, dtypes, shapes and values, in name order): what a member says it received."""
+    h = hashlib.sha256()
+    for name in sorted(state):
+        t = state[name].detach().cpu().contiguous()
+        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
+        h.update(t.numpy().tobytes())
+    return h.digest()
+
+
+def advertise_keys(members: Iterable[Member], send: Send, digests: Mapping[str, bytes] | None = None
+                   ) -> dict[str, tuple[bytes, ...]]:
+    """Stage 0: each member makes its two key pairs and sends the public keys (with ``digests``, also the digest of
+    the model it received); the server's copy of them."""
+    public: dict[str, tuple[bytes, ...]] = {}
     for m in members:
         (m.sk1, m.pk1), (m.sk2, m.pk2) = key_pair(), key_pair()
-        sent = send("secagg_public_keys", m.name, "server", {"pk1": as_u8(m.pk1), "pk2": as_u8(m.pk2)})
+        tensors = {"pk1": as_u8(m.pk1), "pk2": as_u8(m.pk2)}
+        if digests is not None:
+            tensors["download"] = as_u8(digests[m.name])
+        sent = send("secagg_public_keys", m.name, "server", tensors)
         assert sent.tensors is not None
-        public[m.name] = (as_bytes(sent.tensors["pk1"]), as_bytes(sent.tensors["pk2"]))
+        public[m.name] = tuple(as_bytes(sent.tensors[k]) for k in tensors)
     return public
 
 
-def share_keys(members: Iterable[Member], ring: dict[str, list[str]], public: dict[str, tuple[bytes, bytes]],
-               threshold: int, send: Send) -> dict[str, dict[str, torch.Tensor]]:
+def share_keys(members: Iterable[Member], ring: dict[str, list[str]], public: dict[str, tuple[bytes, ...]],
+               threshold: int, send: Send) -> tuple[dict[str, dict[str, torch.Tensor]], list[str]]:
     """Stage 1: each member receives its neighbours' keys, draws its mask seed and sends Shamir shares of the seed
-    and of its first secret key, each encrypted to its neighbour; what the server forwards to each member."""
+    and of its first secret key, each encrypted to its neighbour; what the server forwards to each member. Where the
+    keys carry download digests, a member whose neighbour received another model abandons the round (returned:
+    the members that did, in which case no share is sent)."""
     members = list(members)
     forwarded: dict[str, dict[str, torch.Tensor]] = {m.name: {} for m in members}
+    fields, abandoned = ("pk1", "pk2", "download")[: len(next(iter(public.values())))], []
     for m in members:
         down = send("secagg_neighbour_keys", "server", m.name,
-                    {f"{v}.{k}": as_u8(public[v][i]) for v in ring[m.name] for i, k in enumerate(("pk1", "pk2"))})
+                    {f"{v}.{k}": as_u8(public[v][i]) for v in ring[m.name] for i, k in enumerate(fields)})
         assert down.tensors is not None
         m.neighbours = {v: (as_bytes(down.tensors[f"{v}.pk1"]), as_bytes(down.tensors[f"{v}.pk2"]))
                         for v in ring[m.name]}
         check_keys(m)
+        if "download" in fields and len({as_bytes(down.tensors[f"{v}.download"]) for v in ring[m.name]}) > 1:
+            abandoned.append(m.name)  # a neighbour (or itself) received another model: it sends no shares
+            continue
         m.seed = os.urandom(SEED_BYTES)
         seed_shares = create_shares(m.seed, threshold, len(m.neighbours))
         key_shares = create_shares(m.sk1, threshold, len(m.neighbours))
@@ -91,7 +113,7 @@ def share_keys(members: Iterable[Member], ring: dict[str, list[str]], public: di
         assert up.tensors is not None
         for key, ct in up.tensors.items():
             forwarded[key.removeprefix("to.")][f"from.{m.name}"] = ct
-    return forwarded
+    return forwarded, abandoned
 
 
 def receive_shares(m: Member, forwarded: dict[str, torch.Tensor]) -> None:

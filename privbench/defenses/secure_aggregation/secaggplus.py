@@ -36,6 +36,7 @@ from privbench.defenses.secure_aggregation.crypto import mask, shared_key
 from privbench.defenses.secure_aggregation.exchange import (
     Member,
     advertise_keys,
+    digest,
     receive_shares,
     sender,
     share_keys,
@@ -64,6 +65,10 @@ class SecAggPlus(Aggregation):
         max_weight: the largest sample count a client may weigh (weights are ``num_samples / max_weight``).
         seed: the run's seed (the ring's order and the stochastic rounding).
         uniform: every client weighs 1 (DP-FedAvg's uniform mean; ``num_samples`` is not used).
+        agreed_download: each member's public keys carry the SHA-256 of the model it received, relayed with the
+            keys; a member whose neighbours' digests differ from its own sends no shares, and the round is abandoned
+            (privbench's check against per-client downloads; it trusts the relay as SecAgg+ trusts it with the keys:
+            signed keys, the malicious-server variant, would bind it).
     """
 
     name = "secagg"
@@ -73,20 +78,24 @@ class SecAggPlus(Aggregation):
 
     def __init__(self, *, num_shares: int | float = 1.0, reconstruction_threshold: int | float = 0.5,
                  clipping_range: float = 8.0, quantization_range: int = 2**22, modulus_range: int = 2**32,
-                 max_weight: float = 1000.0, seed: int = 0, uniform: bool = False) -> None:
+                 max_weight: float = 1000.0, seed: int = 0, uniform: bool = False,
+                 agreed_download: bool = False) -> None:
         num_shares, reconstruction_threshold = checked_settings(
             num_shares=num_shares, reconstruction_threshold=reconstruction_threshold, clipping_range=clipping_range,
             quantization_range=quantization_range, modulus_range=modulus_range, max_weight=max_weight)
         self.num_shares, self.threshold = num_shares, reconstruction_threshold
         self.clip, self.levels, self.modulus, self.max_weight = float(clipping_range), quantization_range, \
             modulus_range, float(max_weight)
-        self.seed, self.uniform = seed, uniform
+        self.seed, self.uniform, self.agreed_download = seed, uniform, bool(agreed_download)
+        #: the members that abandoned the last round over a download digest (``agreed_download``).
+        self.abandoned: list[str] = []
 
     def describe(self) -> dict[str, Any]:
         return {"aggregation": self.name, "protocol": "SecAgg+ (Bell et al. 2020), the stages of Flower's "
                 "SecAggPlusWorkflow, in process", "num_shares": self.num_shares,
                 "reconstruction_threshold": self.threshold, "clipping_range": self.clip,
                 "quantization_range": self.levels, "modulus_range": self.modulus, "max_weight": self.max_weight,
+                "agreed_download": self.agreed_download,
                 "server_sees": "each cohort's weighted mean (payload=aggregate), never an upload"}
 
     def sizes(self, n: int) -> tuple[int, int]:
@@ -137,8 +146,11 @@ class SecAggPlus(Aggregation):
     # -- the protocol -----------------------------------------------------------------------------------------
 
     def combine(self, base: State, uploads: Sequence[Upload], *, round_: int, group: int | None, wire: Wire,
-                seed: int, truth: Mapping[str, Sequence[int]] | None = None) -> State:
-        truth = truth or {}
+                seed: int, truth: Mapping[str, Sequence[int]] | None = None,
+                received: Mapping[str, bytes] | None = None) -> State:
+        """The cohort's weighted mean of ``uploads`` through the four stages (``received``: each member's digest of
+        the model it received, where it differs from ``base``; read with ``agreed_download``)."""
+        truth, self.abandoned = truth or {}, []
         if len(uploads) < 2:
             log.warning("secagg: round %d, cohort %s has %d client(s); SecAgg+ needs two, so its model stays as sent",
                         round_, "all" if group is None else group, len(uploads))
@@ -149,8 +161,13 @@ class SecAggPlus(Aggregation):
         ring = self.ring(list(members), shares, round_=round_, group=group)
 
         send = sender(wire, round_=round_, group=group)
-        public = advertise_keys(members.values(), send)  # stage 0: setup
-        forwarded = share_keys(members.values(), ring, public, threshold, send)  # stage 1: share keys
+        digests = ({m: (received or {}).get(m, digest(base)) for m in members} if self.agreed_download else None)
+        public = advertise_keys(members.values(), send, digests)  # stage 0: setup
+        forwarded, self.abandoned = share_keys(members.values(), ring, public, threshold, send)  # stage 1
+        if self.abandoned:
+            log.warning("secagg: round %d, %d member(s) saw a neighbour receive another model; the round is "
+                        "abandoned and the model stays as sent", round_, len(self.abandoned))
+            return {n: t.clone() for n, t in base.items()}
         # stage 2: collect masked vectors
         total = np.zeros(len(names) + sum(base[n].numel() for n in names), dtype=np.int64)
         for index, m in enumerate(members.values()):
