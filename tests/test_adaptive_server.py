@@ -305,6 +305,10 @@ def test_an_agreed_download_digest_stops_per_client_downloads(tmp_path, attack):
                         results_dir=tmp_path)
     privacy, threat = run.metrics["privacy"], json.loads((run.run_dir / "threat_model.json").read_text())
     assert len(threat["abandoned_by"]) == 4 and privacy["recovered_fraction"] == 0.0
+    assert "victim_share_estimated" not in threat  # nothing was aggregated, so nothing was read
+    from privbench.audit.summary import summary
+
+    assert "4 members saw another download's digest: round abandoned" in " ".join(summary(run.metrics).split())
 
 
 def test_sybils_hold_the_agreed_digest_and_still_read_the_victim(tmp_path):
@@ -320,10 +324,11 @@ def test_sybils_hold_the_agreed_digest_and_still_read_the_victim(tmp_path):
     assert runs[1].metrics["privacy"]["recovered_fraction"] == runs[0].metrics["privacy"]["recovered_fraction"]
 
 
-def test_the_agreed_digest_is_refused_on_flower_before_training(tmp_path):
+@pytest.mark.parametrize("attack", ["attack=trap_weights", "attack=none"])
+def test_the_agreed_digest_is_refused_on_flower_before_training(tmp_path, attack):
     import privbench
 
     with pytest.raises(ConfigError, match="aggregation.agreed_download=true: engine=flower runs Flower's"):
-        privbench.run([*SECURE, "attack=trap_weights", "aggregation.agreed_download=true", "engine=flower"],
-                      results_dir=tmp_path)
+        privbench.run([*(o for o in SECURE if attack != "attack=none" or not o.startswith("attack.")), attack,
+                       "aggregation.agreed_download=true", "engine=flower"], results_dir=tmp_path)
     assert not list(tmp_path.rglob("payloads"))

@@ -102,6 +102,9 @@ def plan(cfg: DictConfig) -> Plan:
     problem = launcher.problem(protocol)
     if problem:
         raise ConfigError(f"engine={launcher.name}: {problem}")
+    if getattr(aggregation, "agreed_download", False) and launcher.name != "inprocess":
+        raise ConfigError(f"aggregation.agreed_download=true: engine={launcher.name} runs Flower's SecAggPlusWorkflow, "
+                          "whose keys carry no download digest (the check runs on engine=inprocess)")
     if not isinstance(attack, Attack):
         raise _not_a("attack", attack, Attack)
     if not isinstance(choice, PayloadChoice):
@@ -158,9 +161,6 @@ def _check_attack(p: Plan) -> None:
         raise AttackNotApplicableError(f"attack.unroll=true needs a payload that carries a model; "
                                        f"payload={p.choice.kind} carries a {p.choice.spec.carries}")
     _check_isolation(p)
-    if getattr(getattr(p.protocol, "aggregation", None), "agreed_download", False) and p.launcher.name != "inprocess":
-        raise ConfigError(f"aggregation.agreed_download=true: engine={p.launcher.name} runs Flower's SecAggPlusWorkflow, "
-                          "whose keys carry no download digest (the check runs on engine=inprocess)")
     if p.cfg.metrics.lpips:
         alexnet_backbone()  # damaged weights fail here, not after training
 

@@ -71,8 +71,10 @@ class ActiveAttack(Attack[ActiveView, Reconstruction]):
         return not any(name.startswith(f"{view.crafted_layer}.") for name in view.observed)
 
     def kept_back(self, view: Any) -> bool:
-        """Whether GENE-FL's layer choice kept the crafted layer home (the reply is a learnGene without it)."""
-        return self.withheld(view) and view.knowledge.get(CRAFTED_UPLOADED.key) is False
+        """Whether GENE-FL's layer choice kept the crafted layer home (the reply is a learnGene without it), or the
+        cohort abandoned the round (``aggregation.agreed_download``: nothing was aggregated)."""
+        return self.withheld(view) and (view.knowledge.get(CRAFTED_UPLOADED.key) is False
+                                        or bool(view.knowledge.get("abandoned_by")))
 
     def evaluate(self, view: Any, truth: torch.Tensor) -> dict[str, Any]:
         """The victim's own check of the crafted download (reported beside the attack's figures); a reply without

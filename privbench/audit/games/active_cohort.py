@@ -81,10 +81,11 @@ def secure_round(p: Plan, payload: Payload, base: Payload | None, data: Federate
         mean = aggregation.combine(sent, uploads, round_=payload.round, group=payload.cluster, wire=wire, seed=p.seed,
                                    **agreed)
         cost = wire.totals().uplink_bytes
-    honest = [u for u in uploads if u.payload.sender not in sybils]
-    observed, extra = _server_read(p, mean, sent, sent_quiet, honest, layer, rows, victim)
+    abandoned = list(getattr(aggregation, "abandoned", [])) if agreed else []  # then the server reads nothing
+    observed, extra = ({}, {}) if abandoned else _server_read(
+        p, mean, sent, sent_quiet, [u for u in uploads if u.payload.sender not in sybils], layer, rows, victim)
     extra = {"downloads": _downloads(isolation.downloads, victim, names, sent, sent_quiet, own), "sybils": sybils,
-             **extra, **({"abandoned_by": list(getattr(aggregation, "abandoned", []))} if agreed else {})}
+             **extra, **({"abandoned_by": abandoned} if agreed else {})}
     word = "learnGenes" if "learngene" in p.protocol.sends else "updates"
     to = (f"sent to {victim} only (the {len(members) - 1} others: its crafted rows zeroed)"
           if isolation.downloads == "inconsistent" else

@@ -41,6 +41,7 @@ class Member:
     sk2: bytes = b""
     pk2: bytes = b""
     seed: bytes = b""
+    download: bytes = b""  # the digest of the model it received (``agreed_download``), kept by the member
     neighbours: dict[str, tuple[bytes, bytes]] = field(default_factory=dict)
     seed_shares: dict[str, bytes] = field(default_factory=dict)
     key_shares: dict[str, bytes] = field(default_factory=dict)
@@ -73,7 +74,8 @@ def advertise_keys(members: Iterable[Member], send: Send, digests: Mapping[str, 
         (m.sk1, m.pk1), (m.sk2, m.pk2) = key_pair(), key_pair()
         tensors = {"pk1": as_u8(m.pk1), "pk2": as_u8(m.pk2)}
         if digests is not None:
-            tensors["download"] = as_u8(digests[m.name])
+            m.download = digests[m.name]
+            tensors["download"] = as_u8(m.download)
         sent = send("secagg_public_keys", m.name, "server", tensors)
         assert sent.tensors is not None
         public[m.name] = tuple(as_bytes(sent.tensors[k]) for k in tensors)
@@ -96,7 +98,7 @@ def share_keys(members: Iterable[Member], ring: dict[str, list[str]], public: di
         m.neighbours = {v: (as_bytes(down.tensors[f"{v}.pk1"]), as_bytes(down.tensors[f"{v}.pk2"]))
                         for v in ring[m.name]}
         check_keys(m)
-        if "download" in fields and len({as_bytes(down.tensors[f"{v}.download"]) for v in ring[m.name]}) > 1:
+        if "download" in fields and {as_bytes(down.tensors[f"{v}.download"]) for v in ring[m.name]} != {m.download}:
             abandoned.append(m.name)  # a neighbour (or itself) received another model: it sends no shares
             continue
         m.seed = os.urandom(SEED_BYTES)

@@ -161,7 +161,8 @@ class SecAggPlus(Aggregation):
         ring = self.ring(list(members), shares, round_=round_, group=group)
 
         send = sender(wire, round_=round_, group=group)
-        digests = ({m: (received or {}).get(m, digest(base)) for m in members} if self.agreed_download else None)
+        told = digest(base) if self.agreed_download else b""
+        digests = {m: (received or {}).get(m, told) for m in members} if self.agreed_download else None
         public = advertise_keys(members.values(), send, digests)  # stage 0: setup
         forwarded, self.abandoned = share_keys(members.values(), ring, public, threshold, send)  # stage 1
         if self.abandoned:
