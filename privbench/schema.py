@@ -133,7 +133,7 @@ RULES: dict[str, Any] = {
     "defense.max_grad_norm": Number(low=0, open_low=True, high=1e6),
     "defense.delta": Number(low=0, high=1, open_low=True, open_high=True), "defense.sigma": Number(low=0, high=1e6),
     "defense.p": FRACTION, "defense.bits": Number(integer=True, low=1, high=16),
-    "aggregation.clipping_range": Number(low=0, open_low=True, high=1e6), "aggregation.agreed_download": Flag(),
+    "aggregation.clipping_range": Number(low=0, open_low=True, high=1e6),
     "aggregation.quantization_range": Number(integer=True, low=2, high=2**31),
     "aggregation.modulus_range": Number(integer=True, low=4, high=2**32),
     "aggregation.max_weight": Number(low=0, open_low=True, high=1e12),
@@ -143,7 +143,8 @@ RULES: dict[str, Any] = {
 #: Keys that must be true or false (YAML ``true``/``false``), never a string such as ``maybe``, a number or null:
 #: every boolean of the shipped configs (``tests/test_invalid_corpus.py`` checks none is missing).
 BOOLEANS = ("resume", "metrics.lpips", "data.download", "attack.unroll", "attack.batched", "attack.fixed_variance",
-            "fl.vectorise", "fl.gene.adaptive", "fl.agnostic.fedavg_reference", "aggregation.adaptive")
+            "fl.vectorise", "fl.gene.adaptive", "fl.agnostic.fedavg_reference", "aggregation.adaptive",
+            "aggregation.agreed_download")
 RULES.update({key: Flag() for key in BOOLEANS})
 #: Attack sizes that set a working set or a loop's length: bounded here, and in memory by ``privbench.audit.memory``.
 RULES.update({

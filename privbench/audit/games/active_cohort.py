@@ -82,8 +82,8 @@ def secure_round(p: Plan, payload: Payload, base: Payload | None, data: Federate
                                    **agreed)
         cost = wire.totals().uplink_bytes
     abandoned = list(getattr(aggregation, "abandoned", [])) if agreed else []  # then the server reads nothing
-    observed, extra = ({}, {}) if abandoned else _server_read(
-        p, mean, sent, sent_quiet, [u for u in uploads if u.payload.sender not in sybils], layer, rows, victim)
+    observed, extra = ({}, {}) if abandoned else _server_read(p, mean, sent, sent_quiet, uploads, sybils, layer, rows,
+                                                              victim)
     extra = {"downloads": _downloads(isolation.downloads, victim, names, sent, sent_quiet, own), "sybils": sybils,
              **extra, **({"abandoned_by": abandoned} if agreed else {})}
     word = "learnGenes" if "learngene" in p.protocol.sends else "updates"
@@ -102,10 +102,9 @@ def secure_round(p: Plan, payload: Payload, base: Payload | None, data: Federate
     if CRAFTED_UPLOADED.key in extra:
         verdict[CRAFTED_UPLOADED.key] = float(extra[CRAFTED_UPLOADED.key])
     target = next(indices for name, indices, _ in members if name == victim) if isolation.isolates else None
-    owners = None
     if own is not None:  # the truth is every member's images, each with its member
         target = [i for _, indices, _ in members for i in indices]
-        owners = [name for name, indices, _ in members for _ in indices]
+    owners = [name for name, indices, _ in members for _ in indices] if own is not None else None
     return ActiveView(sent, observed, "update", payload.training, data.train.shape, tuple(data.train.mean),
                       tuple(data.train.std), layer, threat, verdict, target, owners)
 
@@ -161,13 +160,14 @@ def _member_round(p: Plan, payload: Payload, base: Payload | None, data: Federat
 
 
 def _server_read(p: Plan, mean: dict[str, torch.Tensor], sent: dict[str, torch.Tensor],
-                 sent_quiet: dict[str, torch.Tensor], honest: Sequence[Upload], layer: str, rows: torch.Tensor,
-                 victim: str) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+                 sent_quiet: dict[str, torch.Tensor], uploads: Sequence[Upload], sybils: Sequence[str], layer: str,
+                 rows: torch.Tensor, victim: str) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """What the server reads from the aggregate ``mean``: its change from what the victim was sent on the names
-    some honest member uploaded, the victim's own change on the crafted layer when isolating; and the facts of it."""
+    some honest member (not one of ``sybils``) uploaded, the victim's own change on the crafted layer when isolating;
+    and the facts of it."""
     attack = p.attack
     assert isinstance(attack, ActiveAttack)
-    isolation = attack.isolation
+    isolation, honest = attack.isolation, [u for u in uploads if u.payload.sender not in sybils]
     carried = {n for u in honest for n in u.payload.names}  # names no honest member uploaded are the server's own
     observed = {n: t for n, t in change_from(mean, sent).items() if n in carried}
     extra: dict[str, Any] = {}
