@@ -81,7 +81,7 @@ class Lokied(nn.Module):
 
 
 def craft(model: nn.Module, public: torch.Tensor, *, slots: int, bins: int, mean: tuple[float, ...],
-          std: tuple[float, ...], seed: int, scale: float = 1e-3, gain: float = 1e-2) -> Lokied:
+          std: tuple[float, ...], seed: int, scale: float, gain: float) -> Lokied:
     """The block every member shares (``model`` behind it, a copy), every slot's kernels still zero (``for_slot``
     gives member ``s`` its own). ``public`` holds normalised images no client has (``[M, C, H, W]``); the bins
     measure ``gain`` times a slot's average raw pixel intensity, their thresholds ``gain`` times its equal-mass
