@@ -178,7 +178,7 @@ def test_multirun_ends_with_one_table_of_its_settings(results):
                                                                               "width", "n"]
     assert len(text) == 2 + 9 and max(map(len, text[1:])) <= 80
     row = next(line for line in text if line.startswith("idlg") and "none" in line and " 12 " in line).split()
-    assert row[row.index("none") + 1:row.index("none") + 6] == ["-", "12", "2", "42.0", "+33.0"]
+    assert row[row.index("none") + 1:row.index("none") + 6] == ["-", "12", "2", "42.00", "+33.00"]
 
 
 def _cli(*args, cwd):

@@ -136,34 +136,34 @@ def _leakage(privacy: dict[str, Any], threat: dict[str, Any]) -> list[tuple[str,
     """A reconstruction's figures against chance."""
     lines: list[tuple[str, str]] = []
     if PSNR_MEAN.key in privacy:
-        lines.append(("leakage", f"PSNR {formatted(privacy[PSNR_MEAN.key], '{:.2f}')} dB, chance "
-                                 f"{formatted(privacy.get(PSNR_CHANCE.key), '{:.2f}')}, gain "
-                                 f"{formatted(privacy.get(PSNR_GAIN.key), '{:+.2f}')} dB ({privacy.get(NUM_RECONSTRUCTED.key)} "
+        lines.append(("leakage", f"PSNR {PSNR_MEAN.shown(privacy)} dB, chance "
+                                 f"{PSNR_CHANCE.shown(privacy)}, gain "
+                                 f"{PSNR_GAIN.shown(privacy)} dB ({privacy.get(NUM_RECONSTRUCTED.key)} "
                                  f"rebuilt, {privacy.get(NUM_TRUE.key)} true)"))
         if (privacy.get(NUM_TRUE.key) or 0) > 1 and PSNR_MEDIAN.key in privacy:
-            lines.append(("", f"median image {formatted(privacy[PSNR_MEDIAN.key], '{:.2f}')} dB, gain "
-                              f"{formatted(privacy.get(PSNR_MEDIAN_GAIN.key), '{:+.2f}')} dB"))
+            lines.append(("", f"median image {PSNR_MEDIAN.shown(privacy)} dB, gain "
+                              f"{PSNR_MEDIAN_GAIN.shown(privacy)} dB"))
         if PSNR_CHANCE_INFORMED.key in privacy:
-            lines.append(("", f"chance uninformed {formatted(privacy.get(PSNR_CHANCE_UNINFORMED.key), '{:.2f}')} dB, "
-                              f"knowing the classes {formatted(privacy.get(PSNR_CHANCE_INFORMED.key), '{:.2f}')} dB"))
+            lines.append(("", f"chance uninformed {PSNR_CHANCE_UNINFORMED.shown(privacy)} dB, "
+                              f"knowing the classes {PSNR_CHANCE_INFORMED.shown(privacy)} dB"))
         if RECOVERED_FRACTION.key in privacy:
             bar = privacy.get("recovered_bar")
             rule = (f" to {Recovered(psnr=float(bar['psnr']), ssim=float(bar['ssim'])).text()}"
                     if isinstance(bar, dict) and {"psnr", "ssim"} <= set(bar) else "")
-            lines.append(("", f"recovered {formatted(privacy[RECOVERED_FRACTION.key], '{:.2f}')} of the true images"
-                              f"{rule} (chance {formatted(privacy.get(RECOVERED_FRACTION_CHANCE.key), '{:.2f}')})"))
+            lines.append(("", f"recovered {RECOVERED_FRACTION.shown(privacy)} of the true images"
+                              f"{rule} (chance {RECOVERED_FRACTION_CHANCE.shown(privacy)})"))
         if ATTRIBUTED_FRACTION.key in privacy:
-            lines.append(("", f"attributed {formatted(privacy[ATTRIBUTED_FRACTION.key], '{:.2f}')} to their client "
-                              f"(the victim's {formatted(privacy.get(VICTIM_ATTRIBUTED.key), '{:.2f}')}), "
+            lines.append(("", f"attributed {ATTRIBUTED_FRACTION.shown(privacy)} to their client "
+                              f"(the victim's {VICTIM_ATTRIBUTED.shown(privacy)}), "
                               f"{privacy.get(MISATTRIBUTED.key)} to another client's slot"))
         if privacy.get("chance_from"):
             alike = "" if privacy.get("chance_pool_alike", True) else " (the true images do not look like it)"
             lines.append(("", f"chance from {privacy['chance_from']}{alike}"))
-        lines.append(("", f"SSIM {formatted(privacy.get(SSIM_MEAN.key), '{:.3f}')} (chance "
-                          f"{formatted(privacy.get(SSIM_CHANCE.key), '{:.3f}')}), LPIPS "
-                          f"{formatted(privacy.get(LPIPS_MEAN.key), '{:.3g}')} (chance "
-                          f"{formatted(privacy.get(LPIPS_CHANCE.key), '{:.3g}')}), labels "
-                          f"{formatted(privacy.get(LABEL_ACCURACY.key), '{:.2f}')}"))
+        lines.append(("", f"SSIM {SSIM_MEAN.shown(privacy)} (chance "
+                          f"{SSIM_CHANCE.shown(privacy)}), LPIPS "
+                          f"{LPIPS_MEAN.shown(privacy)} (chance "
+                          f"{LPIPS_CHANCE.shown(privacy)}), labels "
+                          f"{LABEL_ACCURACY.shown(privacy)}"))
     elif privacy.get("failed") and threat.get(CRAFTED_UPLOADED.key) is not False:
         lines.append(("leakage", "attack failed: no reconstruction"))
     return lines
@@ -173,25 +173,25 @@ def _membership(privacy: dict[str, Any]) -> list[tuple[str, str]]:
     """Membership and source inference."""
     lines: list[tuple[str, str]] = []
     if MIA_AUC.key in privacy:
-        lines.append(("members", f"{privacy.get('mia_test')} test: AUC {formatted(privacy[MIA_AUC.key], '{:.3f}')} "
-                                 f"(chance 0.5), TPR {formatted(privacy.get(MIA_TPR_1.key), '{:.3f}')} "
-                                 f"[{formatted(privacy.get(MIA_TPR_1.key + '_lo'), '{:.3f}')}, "
-                                 f"{formatted(privacy.get(MIA_TPR_1.key + '_hi'), '{:.3f}')}] at FPR 1 %, "
-                                 f"{formatted(privacy.get(MIA_TPR_01.key), '{:.3f}')} at 0.1 % "
+        lines.append(("members", f"{privacy.get('mia_test')} test: AUC {MIA_AUC.shown(privacy)} "
+                                 f"(chance 0.5), TPR {MIA_TPR_1.shown(privacy)} "
+                                 f"[{MIA_TPR_1.shown(privacy, '_lo')}, "
+                                 f"{MIA_TPR_1.shown(privacy, '_hi')}] at FPR 1 %, "
+                                 f"{MIA_TPR_01.shown(privacy)} at 0.1 % "
                                  f"({privacy.get(MIA_MEMBERS.key)} members, {privacy.get(MIA_NON_MEMBERS.key)} "
                                  + ("excluded canaries)" if str(privacy.get("mia_test")).endswith("_canaries")
                                     else "non-members: (round, client) pairs)" if MIA_AUC_INFORMED.key in privacy
                                     else "class-matched non-members)")))
         if MIA_AUC_INFORMED.key in privacy:
             lines.append(("", f"knowing only each client's classes: AUC "
-                              f"{formatted(privacy[MIA_AUC_INFORMED.key], '{:.3f}')}, TPR "
-                              f"{formatted(privacy.get(MIA_TPR_1_INFORMED.key), '{:.3f}')} at FPR 1 % (the same test "
+                              f"{MIA_AUC_INFORMED.shown(privacy)}, TPR "
+                              f"{MIA_TPR_1_INFORMED.shown(privacy)} at FPR 1 % (the same test "
                               "on test-split records of their classes)"))
     if SOURCE_ACCURACY.key in privacy:
-        lines.append(("source", f"which client holds a record: {formatted(privacy[SOURCE_ACCURACY.key], '{:.3f}')} "
+        lines.append(("source", f"which client holds a record: {SOURCE_ACCURACY.shown(privacy)} "
                                 f"right over {privacy.get('source_records')} records of {privacy.get('source_clients')} "
-                                f"clients (chance {formatted(privacy.get(SOURCE_CHANCE.key), '{:.3f}')}, knowing "
-                                f"each client's classes {formatted(privacy.get(SOURCE_CHANCE_INFORMED.key), '{:.3f}')})"))
+                                f"clients (chance {SOURCE_CHANCE.shown(privacy)}, knowing "
+                                f"each client's classes {SOURCE_CHANCE_INFORMED.shown(privacy)})"))
     return lines
 
 
@@ -199,43 +199,43 @@ def _audit(privacy: dict[str, Any]) -> list[tuple[str, str]]:
     """A one-run DP audit: its bounds beside the claims."""
     lines: list[tuple[str, str]] = []
     if EPSILON_LOWER.key in privacy:
-        lines.append(("audit", f"one-run epsilon >= {formatted(privacy[EPSILON_LOWER.key], '{:.2f}')} at "
+        lines.append(("audit", f"one-run epsilon >= {EPSILON_LOWER.shown(privacy)} at "
                                f"{formatted(100 * privacy.get('epsilon_lower_bound_confidence', 0.95), '{:.0f}')} % "
                                f"({privacy.get('canary_guesses_right')} of {privacy.get('canary_guesses')} guesses "
                                f"right, {privacy.get('canaries')} canaries), claimed "
-                               f"{formatted(privacy.get(EPSILON_CLAIMED.key), '{:.2f}')} for the round"))
+                               f"{EPSILON_CLAIMED.shown(privacy)} for the round"))
         if privacy.get(EPSILON_LOWER_FDP.key) is not None:
             lines.append(("", f"through f-DP ({privacy.get('fdp_family')}): epsilon >= "
-                              f"{formatted(privacy[EPSILON_LOWER_FDP.key], '{:.2f}')}, against the round's tight "
-                              f"{formatted(privacy.get(EPSILON_TIGHT.key), '{:.2f}')}"))
+                              f"{EPSILON_LOWER_FDP.shown(privacy)}, against the round's tight "
+                              f"{EPSILON_TIGHT.shown(privacy)}"))
         if privacy.get(CANARY_TPR_BOUND_1.key) is not None:
             lines.append(("", f"the round's f-DP bound on a canary test: TPR at most "
-                              f"{formatted(privacy[CANARY_TPR_BOUND_1.key], '{:.3f}')} at FPR 1 %, "
-                              f"{formatted(privacy.get(CANARY_TPR_BOUND_01.key), '{:.3f}')} at 0.1 % (measured "
-                              f"{formatted(privacy.get(MIA_TPR_1.key), '{:.3f}')} and "
-                              f"{formatted(privacy.get(MIA_TPR_01.key), '{:.3f}')})"))
+                              f"{CANARY_TPR_BOUND_1.shown(privacy)} at FPR 1 %, "
+                              f"{CANARY_TPR_BOUND_01.shown(privacy)} at 0.1 % (measured "
+                              f"{MIA_TPR_1.shown(privacy)} and "
+                              f"{MIA_TPR_01.shown(privacy)})"))
     return lines
 
 
 def _labels(privacy: dict[str, Any]) -> list[tuple[str, str]]:
     """Class sets, proportions and label counts."""
     lines: list[tuple[str, str]] = []
-    class_set = (f"class set exact {formatted(privacy.get(LABEL_SET_EXACT.key), '{:.0f}')} (prior "
-                 f"{formatted(privacy.get(LABEL_SET_EXACT_CHANCE.key), '{:.0f}')})")
+    class_set = (f"class set exact {LABEL_SET_EXACT.shown(privacy)} (prior "
+                 f"{LABEL_SET_EXACT_CHANCE.shown(privacy)})")
     if LABEL_SET_JACCARD.key in privacy:
         lines.append(("classes", f"inferred {privacy.get('inferred_classes')}: {class_set}, overlap "
-                                 f"{formatted(privacy[LABEL_SET_JACCARD.key], '{:.2f}')} (prior "
-                                 f"{formatted(privacy.get(LABEL_SET_JACCARD_CHANCE.key), '{:.2f}')})"))
+                                 f"{LABEL_SET_JACCARD.shown(privacy)} (prior "
+                                 f"{LABEL_SET_JACCARD_CHANCE.shown(privacy)})"))
         if CLASS_PROPORTION_ERROR.key in privacy:
             lines.append(("", f"proportions {privacy.get('inferred_proportions')}: off by "
-                              f"{formatted(privacy[CLASS_PROPORTION_ERROR.key], '{:.3f}')} in total variation (prior "
-                              f"{formatted(privacy.get(CLASS_PROPORTION_ERROR_CHANCE.key), '{:.3f}')}, uniform over "
-                              f"the set {formatted(privacy.get(CLASS_PROPORTION_ERROR_SET.key), '{:.3f}')})"))
+                              f"{CLASS_PROPORTION_ERROR.shown(privacy)} in total variation (prior "
+                              f"{CLASS_PROPORTION_ERROR_CHANCE.shown(privacy)}, uniform over "
+                              f"the set {CLASS_PROPORTION_ERROR_SET.shown(privacy)})"))
     elif LABEL_SET_EXACT.key in privacy:
         lines.append(("labels", f"{class_set}, counts exact "
-                                f"{formatted(privacy.get(LABEL_COUNTS_EXACT.key), '{:.0f}')}, count error per class "
-                                f"{formatted(privacy.get(LABEL_COUNT_ERROR.key), '{:.2f}')} (prior "
-                                f"{formatted(privacy.get(LABEL_COUNT_ERROR_CHANCE.key), '{:.2f}')})"))
+                                f"{LABEL_COUNTS_EXACT.shown(privacy)}, count error per class "
+                                f"{LABEL_COUNT_ERROR.shown(privacy)} (prior "
+                                f"{LABEL_COUNT_ERROR_CHANCE.shown(privacy)})"))
     return lines
 
 
@@ -244,8 +244,8 @@ def _victims(privacy: dict[str, Any]) -> list[tuple[str, str]]:
     spread = privacy.get("victims_summary")
     if not spread:
         return []
-    psnr = (f"PSNR mean {formatted(spread.get(PSNR_MEAN.key), '{:.2f}')} (min "
-            f"{formatted(spread.get('psnr_min'), '{:.2f}')}, max {formatted(spread.get('psnr_max'), '{:.2f}')}), "
+    psnr = (f"PSNR mean {PSNR_MEAN.shown(spread)} (min "
+            f"{formatted(spread.get('psnr_min'), PSNR_MEAN.fmt)}, max {formatted(spread.get('psnr_max'), PSNR_MEAN.fmt)}), "
             f"{spread['above_chance']} above chance, ") if spread.get(PSNR_MEAN.key) is not None else ""
     others = "".join(f", {name} {spread[key]:.3f} on average" for key, name in
                      ((LABEL_SET_EXACT.key, "class set exact"), (CLASS_PROPORTION_ERROR.key, "proportions error"),
@@ -256,15 +256,14 @@ def _victims(privacy: dict[str, Any]) -> list[tuple[str, str]]:
 
 def _utility(utility: dict[str, Any], nbytes: dict[str, Any]) -> list[tuple[str, str]]:
     """Accuracy and bytes."""
-    models = [(name, utility.get(f.key)) for name, f in (("own model", PERSONAL_ACCURACY),
-                                                          ("downloaded model", DOWNLOADED_ACCURACY))]
-    scored = [f"{name} {formatted(v, '{:.3f}')}" for name, v in models if v is not None]
-    useful = "known-client accuracy " + (", ".join(scored) or formatted(utility.get(ACCURACY.key), "{:.3f}"))
+    models = (("own model", PERSONAL_ACCURACY), ("downloaded model", DOWNLOADED_ACCURACY))
+    scored = [f"{name} {f.shown(utility)}" for name, f in models if utility.get(f.key) is not None]
+    useful = "known-client accuracy " + (", ".join(scored) or ACCURACY.shown(utility))
     if utility.get(AGNOSTIC_ACCURACY.key) is not None:
-        useful += f", agnostic {formatted(utility[AGNOSTIC_ACCURACY.key], '{:.3f}')}"
-    sent = f"up {formatted(nbytes.get(UPLINK_BYTES.key), '{:,}')}, down {formatted(nbytes.get(DOWNLINK_BYTES.key), '{:,}')}"
+        useful += f", agnostic {AGNOSTIC_ACCURACY.shown(utility)}"
+    sent = f"up {UPLINK_BYTES.shown(nbytes)}, down {DOWNLINK_BYTES.shown(nbytes)}"
     if nbytes.get(TOTAL_RATIO.key) is not None:
-        sent += f", total vs FedAvg {formatted(nbytes[TOTAL_RATIO.key], '{:.3f}')}"
+        sent += f", total vs FedAvg {TOTAL_RATIO.shown(nbytes)}"
     return [("utility", useful), ("bytes", sent)]
 
 
@@ -273,16 +272,16 @@ def _privacy(defense: dict[str, Any]) -> list[tuple[str, str]]:
     lines: list[tuple[str, str]] = []
     if EPSILON.key in defense:
         if defense.get("epsilon_covers_all_reads"):
-            lines.append(("privacy", f"epsilon {formatted(defense[EPSILON.key], '{:.2f}')} (victim), max "
-                                     f"{formatted(defense.get(EPSILON_MAX.key), '{:.2f}')}, covers every read: yes"))
+            lines.append(("privacy", f"epsilon {EPSILON.shown(defense)} (victim), max "
+                                     f"{EPSILON_MAX.shown(defense)}, covers every read: yes"))
         else:
             uncovered = ", ".join(defense.get("uncovered_reads", ()))
             lines.append(("privacy", f"epsilon unbounded (uncovered reads released exactly: {uncovered}); accounted "
-                                     f"releases {formatted(defense.get(EPSILON_ACCOUNTED.key), '{:.2f}')} (victim), "
-                                     f"max {formatted(defense.get('epsilon_max_accounted'), '{:.2f}')}"))
+                                     f"releases {EPSILON_ACCOUNTED.shown(defense)} (victim), "
+                                     f"max {EPSILON_MAX.shown(defense, '_accounted')}"))
     if MIA_TPR_BOUND_1.key in defense:
-        lines.append(("", f"any membership test: TPR at most {formatted(defense[MIA_TPR_BOUND_1.key], '{:.3f}')} at "
-                          f"FPR 1 %, {formatted(defense.get(MIA_TPR_BOUND_01.key), '{:.3f}')} at 0.1 % (f-DP, "
+        lines.append(("", f"any membership test: TPR at most {MIA_TPR_BOUND_1.shown(defense)} at "
+                          f"FPR 1 %, {MIA_TPR_BOUND_01.shown(defense)} at 0.1 % (f-DP, "
                           + ("every read accounted)" if defense.get("epsilon_covers_all_reads") else
                              "accounted releases only: the uncovered reads are not bounded)")))
     lines.extend(("privacy", str(text)) for text in _aggregation(defense).get("summary", ()))

@@ -9,7 +9,7 @@ from omegaconf import DictConfig
 
 from privbench.figures import LEAKS, MULTIRUN, RUNS, formatted
 
-#: (column, header, format) of the combined table, after the setting's keys and n (``privbench.figures``).
+#: (figure, header) of the combined table, after the setting's keys and n (``privbench.figures``).
 FIGURES = MULTIRUN
 
 
@@ -24,7 +24,8 @@ def combined_table(root: Path) -> str:
         return f"no finished run under {root}"
     table = summarise(runs)
     keys = list(table.attrs["keys"])
-    shown = [(c, h, f) for c, h, f in FIGURES if c in table and not table[c].isna().all()]
+    shown = [(str(c), h, "{}" if isinstance(c, str) else c.fmt) for c, h in FIGURES
+             if str(c) in table and not table[str(c)].isna().all()]
     header = [k.rsplit(".", 1)[-1] for k in keys] + ["n"] + [h for _, h, _ in shown]
     short = {FAILED: "failed"}  # the leak verdict's terminal form (the report writes "attack failed")
     rows = [[formatted(r[k], "{}") for k in keys] + [str(r[RUNS])] +

@@ -133,12 +133,11 @@ TABLE = (PSNR_GAIN, LEAKS, PSNR_MEDIAN_GAIN, RECOVERED_FRACTION, ATTRIBUTED_FRAC
          UPLINK_BYTES, DOWNLINK_BYTES)
 #: The HTML page's runs table.
 RUN_TABLE = (PSNR_GAIN, PERSONAL_ACCURACY, DOWNLOADED_ACCURACY, TOTAL_BYTES, EPSILON, PSNR_MEAN, PSNR_CHANCE)
-#: The table a multirun ends with: (column, header, format), the leak verdict after the gain.
-MULTIRUN = ((PSNR_MEAN.key, "PSNR", "{:.1f}"), (PSNR_GAIN.key, "gain", "{:+.1f}"), (LEAKS, LEAKS, "{}"),
-            (PERSONAL_ACCURACY.key, "own acc", "{:.3f}"), (DOWNLOADED_ACCURACY.key, "dl acc", "{:.3f}"),
-            (TOTAL_BYTES.key, "bytes", "{:,.0f}"), (EPSILON.key, "eps", "{:.2f}"),
-            (EPSILON_ACCOUNTED.key, "eps acc", "{:.2f}"), (MIA_AUC.key, "MIA AUC", "{:.3f}"),
-            (MIA_TPR_1.key, "TPR@1%", "{:.3f}"))
+#: The table a multirun ends with: (figure, header), the leak verdict after the gain; each formatted by its spec.
+MULTIRUN: tuple[tuple[Figure | str, str], ...] = (
+    (PSNR_MEAN, "PSNR"), (PSNR_GAIN, "gain"), (LEAKS, LEAKS), (PERSONAL_ACCURACY, "own acc"),
+    (DOWNLOADED_ACCURACY, "dl acc"), (TOTAL_BYTES, "bytes"), (EPSILON, "eps"), (EPSILON_ACCOUNTED, "eps acc"),
+    (MIA_AUC, "MIA AUC"), (MIA_TPR_1, "TPR@1%"))
 #: Leakage figures drawn against a swept setting, and utility figures.
 LEAKAGE_PLOTS = (PSNR_MEAN, PSNR_GAIN)
 #: A DP audit's figures drawn against a swept setting: the canary test's TPR and the empirical epsilon.

@@ -43,6 +43,16 @@ class Figure:
         """This figure's value in a ``metrics.json`` (None when it was not measured)."""
         return metrics.get(self.section, {}).get(self.key)
 
+    def shown(self, values: dict[str, Any], suffix: str = "") -> str:
+        """This figure's value in ``values`` (one ``metrics.json`` section, or a summary of one) in its format, or
+        ``MISSING``; ``suffix`` reads a companion key (``_lo``/``_hi``: its interval's ends, ``_min``/``_max``).
+
+        Example:
+            >>> Figure("psnr_mean", "privacy", "PSNR", fmt="{:.2f}").shown({"psnr_mean": 12.345, "psnr_mean_lo": 1})
+            '12.35'
+        """
+        return formatted(values.get(self.key + suffix), self.fmt)
+
 
 def privacy(key: str, label: str, **kw: Any) -> Figure:
     """A figure of the ``privacy`` section."""
