@@ -236,8 +236,10 @@ def main() -> None:
     from privbench.launch import check_launch, hydra_arguments, remember
     from privbench.naming import register
     from privbench.overrides import check_overrides
+    from privbench.studies import register_studies
 
     register()
+    register_studies()
     os.environ[SWEEP_PID] = str(os.getpid())  # joblib workers inherit it (``watch_parent``)
 
     try:

@@ -38,6 +38,9 @@ def hydra_session() -> Iterator[None]:
     from hydra.core.config_search_path import SearchPathQuery
     from hydra.core.global_hydra import GlobalHydra
 
+    from privbench.studies import register_studies
+
+    register_studies()
     GlobalHydra.instance().clear()
     version.setbase("1.3")
     search_path = create_automatic_config_search_path(None, "privbench.conf.app", None)

@@ -17,9 +17,12 @@ GROUPS = ("data", "model", "fl", "payload", "attack", "defense", "aggregation", 
 
 
 def options(group: str) -> list[str]:
-    """Option names of a config group, from the installed ``configs`` package."""
-    folder = resources.files("privbench.conf").joinpath(group)
-    return sorted(p.name.removesuffix(".yaml") for p in folder.iterdir() if p.name.endswith(".yaml"))
+    """Option names of a config group: the installed ``privbench.conf`` package's, and the studies' (``studies/``)."""
+    from privbench.studies import study_folders
+
+    folders = [resources.files("privbench.conf").joinpath(group), *(s.joinpath(group) for s in study_folders())]
+    return sorted({p.name.removesuffix(".yaml") for folder in folders if folder.is_dir() for p in folder.iterdir()
+                   if p.name.endswith(".yaml")})
 
 
 def compose_with_hydra(overrides: list[str]) -> DictConfig:
@@ -58,6 +61,12 @@ def _message(exc: Exception) -> ConfigError:
     if isinstance(exc, MissingConfigException) and exc.options is not None and exc.missing_cfg_file:
         group, _, option = exc.missing_cfg_file.rpartition("/")
         hint = did_you_mean(option, exc.options, prefix=f"{group}=")
+        if group.split("/")[0] == "experiment" and not hint:
+            from privbench.studies import STUDIES_ENV, studies_root
+
+            mounted = studies_root()
+            hint = (f" (studies are mounted from {mounted})" if mounted else
+                    f" (the committed studies are in a clone's studies/ folder, or set ${STUDIES_ENV})")
         return ConfigError(f"{group}={option}: unknown option{hint}; allowed: {', '.join(sorted(exc.options))}")
     return ConfigError(str(cause).strip().splitlines()[0] if str(cause).strip() else "the overrides do not compose")
 

@@ -17,9 +17,11 @@ torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS") or max(1, min(2, os.
 
 @pytest.fixture
 def compose_cfg():
-    """Compose ``privbench/conf/config.yaml`` with overrides, as the CLI does."""
+    """Compose ``privbench/conf/config.yaml`` with overrides, as the CLI does (the studies mounted)."""
+    from privbench.studies import register_studies
 
     def _compose(*overrides: str):
+        register_studies()
         GlobalHydra.instance().clear()
         with initialize_config_module(config_module="privbench.conf", version_base="1.3"):
             cfg = compose(config_name="config", overrides=["name=test", *overrides])

@@ -19,11 +19,13 @@ from privbench.payloads.select import PayloadChoice
 from privbench.payloads.transform import MessageTransform
 
 CONFIGS = Path(__file__).resolve().parents[1] / "privbench" / "conf"
+STUDIES = Path(__file__).resolve().parents[1] / "studies"
 OPTIONS = [(group, option) for group in GROUPS for option in options(group)]
 
 
 def test_every_config_file_is_covered_by_a_test():
-    files = {str(p.relative_to(CONFIGS).with_suffix("")) for p in CONFIGS.rglob("*.yaml")}
+    files = {str(p.relative_to(root).with_suffix("")) for root in (CONFIGS, *STUDIES.iterdir())
+             for p in root.rglob("*.yaml")}
     covered = {"config", "hydra/help/privbench", "hydra/job_logging/privbench",  # help, logging: test_cli, test_terminal
                "hydra/hydra_logging/privbench",
                "hydra/launcher/slurm", "hydra/launcher/ray_cluster"} | {f"{g}/{o}" for g, o in OPTIONS}  # test_launchers
@@ -149,9 +151,15 @@ def test_every_protocol_plans(compose_cfg, fl):
     assert plan(compose_cfg(f"fl={fl}", attack, f"payload={payload}")).protocol.name == fl
 
 
+def _config_root(experiment: str) -> Path:
+    """Where ``experiment=<name>`` is found: its study's folder (``studies/<name>/``), or the package's configs."""
+    study = STUDIES / experiment.split("/")[0]
+    return study if study.is_dir() else CONFIGS
+
+
 def _arms(experiment: str) -> list[str]:
     """The options of an experiment's own groups ``experiment/<name>/`` and below (one per arm of its sweep)."""
-    folder = CONFIGS / "experiment" / experiment
+    folder = _config_root(experiment) / "experiment" / experiment
     return sorted(str(p.relative_to(folder).with_suffix("")) for p in folder.rglob("*.yaml")) if folder.is_dir() else []
 
 
@@ -179,7 +187,7 @@ def test_every_sweep_value_of_an_experiment_plans(compose_cfg, option):
     """Each value an experiment sweeps over composes and passes every check (a typo fails here, not mid-sweep)."""
     import yaml
 
-    params = (yaml.safe_load((CONFIGS / "experiment" / f"{option}.yaml").read_text()) or {}).get(
+    params = (yaml.safe_load((_config_root(option) / "experiment" / f"{option}.yaml").read_text()) or {}).get(
         "hydra", {}).get("sweeper", {}).get("params", {})
     for key, spec in params.items():
         if key == "seed":
