@@ -1,23 +1,38 @@
-"""The type and range of every config value privbench reads, checked before any compute.
+"""The type and range of every config value privbench reads, declared beside the constructor that reads it and checked
+before any compute.
 
-A rule applies to a key wherever it is present (``fl.lr`` for every protocol); keys a
-config does not carry are skipped. Keys that take one of a few names (``fl.subspace``,
-``fl.gene.select``, ...) are checked by the class that reads them, against its own list. A user's own ``_target_`` gets its own keys checked by its
-signature's type hints (``privbench.build``), and its ranges by its own code.
+A constructor declares a parameter's range in its type: ``Annotated[int, Number(integer=True, low=1)]``, or a name
+below (``PositiveInt``, ``Rate``, ``Switch``, ...); a parameter that takes a dict of another class's arguments is
+``Annotated[dict, Nested(Cls)]`` (``fl.gene``: ``GeneSettings``). ``check_schema`` finds each config section's
+constructor, its ``_target_`` (or ``SECTIONS``: the sections the audit reads itself), follows it up its bases as
+``privbench.build`` does, and checks every key the section carries. A user's own ``_target_`` is checked the same
+way. Keys that take one of a few names (``fl.subspace``, ``fl.gene.select``, ...) are checked by the class that
+reads them, against its own list.
 
 Example:
-    >>> check_schema({"fl": {"rounds": 0}})
+    >>> check_schema({"fl": {"_target_": "privbench.fl.protocols.FedAvg", "rounds": 0}})
     Traceback (most recent call last):
     ...
     privbench.errors.ConfigError: fl.rounds=0: must be an integer >= 1
 """
 from __future__ import annotations
 
+import inspect
 import math
+import sys
+import typing
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from functools import lru_cache
+from typing import Annotated, Any, Protocol
 
 from privbench.errors import ConfigError, shown
+
+
+class Rule(Protocol):
+    """What a value must be: ``problem`` says why a value is not allowed, or None."""
+
+    def problem(self, value: Any) -> str | None: ...
 
 
 @dataclass(frozen=True)
@@ -103,57 +118,104 @@ FRACTION = Number(low=0, high=1)
 RATE = Number(low=0, open_low=True, high=100)
 WEIGHT = Number(low=0, high=1e6)
 
-RULES: dict[str, Any] = {
-    "victim.client": COUNT, "victim.round": Number(integer=True, low=-1), "victim.num_images": POSITIVE_INT,
-    "victim.data_size": Number(integer=True, low=1, nullable=True),
-    "data.num_clients": POSITIVE_INT,
-    "data.classes_per_client": POSITIVE_INT, "data.alpha": POSITIVE, "data.min_size": COUNT,
-    "data.agnostic_classes": IntList(), "data.num_agnostic_clients": COUNT,
-    "model.width": POSITIVE_INT, "model.min_size": COUNT,
-    "fl.rounds": POSITIVE_INT, "fl.participants": POSITIVE_INT, "fl.local_epochs": POSITIVE_INT,
-    "fl.lr": RATE, "fl.batch_size": POSITIVE_INT, "fl.momentum": Number(low=0, high=1, open_high=True),
-    "fl.num_clusters": POSITIVE_INT, "fl.subspace_dim": POSITIVE_INT, "fl.lambda1": WEIGHT, "fl.lambda2": WEIGHT,
-    "fl.eps": NON_NEGATIVE, "fl.vectorise": Flag(),
-    "fl.gene.gamma": Gamma(),
-    "fl.agnostic.epochs": COUNT, "fl.agnostic.lr": RATE, "fl.agnostic.batch_size": POSITIVE_INT,
-    "fl.agnostic.samples": COUNT,
-    "attack.iterations": Number(integer=True, low=1, high=10**7), "attack.restarts": Number(integer=True, low=1, high=10**4), "attack.converged": NON_NEGATIVE,
-    "attack.stall_at": FRACTION, "attack.stall_tol": NON_NEGATIVE, "attack.max_images": POSITIVE_INT, "attack.patience": COUNT,
-    "attack.lr": RATE, "attack.tv": WEIGHT, "attack.components": POSITIVE_INT,
-    "attack.bins": Number(integer=True, low=1, high=10**5), "attack.public": Number(integer=True, low=2, high=10**7),
-    "attack.scale": Number(low=0, open_low=True, high=1e3), "attack.gain": Number(low=0, open_low=True, high=1e3),
-    "attack.tolerance": Number(low=0, open_low=True, high=1),
-    "attack.rows_trapped": Number(low=0, open_low=True, high=1),
-    "attack.sybils": Number(integer=True, low=0, high=10**6), "attack.slots": Number(integer=True, low=1, high=10**4),
-    "attack.noise": Number(low=0, high=1e3),
-    "attack.canaries": Number(integer=True, low=2, high=10**7), "attack.guesses": Number(integer=True, low=1, high=10**7),
-    "attack.confidence": Number(low=0, high=1, open_low=True, open_high=True),
-    "defense.noise_multiplier": Number(low=0, high=1e4),
-    "defense.target_epsilon": Number(low=0, open_low=True, high=1e6, nullable=True),
-    "defense.max_grad_norm": Number(low=0, open_low=True, high=1e6),
-    "defense.delta": Number(low=0, high=1, open_low=True, open_high=True), "defense.sigma": Number(low=0, high=1e6),
-    "defense.p": FRACTION, "defense.bits": Number(integer=True, low=1, high=16),
-    "aggregation.clipping_range": Number(low=0, open_low=True, high=1e6),
-    "aggregation.quantization_range": Number(integer=True, low=2, high=2**31),
-    "aggregation.modulus_range": Number(integer=True, low=4, high=2**32),
-    "aggregation.max_weight": Number(low=0, open_low=True, high=1e12),
-    "metrics.recovered_psnr": Number(low=0, high=200), "metrics.recovered_ssim": Number(low=-1, high=1),
-}
+#: The usual ranges, as types a constructor's parameters take.
+PositiveInt = Annotated[int, POSITIVE_INT]
+Count = Annotated[int, COUNT]
+Positive = Annotated[float, POSITIVE]
+NonNegative = Annotated[float, NON_NEGATIVE]
+Fraction = Annotated[float, FRACTION]
+Rate = Annotated[float, RATE]
+Weight = Annotated[float, WEIGHT]
+#: ``true`` or ``false`` (YAML's), never a string such as ``maybe``, a number or null.
+Switch = Annotated[bool, Flag()]
+#: Attack budgets shared by several families: optimiser steps, restarts, public images the server or attacker holds,
+#: shadow models, membership candidates, and a scoring batch (each bounds a loop or a working set).
+Iterations = Annotated[int, Number(integer=True, low=1, high=10**7)]
+Restarts = Annotated[int, Number(integer=True, low=1, high=10**4)]
+PublicImages = Annotated[int, Number(integer=True, low=2, high=10**7)]
+Shadows = Annotated[int, Number(integer=True, low=2, high=10**5)]
+Candidates = Annotated[int, Number(integer=True, low=2, high=10**6)]
+ScoringBatch = Annotated[int, Number(integer=True, low=1, high=10**5)]
 
-#: Keys that must be true or false (YAML ``true``/``false``), never a string such as ``maybe``, a number or null:
-#: every boolean of the shipped configs (``tests/test_invalid_corpus.py`` checks none is missing).
-BOOLEANS = ("resume", "metrics.lpips", "data.download", "attack.unroll", "attack.batched", "attack.fixed_variance",
-            "fl.vectorise", "fl.gene.adaptive", "fl.agnostic.fedavg_reference", "aggregation.adaptive",
-            "aggregation.agreed_download")
-RULES.update({key: Flag() for key in BOOLEANS})
-#: Attack sizes that set a working set or a loop's length: bounded here, and in memory by ``privbench.audit.memory``.
-RULES.update({
-    "attack.shadows": Number(integer=True, low=2, high=10**5), "attack.refits": Number(integer=True, low=0, high=100),
-    "attack.max_candidates": Number(integer=True, low=2, high=10**6),
-    "attack.batch_size": Number(integer=True, low=1, high=10**5), "attack.records": Number(integer=True, low=1, high=10**6),
-    "attack.max_classes": Number(integer=True, low=1, high=10), "attack.dim": Number(integer=True, low=1, high=10**4),
-    "attack.points": Number(integer=True, low=1, high=10**4), "attack.rematch": Number(integer=True, low=1, high=10**7),
-})
+
+@dataclass(frozen=True)
+class Nested:
+    """A parameter that takes a dict of ``of``'s keyword arguments (``fl.gene``: ``GeneSettings``): its keys are
+    checked by ``of``'s declared ranges."""
+
+    of: Callable[..., Any]
+
+
+#: Sections the audit reads itself (no ``_target_``), and the class whose parameters declare their ranges.
+SECTIONS = {"victim": "privbench.victim.Victim", "metrics": "privbench.metrics.settings.ScoringSettings"}
+
+
+def _inits(obj: Any) -> Iterator[tuple[Callable[..., Any], dict[str, Any]]]:
+    """``obj``'s constructors with the namespace their annotations are read in: a class's ``__init__`` followed up
+    its bases while it passes ``**kwargs`` on (as ``privbench.build`` follows them); a function itself."""
+    if not inspect.isclass(obj):
+        yield obj, vars(sys.modules[obj.__module__])
+        return
+    for cls in obj.__mro__:
+        if "__init__" not in vars(cls) or cls is object:
+            continue
+        init = vars(cls)["__init__"]
+        yield init, vars(sys.modules[cls.__module__])
+        if not any(p.kind is p.VAR_KEYWORD for p in inspect.signature(init).parameters.values()):
+            return
+
+
+def _declared(annotation: Any, namespace: dict[str, Any]) -> tuple[Any, ...]:
+    """The metadata of an ``Annotated`` parameter type (a string under postponed annotations); () otherwise, or when
+    the type does not evaluate (a name imported only for type checkers)."""
+    if isinstance(annotation, str):
+        try:
+            annotation = eval(annotation, dict(namespace))  # noqa: S307 -- the constructor's own annotation
+        except Exception:
+            return ()
+    return tuple(getattr(annotation, "__metadata__", ())) if typing.get_origin(annotation) is Annotated else ()
+
+
+def rules_of(obj: Any) -> dict[str, Rule]:
+    """The declared range of each keyword parameter of ``obj`` (a class or function), a ``Nested`` one's keys as
+    ``name.key``.
+
+    Example:
+        >>> from privbench.fl.genefl.settings import GeneSettings
+        >>> rules_of(GeneSettings)["adaptive"]
+        Flag()
+    """
+    out: dict[str, Rule] = {}
+    seen: set[str] = set()
+    for init, namespace in _inits(obj):
+        for name, param in inspect.signature(init).parameters.items():
+            if name == "self" or name in seen or param.kind in (param.VAR_KEYWORD, param.VAR_POSITIONAL):
+                continue
+            seen.add(name)
+            for meta in _declared(param.annotation, namespace):
+                if isinstance(meta, Nested):
+                    out.update({f"{name}.{key}": rule for key, rule in rules_of(meta.of).items()})
+                elif callable(getattr(meta, "problem", None)):
+                    out[name] = meta
+    return out
+
+
+@lru_cache(maxsize=256)
+def _target_rules(target: str) -> dict[str, Rule]:
+    from hydra.utils import get_object
+
+    try:
+        obj = get_object(target)
+    except Exception:  # building it says why, in one line
+        return {}
+    return rules_of(obj)
+
+
+def section_rules(section: str, node: Any) -> dict[str, Rule]:
+    """The rules of a config section: its ``_target_``'s declared ranges, or its ``SECTIONS`` class's."""
+    target = node.get("_target_") if isinstance(node, dict) else None
+    target = target if isinstance(target, str) else SECTIONS.get(section)
+    return _target_rules(target) if target else {}
 
 
 def _select(cfg: dict[str, Any], key: str) -> tuple[bool, Any]:
@@ -166,10 +228,9 @@ def _select(cfg: dict[str, Any], key: str) -> tuple[bool, Any]:
 
 
 def check_schema(cfg: dict[str, Any]) -> None:
-    """Raise a one-line ``ConfigError`` naming the first key whose value breaks its rule in ``RULES``."""
-    for key, rule in RULES.items():
-        present, value = _select(cfg, key)
-        if present:
-            problem = rule.problem(value)
-            if problem:
-                raise ConfigError(f"{key}={shown(value)}: {problem}")
+    """Raise a one-line ``ConfigError`` naming the first key whose value breaks the range its constructor declares."""
+    for section, node in cfg.items():
+        for key, rule in section_rules(str(section), node).items():
+            present, value = _select(node, key)
+            if present and (problem := rule.problem(value)):
+                raise ConfigError(f"{section}.{key}={shown(value)}: {problem}")

@@ -1,5 +1,5 @@
-"""Checks every config value can hold before planning: finite numbers, true booleans (``schema.BOOLEANS``), an
-integer seed."""
+"""Checks every config value can hold before planning: finite numbers, each key in the range its constructor declares
+(``privbench.schema``), an integer seed, a boolean ``resume``."""
 from __future__ import annotations
 
 import math
@@ -9,7 +9,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from privbench.errors import SHOWN, ConfigError, shown
-from privbench.schema import check_schema
+from privbench.schema import Flag, check_schema
 
 #: Seeds are integers in [0, 2**32): numpy, torch and Python's random all take them.
 SEED_LIMIT = 2**32
@@ -60,3 +60,5 @@ def check_values(cfg: DictConfig) -> None:
     seed = OmegaConf.select(cfg, "seed")
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < SEED_LIMIT:
         raise ConfigError(f"seed={shown(seed)}: must be an integer in [0, 2^32)")
+    if "resume" in cfg and (problem := Flag().problem(cfg.resume)):
+        raise ConfigError(f"resume={shown(cfg.resume)}: {problem}")

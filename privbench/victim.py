@@ -3,10 +3,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Annotated
 
 import numpy as np
 
 from privbench.errors import ConfigError
+from privbench.schema import Count, Number, PositiveInt
 
 UPDATE_DATA = ("batch", "all")
 
@@ -30,12 +32,12 @@ class Victim:
             other client's data unchanged); None: all of them.
     """
 
-    client: int = 0
-    round: int = 0
-    num_images: int = 1
+    client: Count = 0
+    round: Annotated[int, Number(integer=True, low=-1)] = 0
+    num_images: PositiveInt = 1
     update_data: str = "batch"
     clients: Sequence[int] | str | None = None
-    data_size: int | None = None
+    data_size: Annotated[int | None, Number(integer=True, low=1, nullable=True)] = None
 
     def __post_init__(self) -> None:
         if isinstance(self.clients, str) and self.clients != "all":

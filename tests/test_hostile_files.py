@@ -22,7 +22,7 @@ from privbench.payloads.encoding import MAX_ENTRIES, decode
 from privbench.payloads.signing import KEY, SIGNATURE
 from privbench.regular import RefusedFile, read_hashed
 from privbench.report.collect import collect
-from privbench.schema import BOOLEANS
+from privbench.schema import Flag, section_rules
 from privbench.tensor_files import MAX_RATIO, model_bound, named_tensors
 
 CONFIGS = Path(__file__).resolve().parents[1] / "privbench" / "conf"
@@ -218,7 +218,19 @@ def test_an_attack_working_set_is_estimated_from_its_settings(monkeypatch):
         check_memory(2**30, "x:", available=2**30)
 
 
-def test_every_boolean_of_the_shipped_configs_accepts_only_booleans():
+def _declared_flags(sections: set[str]) -> set[str]:
+    """The keys of ``sections`` that a constructor reading them (the ``_target_`` of an option of the section's
+    group, or the section's own class) declares a boolean (``schema.Flag``)."""
+    out = set()
+    for section in sections:
+        files = sorted((CONFIGS / section).glob("*.yaml"))
+        nodes = [node for f in files if isinstance(node := yaml.safe_load(f.read_text()), dict)] or [{}]
+        out |= {f"{section}.{key}" for node in nodes for key, rule in section_rules(section, node).items()
+                if isinstance(rule, Flag)}
+    return out
+
+
+def test_every_boolean_of_the_shipped_configs_is_declared_a_boolean_where_it_is_read():
     found = set()
 
     def walk(node: object, prefix: str) -> None:
@@ -228,17 +240,21 @@ def test_every_boolean_of_the_shipped_configs_accepts_only_booleans():
         elif isinstance(node, bool):
             found.add(prefix.rstrip("."))
 
-    for path in CONFIGS.rglob("*.yaml"):
-        rel = path.relative_to(CONFIGS)
-        if rel.parts[0] == "hydra":
-            continue
-        text = path.read_text()
-        node = yaml.safe_load(text) or {}
-        node.pop("defaults", None)
-        node.pop("hydra", None)
-        package = "" if "@package _global_" in text or len(rel.parts) == 1 else ".".join(rel.parts[:-1]) + "."
-        walk(node, package)
-    assert found and found <= set(BOOLEANS), sorted(found - set(BOOLEANS))
+    roots = [CONFIGS, *(CONFIGS.parents[1] / "studies").iterdir()]
+    for root in (r for r in roots if r.is_dir()):
+        for path in root.rglob("*.yaml"):
+            rel = path.relative_to(root)
+            if rel.parts[0] == "hydra":
+                continue
+            text = path.read_text()
+            node = yaml.safe_load(text) or {}
+            node.pop("defaults", None)
+            node.pop("hydra", None)
+            package = "" if "@package _global_" in text or len(rel.parts) == 1 else ".".join(rel.parts[:-1]) + "."
+            walk(node, package)
+    assert {"attack.unroll", "fl.gene.adaptive", "metrics.lpips", "resume"} <= found
+    declared = _declared_flags({key.split(".")[0] for key in found if "." in key}) | {"resume"}  # the root's own
+    assert not sorted(found - declared)
 
 
 def test_a_results_folder_inside_another_reuses_its_key_and_a_key_others_can_read_is_refused(tmp_path, own_keys):

@@ -23,6 +23,7 @@ from privbench.fl.sgd import local_steps
 from privbench.fl.trainer import SGDTrainer, Trainer
 from privbench.metrics.lpips_weights import alexnet_backbone
 from privbench.metrics.reconstruction import MATCH_ON
+from privbench.metrics.settings import METRIC_KEYS
 from privbench.payloads.capture import CapturePolicy
 from privbench.payloads.select import PayloadChoice
 from privbench.payloads.transform import MessageTransform
@@ -33,7 +34,6 @@ from privbench.victim import Victim
 GROUPS = ("data", "model", "fl", "payload", "attack", "defense", "aggregation", "engine")
 TOP_KEYS = set(GROUPS) | {"name", "seed", "device", "victim", "capture", "metrics", "results_dir", "resume",
                           "allow_targets", "threads"}
-METRIC_KEYS = {"lpips", "match_on", "recovered_psnr", "recovered_ssim"}
 
 
 @dataclass(frozen=True)

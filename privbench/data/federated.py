@@ -4,6 +4,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Annotated
 
 import numpy as np
 import torch
@@ -14,6 +15,7 @@ from privbench.data.partition import partition as partition_indices
 from privbench.data.partition import split_classes
 from privbench.data.torchvision_sets import SPECS, load_torchvision
 from privbench.errors import ConfigError
+from privbench.schema import Count, IntList, Positive, PositiveInt, Switch
 
 EMBEDDED = ("fashion_mnist_subset",)
 
@@ -56,14 +58,14 @@ class FederatedData:
         *,
         source: str,
         root: str = "data",
-        download: bool = False,
-        num_clients: int = 10,
+        download: Switch = False,
+        num_clients: PositiveInt = 10,
         partition: str = "shard",
-        classes_per_client: int = 2,
-        alpha: float = 0.5,
-        min_size: int = 1,
-        agnostic_classes: Sequence[int] = (),
-        num_agnostic_clients: int = 2,
+        classes_per_client: PositiveInt = 2,
+        alpha: Positive = 0.5,
+        min_size: Count = 1,
+        agnostic_classes: Annotated[Sequence[int], IntList()] = (),
+        num_agnostic_clients: Count = 2,
         seed: int = 0,
     ) -> "FederatedData":
         """Load ``source`` and partition its known classes among ``num_clients`` clients."""

@@ -2,7 +2,7 @@
 stochastic rounding to k bits (the message carries the encoded form; ``privbench.payloads.encoding``)."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import torch
 
@@ -11,6 +11,7 @@ from privbench.errors import ConfigError
 from privbench.payloads import Payload
 from privbench.payloads.encoding import encode, quantized, sparse
 from privbench.payloads.transform import MessageTransform
+from privbench.schema import Fraction, Number
 
 
 def _what(payload: Payload, base: dict[str, torch.Tensor] | None) -> tuple[bool, dict[str, torch.Tensor]]:
@@ -45,7 +46,7 @@ class TopK(MessageTransform):
     name = "topk"
     encodes = True
 
-    def __init__(self, *, p: float = 0.1, seed: int = 0) -> None:
+    def __init__(self, *, p: Fraction = 0.1, seed: int = 0) -> None:
         if not 0 < p <= 1:
             raise ConfigError(f"defense.p must be in (0, 1], got {p}")
         self.p = p
@@ -76,7 +77,7 @@ class StochasticQuantization(MessageTransform):
     name = "quantize"
     encodes = True
 
-    def __init__(self, *, bits: int = 4, seed: int = 0) -> None:
+    def __init__(self, *, bits: Annotated[int, Number(integer=True, low=1, high=16)] = 4, seed: int = 0) -> None:
         if isinstance(bits, bool) or not isinstance(bits, int) or bits not in (1, 2, 4, 8, 16):
             raise ConfigError(f"defense.bits={bits!r}: one of 1, 2, 4, 8, 16")
         self.bits, self.seed = bits, seed

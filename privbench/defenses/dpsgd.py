@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Sequence
-from typing import Any
+from typing import Annotated, Any
 
 import torch
 import torch.nn.functional as F
@@ -22,6 +22,7 @@ from privbench.fl.clustering.subspace import per_class_subspace
 from privbench.fl.reads import AUDIT_GRADIENT, COVERABLE, FISHER, LOCAL_SGD, SUBSPACE, PlannedRead
 from privbench.fl.sgd import per_sample_gradients
 from privbench.fl.trainer import LocalSGD, Regulariser, Trainer
+from privbench.schema import Number
 
 ACCOUNTANTS = ("rdp", "prv")
 MECHANISMS = {
@@ -65,8 +66,8 @@ class DPSGD(Trainer):
 
     name = "dpsgd"
 
-    def __init__(self, *, noise_multiplier: float = 1.0, target_epsilon: float | None = None, max_grad_norm: float = 1.0,
-                 delta: float = 1e-5, accountant: str = "rdp", cover: Sequence[str] = (), seed: int = 0) -> None:
+    def __init__(self, *, noise_multiplier: Annotated[float, Number(low=0, high=1e4)] = 1.0, target_epsilon: Annotated[float | None, Number(low=0, high=1e6, open_low=True, nullable=True)] = None, max_grad_norm: Annotated[float, Number(low=0, high=1e6, open_low=True)] = 1.0,
+                 delta: Annotated[float, Number(low=0, high=1, open_low=True, open_high=True)] = 1e-5, accountant: str = "rdp", cover: Sequence[str] = (), seed: int = 0) -> None:
         super().__init__()
         if accountant not in ACCOUNTANTS:
             raise ConfigError(f"defense.accountant={accountant!r} is not one of {', '.join(ACCOUNTANTS)}")

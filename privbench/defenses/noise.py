@@ -1,7 +1,7 @@
 """Gaussian noise on every uplink payload, in one unit for every kind: the message's (pseudo-)gradient."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import torch
 
@@ -9,6 +9,7 @@ from privbench.defenses.transform import payload_generator, transform
 from privbench.errors import ConfigError
 from privbench.payloads import Payload
 from privbench.payloads.transform import MessageTransform
+from privbench.schema import Number
 
 
 class GaussianNoise(MessageTransform):
@@ -27,7 +28,7 @@ class GaussianNoise(MessageTransform):
 
     name = "noise"
 
-    def __init__(self, *, sigma: float = 0.01, seed: int = 0) -> None:
+    def __init__(self, *, sigma: Annotated[float, Number(low=0, high=1e6)] = 0.01, seed: int = 0) -> None:
         if sigma < 0:
             raise ConfigError(f"defense.sigma must be >= 0, got {sigma}")
         self.sigma, self.seed = sigma, seed

@@ -10,6 +10,7 @@ from privbench.defenses.transform import transform
 from privbench.errors import ConfigError
 from privbench.payloads import Payload
 from privbench.payloads.transform import MessageTransform
+from privbench.schema import Fraction
 
 
 def keep_top(t: torch.Tensor, fraction: float) -> torch.Tensor:
@@ -33,7 +34,7 @@ class Prune(MessageTransform):
 
     name = "prune"
 
-    def __init__(self, *, p: float = 0.1, seed: int = 0) -> None:
+    def __init__(self, *, p: Fraction = 0.1, seed: int = 0) -> None:
         if not 0 < p <= 1:
             raise ConfigError(f"defense.p must be in (0, 1], got {p}")
         self.p = p

@@ -4,6 +4,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from privbench.schema import PositiveInt
+
 
 def _block(cin: int, cout: int, groups: int) -> list[nn.Module]:
     return [nn.Conv2d(cin, cout, 3, padding=1), nn.GroupNorm(groups, cout), nn.ReLU(), nn.MaxPool2d(2)]
@@ -17,7 +19,7 @@ class ConvNet(nn.Module):
         torch.Size([1, 10])
     """
 
-    def __init__(self, *, in_channels: int, image_size: int, num_classes: int, width: int = 32, groups: int = 4) -> None:
+    def __init__(self, *, in_channels: int, image_size: int, num_classes: int, width: PositiveInt = 32, groups: int = 4) -> None:
         super().__init__()
         self.body = nn.Sequential(*_block(in_channels, width, groups), *_block(width, 2 * width, groups))
         side = image_size // 4

@@ -4,6 +4,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from privbench.schema import PositiveInt
+
 
 class LeNet(nn.Module):
     """DLG's LeNet (Zhu et al., 2019) for any input size.
@@ -16,7 +18,7 @@ class LeNet(nn.Module):
         torch.Size([2, 10])
     """
 
-    def __init__(self, *, in_channels: int, image_size: int, num_classes: int, width: int = 12) -> None:
+    def __init__(self, *, in_channels: int, image_size: int, num_classes: int, width: PositiveInt = 12) -> None:
         super().__init__()
         self.body = nn.Sequential(
             nn.Conv2d(in_channels, width, 5, padding=2, stride=2),

@@ -7,6 +7,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from privbench.schema import Count
+
 
 class InputAdapter(nn.Module):
     """Repeat grey images to the channels a model expects and upsample small images.
@@ -29,7 +31,7 @@ class InputAdapter(nn.Module):
         return self.model(x)
 
 
-def torchvision_model(*, name: str, in_channels: int, image_size: int, num_classes: int, min_size: int = 64,
+def torchvision_model(*, name: str, in_channels: int, image_size: int, num_classes: int, min_size: Count = 64,
                       **kwargs: Any) -> nn.Module:
     """``torchvision.models.get_model(name, weights=None, num_classes=...)`` with an ``InputAdapter``.
 

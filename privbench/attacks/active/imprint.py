@@ -19,7 +19,7 @@ samples, a sample is isolated with probability ``(1 - 1/(k+1))^(B-1)`` and above
 from __future__ import annotations
 
 import copy
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
 
 import torch
 from torch import nn
@@ -28,6 +28,7 @@ from privbench.attacks.active.base import ActiveAttack
 from privbench.attacks.active.isolation import Isolation
 from privbench.attacks.reconstruction.findings import Reconstruction
 from privbench.errors import AttackNotApplicableError
+from privbench.schema import Number, PublicImages
 
 #: Names of the imprint block's tensors in the crafted model's state.
 BINS_WEIGHT, BINS_BIAS = "imprint.bins.weight", "imprint.bins.bias"
@@ -146,8 +147,8 @@ class ImprintAttack(ActiveAttack):
 
     name: ClassVar[str] = "imprint"
 
-    def __init__(self, *, bins: int = 128, public: int = 1000, scale: float = 1e-3, gain: float = 1e-2,
-                 tolerance: float = 1e-4, downloads: str = "same", sybils: int = 0) -> None:
+    def __init__(self, *, bins: Annotated[int, Number(integer=True, low=1, high=10**5)] = 128, public: PublicImages = 1000, scale: Annotated[float, Number(low=0, high=1000, open_low=True)] = 1e-3, gain: Annotated[float, Number(low=0, high=1000, open_low=True)] = 1e-2,
+                 tolerance: Annotated[float, Number(low=0, high=1, open_low=True)] = 1e-4, downloads: str = "same", sybils: Annotated[int, Number(integer=True, low=0, high=10**6)] = 0) -> None:
         if bins < 1 or public < 2:
             raise ValueError("attack.bins must be >= 1 and attack.public >= 2")
         if not scale > 0 or not gain > 0 or not tolerance > 0:

@@ -3,7 +3,7 @@ the head's bias gradient (``bias.py``, any message) or its weight and bias by sh
 step's gradient)."""
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
 
 import numpy as np
 import torch
@@ -19,6 +19,7 @@ from privbench.attacks.views import ViewKind
 from privbench.errors import AttackNotApplicableError
 from privbench.payloads import kind as payload_kind
 from privbench.payloads.kinds import Carries
+from privbench.schema import Iterations, Number, PublicImages, Shadows
 
 #: How counts are read: the head's bias (any message), its weight and bias by shadow batches (one step's
 #: gradient), the bounds one step's gradient proves alone (``bounds.py``), or ``auto`` (for a gradient the shadow
@@ -104,8 +105,8 @@ class LabelCounts(Attack[LabelView, InferredLabels]):
     reads: ClassVar[frozenset[Carries]] = frozenset({"gradient", "model"})
     view: ClassVar[ViewKind] = "labels"
 
-    def __init__(self, *, iterations: int = 10, public: int = 2000, points: int = 1, estimator: str = "auto",
-                 shadows: int = 4000, refits: int = 1) -> None:
+    def __init__(self, *, iterations: Iterations = 10, public: PublicImages = 2000, points: Annotated[int, Number(integer=True, low=1, high=10**4)] = 1, estimator: str = "auto",
+                 shadows: Shadows = 4000, refits: Annotated[int, Number(integer=True, low=0, high=100)] = 1) -> None:
         if iterations < 0 or public < 1 or points < 1 or shadows < 10 or refits < 0:
             raise ValueError("attack.iterations must be >= 0, attack.public >= 1, attack.points >= 1, "
                              "attack.shadows >= 10 and attack.refits >= 0")

@@ -36,6 +36,7 @@ from privbench.errors import AttackNotApplicableError
 from privbench.payloads import kind as payload_kind
 from privbench.payloads.kinds import Carries
 from privbench.progress import phase
+from privbench.schema import Candidates, ScoringBatch, Shadows, Switch
 
 Variant = Literal["online", "offline"]
 VARIANTS: tuple[Variant, ...] = ("online", "offline")
@@ -103,8 +104,8 @@ class LiRA(Attack[MembershipView, MembershipScores]):
     reads: ClassVar[frozenset[Carries]] = frozenset({"model"})
     view: ClassVar[ViewKind] = "membership"
 
-    def __init__(self, *, variant: Variant = "online", shadows: int = 64, fixed_variance: bool = False,
-                 max_candidates: int = 1000, batch_size: int = 256) -> None:
+    def __init__(self, *, variant: Variant = "online", shadows: Shadows = 64, fixed_variance: Switch = False,
+                 max_candidates: Candidates = 1000, batch_size: ScoringBatch = 256) -> None:
         if variant not in VARIANTS:
             raise ValueError(f"attack.variant={variant!r}: allowed {', '.join(VARIANTS)}")
         if shadows < 2 or max_candidates < 2 or batch_size < 1:

@@ -12,7 +12,7 @@ client's class proportions (records that carry only the class) and reports that 
 """
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
 
 import torch
 
@@ -24,6 +24,7 @@ from privbench.attacks.views import ViewKind, at_weights
 from privbench.payloads import kind as payload_kind
 from privbench.payloads.kinds import Carries
 from privbench.progress import phase
+from privbench.schema import Number, ScoringBatch
 
 
 class ParticipationInference(Attack[ParticipationView, MembershipScores]):
@@ -39,7 +40,7 @@ class ParticipationInference(Attack[ParticipationView, MembershipScores]):
     reads: ClassVar[frozenset[Carries]] = frozenset({"model"})
     view: ClassVar[ViewKind] = "participation"
 
-    def __init__(self, *, records: int = 32, batch_size: int = 256) -> None:
+    def __init__(self, *, records: Annotated[int, Number(integer=True, low=1, high=10**6)] = 32, batch_size: ScoringBatch = 256) -> None:
         if records < 1 or batch_size < 1:
             raise ValueError("attack.records and attack.batch_size must be >= 1")
         self.records, self.batch_size = records, batch_size

@@ -30,6 +30,7 @@ from privbench.errors import AttackNotApplicableError
 from privbench.payloads import kind as payload_kind
 from privbench.payloads.kinds import Carries
 from privbench.progress import phase
+from privbench.schema import Candidates, ScoringBatch
 
 Test = Literal["loss", "loss_change", "gradient_alignment"]
 TESTS: tuple[Test, ...] = ("loss", "loss_change", "gradient_alignment")
@@ -48,7 +49,7 @@ class MembershipInference(Attack[MembershipView, MembershipScores]):
     reads: ClassVar[frozenset[Carries]] = frozenset({"model", "gradient"})
     view: ClassVar[ViewKind] = "membership"
 
-    def __init__(self, *, test: Test = "loss_change", max_candidates: int = 1000, batch_size: int = 256) -> None:
+    def __init__(self, *, test: Test = "loss_change", max_candidates: Candidates = 1000, batch_size: ScoringBatch = 256) -> None:
         if test not in TESTS:
             raise ValueError(f"attack.test={test!r}: allowed {', '.join(TESTS)}")
         if max_candidates < 2 or batch_size < 1:

@@ -21,6 +21,7 @@ import torch
 from privbench.attacks.membership.findings import MembershipScores
 from privbench.attacks.membership.lira import VARIANTS, LiRA, Variant
 from privbench.attacks.membership.views import MembershipView
+from privbench.schema import Candidates, ScoringBatch, Shadows
 
 
 def rmia_scores(target: torch.Tensor, references: torch.Tensor, inside: torch.Tensor | None, *, candidates: int,
@@ -60,9 +61,9 @@ class RMIA(LiRA):
 
     name = "rmia"
 
-    def __init__(self, *, variant: Variant = "online", shadows: int = 64, population: int = 1000,
-                 gamma: float = 1.0, offline_a: float = 0.3, max_candidates: int = 1000,
-                 batch_size: int = 256) -> None:
+    def __init__(self, *, variant: Variant = "online", shadows: Shadows = 64, population: int = 1000,
+                 gamma: float = 1.0, offline_a: float = 0.3, max_candidates: Candidates = 1000,
+                 batch_size: ScoringBatch = 256) -> None:
         if variant not in VARIANTS:
             raise ValueError(f"attack.variant={variant!r}: allowed {', '.join(VARIANTS)}")
         if population < 1 or not gamma > 0 or not 0 <= offline_a <= 1:

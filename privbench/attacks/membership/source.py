@@ -21,6 +21,7 @@ from privbench.attacks.membership.views import SourceView
 from privbench.attacks.views import ViewKind, at_weights
 from privbench.payloads.kinds import Carries
 from privbench.progress import phase
+from privbench.schema import Candidates, ScoringBatch
 
 #: What the attacker is given besides the uploads: nothing, or each client's class set.
 PRIORS = ("none", "classes")
@@ -39,7 +40,7 @@ class SourceInference(Attack[SourceView, SourceGuesses]):
     reads: ClassVar[frozenset[Carries]] = frozenset({"model"})
     view: ClassVar[ViewKind] = "source"
 
-    def __init__(self, *, max_candidates: int = 500, batch_size: int = 256, prior: str = "none") -> None:
+    def __init__(self, *, max_candidates: Candidates = 500, batch_size: ScoringBatch = 256, prior: str = "none") -> None:
         if max_candidates < 2 or batch_size < 1:
             raise ValueError("attack.max_candidates must be >= 2 and attack.batch_size >= 1")
         if prior not in PRIORS:

@@ -17,7 +17,7 @@ included (whose claim is no bound at all).
 from __future__ import annotations
 
 import math
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import torch
 import torch.nn.functional as F
@@ -27,6 +27,7 @@ from privbench.attacks.one_run.findings import CanaryScores
 from privbench.attacks.one_run.views import CanaryView
 from privbench.attacks.views import at_weights
 from privbench.payloads.kinds import Carries
+from privbench.schema import Number
 
 #: Which canaries the auditor designs: gradient Diracs (white-box, DP-SGD's own records) or mislabelled images.
 CanaryKind = Literal["dirac", "mislabelled"]
@@ -48,7 +49,7 @@ class OneRunAudit(Attack[CanaryView, CanaryScores]):
     reads: ClassVar[frozenset[Carries]] = frozenset({"model"})
     view = "canaries"
 
-    def __init__(self, *, canaries: int = 10000, guesses: int = 100, confidence: float = 0.95,
+    def __init__(self, *, canaries: Annotated[int, Number(integer=True, low=2, high=10**7)] = 10000, guesses: Annotated[int, Number(integer=True, low=1, high=10**7)] = 100, confidence: Annotated[float, Number(low=0, high=1, open_low=True, open_high=True)] = 0.95,
                  kind: CanaryKind = "dirac") -> None:
         if canaries < 2 or not 1 <= guesses <= canaries // 2:
             raise ValueError("attack.canaries must be >= 2 and attack.guesses in [1, canaries / 2]")

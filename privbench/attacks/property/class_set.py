@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import torch
 
@@ -30,6 +30,7 @@ from privbench.attacks.views import BasisView, ViewKind
 from privbench.errors import AttackNotApplicableError
 from privbench.payloads.kinds import Carries
 from privbench.progress import phase
+from privbench.schema import Number
 from privbench.subspaces import angle, client_subspace, per_class_subspace
 
 Form = Literal["svd", "pacfl"]
@@ -121,7 +122,7 @@ class SubspaceClassSet(Attack[BasisView, InferredProperty]):
     reads: ClassVar[frozenset[Carries]] = frozenset({"basis"})
     view: ClassVar[ViewKind] = "basis"
 
-    def __init__(self, *, form: Form = "svd", dim: int = 5, max_classes: int = 4) -> None:
+    def __init__(self, *, form: Form = "svd", dim: Annotated[int, Number(integer=True, low=1, high=10**4)] = 5, max_classes: Annotated[int, Number(integer=True, low=1, high=10)] = 4) -> None:
         if form not in ("svd", "pacfl"):
             raise ValueError(f"attack.form={form!r}: allowed svd, pacfl")
         if dim < 1 or max_classes < 1:

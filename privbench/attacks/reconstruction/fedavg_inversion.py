@@ -17,7 +17,7 @@ paper's code weighs an L2 distance per layer), optimised with IG's signed Adam a
 from __future__ import annotations
 
 import math
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
 
 import numpy as np
 import torch
@@ -34,6 +34,7 @@ from privbench.attacks.target import AttackTarget, Part
 from privbench.attacks.views import ViewKind
 from privbench.errors import AttackNotApplicableError
 from privbench.payloads.kinds import Carries
+from privbench.schema import Iterations, Number, PositiveInt, PublicImages, Rate, Restarts, Weight
 
 
 def epochs_of(part: Part) -> int:
@@ -122,9 +123,9 @@ class FedAvgInversion(GradientInversion):
     reads: ClassVar[frozenset[Carries]] = frozenset({"model"})
     view: ClassVar[ViewKind] = "labels"
 
-    def __init__(self, *, iterations: int = 1600, restarts: int = 1, lr: float = 0.1, tv: float = 1e-3,
-                 prior: float = 0.03, tie: str = "matched", rematch: int = 25, points: int = 8, public: int = 2000,
-                 max_images: int = 128) -> None:
+    def __init__(self, *, iterations: Iterations = 1600, restarts: Restarts = 1, lr: Rate = 0.1, tv: Weight = 1e-3,
+                 prior: float = 0.03, tie: str = "matched", rematch: Iterations = 25, points: Annotated[int, Number(integer=True, low=1, high=10**4)] = 8, public: PublicImages = 2000,
+                 max_images: PositiveInt = 128) -> None:
         super().__init__(iterations=iterations, restarts=restarts, converged=0.0, stall_at=1.0, stall_tol=math.inf,
                          unroll=True, max_images=max_images)
         if lr <= 0 or tv < 0 or prior < 0 or points < 1 or public < 1:

@@ -14,6 +14,7 @@ from privbench.attacks.reconstruction.findings import Reconstruction
 from privbench.attacks.reconstruction.matching import candidate_gradient, lbfgs_match
 from privbench.attacks.target import AttackTarget
 from privbench.attacks.views import ViewKind
+from privbench.schema import Count, Fraction, Iterations, NonNegative, PositiveInt, PublicImages, Restarts, Switch
 
 
 class IDLG(DLG):
@@ -33,9 +34,9 @@ class IDLG(DLG):
     name = "idlg"
     view: ClassVar[ViewKind] = "labels"
 
-    def __init__(self, *, iterations: int = 300, restarts: int = 4, converged: float = 1e-6, stall_at: float = 0.25,
-                 stall_tol: float = 0.05, unroll: bool = False, max_images: int = 64, patience: int = 0,
-                 labels: str = "auto", public: int = 2000) -> None:
+    def __init__(self, *, iterations: Iterations = 300, restarts: Restarts = 4, converged: NonNegative = 1e-6, stall_at: Fraction = 0.25,
+                 stall_tol: NonNegative = 0.05, unroll: Switch = False, max_images: PositiveInt = 64, patience: Count = 0,
+                 labels: str = "auto", public: PublicImages = 2000) -> None:
         super().__init__(iterations=iterations, restarts=restarts, converged=converged, stall_at=stall_at,
                          stall_tol=stall_tol, unroll=unroll, max_images=max_images, patience=patience)
         check_label_rule(labels, public)

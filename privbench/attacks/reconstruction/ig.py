@@ -18,6 +18,7 @@ from privbench.attacks.reconstruction.objectives import cosine_distance, total_v
 from privbench.attacks.reconstruction.stacked import StackedModel, unstackable
 from privbench.attacks.target import AttackTarget
 from privbench.attacks.views import ViewKind
+from privbench.schema import Iterations, PositiveInt, PublicImages, Rate, Restarts, Switch, Weight
 
 #: Batched restarts run on a stacked model where the model allows it (else ``torch.func.vmap``).
 STACKED = True
@@ -51,9 +52,9 @@ class InvertingGradients(GradientInversion):
     name = "ig"
     view: ClassVar[ViewKind] = "labels"
 
-    def __init__(self, *, iterations: int = 1000, restarts: int = 2, lr: float = 0.1, tv: float = 1e-3,
-                 unroll: bool = False, max_images: int = 64, batched: bool = True, labels: str = "auto",
-                 public: int = 2000) -> None:
+    def __init__(self, *, iterations: Iterations = 1000, restarts: Restarts = 2, lr: Rate = 0.1, tv: Weight = 1e-3,
+                 unroll: Switch = False, max_images: PositiveInt = 64, batched: Switch = True, labels: str = "auto",
+                 public: PublicImages = 2000) -> None:
         super().__init__(iterations=iterations, restarts=restarts, converged=0.0, stall_at=1.0, stall_tol=math.inf,
                          unroll=unroll, max_images=max_images)
         if lr <= 0 or tv < 0:

@@ -28,6 +28,7 @@ from privbench.fl.protocols.round import Upload
 from privbench.fl.sgd import State
 from privbench.fl.wire import Wire
 from privbench.payloads.encoding import decode
+from privbench.schema import Switch
 
 
 class DPFedAvg(Aggregation):
@@ -50,7 +51,7 @@ class DPFedAvg(Aggregation):
 
     def __init__(self, *, mode: str = "central", clip: float = 1.0, noise_multiplier: float | None = 1.0,
                  target_epsilon: float | None = None, delta: float = 1e-5, accountant: str = "pld",
-                 adaptive: bool = False, target_quantile: float = 0.5, clip_lr: float = 0.2,
+                 adaptive: Switch = False, target_quantile: float = 0.5, clip_lr: float = 0.2,
                  clipped_count_stddev: float | None = None, budget: float | None = None,
                  canary_clients: int = 0, canary_scale: float = 2.0,
                  seed: int = 0) -> None:

@@ -7,7 +7,7 @@ updates, which is all SecAgg+ lets it see of any one client.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Annotated, Any
 
 import torch
 
@@ -21,6 +21,7 @@ from privbench.fl.protocols.round import Upload
 from privbench.fl.sgd import State
 from privbench.fl.wire import Wire
 from privbench.payloads.encoding import decode
+from privbench.schema import Number
 
 
 class SecureDPFedAvg(DPFedAvg):
@@ -36,7 +37,7 @@ class SecureDPFedAvg(DPFedAvg):
     seals = True
 
     def __init__(self, *, num_shares: int | float = 1.0, reconstruction_threshold: int | float = 0.5,
-                 clipping_range: float = 8.0, quantization_range: int = 2**22, modulus_range: int = 2**32,
+                 clipping_range: Annotated[float, Number(low=0, high=1e6, open_low=True)] = 8.0, quantization_range: Annotated[int, Number(integer=True, low=2, high=2**31)] = 2**22, modulus_range: Annotated[int, Number(integer=True, low=4, high=2**32)] = 2**32,
                  seed: int = 0, **dp: Any) -> None:
         if dp.get("mode", "central") != "central":
             raise ConfigError(f"aggregation.mode={dp['mode']!r}: DP-FedAvg over SecAgg+ noises the secure sum "

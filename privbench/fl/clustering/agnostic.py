@@ -11,6 +11,7 @@ from torch import nn
 from privbench.data import FederatedData, ImageDataset
 from privbench.errors import ConfigError
 from privbench.fl.sgd import State, client_accuracy, local_train, model_with
+from privbench.schema import Count, PositiveInt, Rate, Switch
 
 
 @dataclass(frozen=True)
@@ -21,11 +22,11 @@ class AgnosticSettings:
     the few-shot regime in which an initialisation matters.
     """
 
-    epochs: int = 1
-    lr: float = 0.05
-    batch_size: int = 32
-    samples: int = 0
-    fedavg_reference: bool = True
+    epochs: Count = 1
+    lr: Rate = 0.05
+    batch_size: PositiveInt = 32
+    samples: Count = 0
+    fedavg_reference: Switch = True
 
     def __post_init__(self) -> None:
         if self.epochs < 0 or self.lr <= 0 or self.batch_size < 1 or self.samples < 0:

@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Annotated
 
 from privbench.errors import ConfigError
 from privbench.fl.genefl.learngene import SCORES, SELECTS
+from privbench.schema import Gamma, Switch
 
 BUDGETS = ("layers", "size")
 
@@ -26,11 +28,11 @@ class GeneSettings:
         step, gamma_min, gamma_max, tolerance: the adaptive rule's settings.
     """
 
-    gamma: float = 0.5
+    gamma: Annotated[float, Gamma()] = 0.5
     select: str = "top"
     score: str = "cos_per_dim"
     budget: str = "layers"
-    adaptive: bool = False
+    adaptive: Switch = False
     step: float = 0.05
     gamma_min: float = 0.05
     gamma_max: float = 1.0

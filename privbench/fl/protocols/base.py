@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, ClassVar, TypeVar
+from typing import Annotated, Any, ClassVar, TypeVar
 
 from torch import nn
 
@@ -21,6 +21,7 @@ from privbench.fl.sgd import parameters_of
 from privbench.fl.trainer import LocalSGD, SGDTrainer, Trainer
 from privbench.fl.wire import Wire
 from privbench.payloads import KINDS, Payload
+from privbench.schema import Number, PositiveInt, Rate, Switch
 from privbench.victim import Victim
 
 T = TypeVar("T")
@@ -54,8 +55,8 @@ class FederatedProtocol(ProtocolClient, ABC):
     #: whether its rounds work with cohorts of any size (``fl.sampling=poisson``).
     poisson_sampling: ClassVar[bool] = False
 
-    def __init__(self, *, rounds: int, participants: int, local_epochs: int, lr: float, batch_size: int,
-                 momentum: float = 0.0, trainer: Trainer | None = None, vectorise: bool = False,
+    def __init__(self, *, rounds: PositiveInt, participants: PositiveInt, local_epochs: PositiveInt, lr: Rate, batch_size: PositiveInt,
+                 momentum: Annotated[float, Number(low=0, high=1, open_high=True)] = 0.0, trainer: Trainer | None = None, vectorise: Switch = False,
                  aggregation: Aggregation | None = None, sampling: str = "fixed") -> None:
         for key, value, low in (("rounds", rounds, 1), ("participants", participants, 1),
                                 ("local_epochs", local_epochs, 1), ("batch_size", batch_size, 1)):

@@ -5,7 +5,7 @@ from abc import abstractmethod
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
 import torch
@@ -27,6 +27,7 @@ from privbench.fl.settings import settings
 from privbench.fl.sgd import State, known_accuracy
 from privbench.fl.wire import Wire
 from privbench.payloads import LocalTraining, Payload
+from privbench.schema import Nested, PositiveInt
 from privbench.victim import Victim
 
 EVALS = ("cluster", "personal", "both")
@@ -81,8 +82,9 @@ class ClusteredProtocol(FederatedProtocol):
         **kwargs: the shared settings of ``FederatedProtocol``.
     """
 
-    def __init__(self, *, num_clusters: int = 2, subspace_dim: int = 5, subspace: str = "svd", eval: str = "cluster",
-                 agnostic: dict[str, Any] | None = None, **kwargs: Any) -> None:
+    def __init__(self, *, num_clusters: PositiveInt = 2, subspace_dim: PositiveInt = 5, subspace: str = "svd", eval: str = "cluster",
+                 agnostic: Annotated[dict[str, Any] | None, Nested(AgnosticSettings)] = None,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
         if subspace not in SUBSPACES:
             raise ConfigError(f"fl.subspace={subspace!r} is not one of {', '.join(SUBSPACES)}")

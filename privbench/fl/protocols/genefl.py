@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import copy
 import math
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
 import torch
@@ -27,6 +27,7 @@ from privbench.fl.wire import Outbox, Wire
 from privbench.payloads import Condensation, LocalTraining, Payload
 from privbench.payloads.encoding import decode
 from privbench.payloads.transform import MessageTransform
+from privbench.schema import Nested, NonNegative, Weight
 from privbench.victim import Victim
 
 DOWNLINKS = ("full", "gene")
@@ -63,8 +64,8 @@ class GeneFL(ClusteredProtocol):
     sends = ("subspace", "cluster_model", "learngene", "gradient", "gene_gradient", "cluster_gene")
     replays_own_data = True
 
-    def __init__(self, *, lambda1: float = 0.01, lambda2: float = 1.0, eps: float = 1e-6,
-                 gene: dict[str, Any] | None = None, downlink: str = "full", unsent: str = "theta0",
+    def __init__(self, *, lambda1: Weight = 0.01, lambda2: Weight = 1.0, eps: NonNegative = 1e-6,
+                 gene: Annotated[dict[str, Any] | None, Nested(GeneSettings)] = None, downlink: str = "full", unsent: str = "theta0",
                  **kwargs: Any) -> None:
         super().__init__(**kwargs)
         if lambda1 < 0 or lambda2 < 0 or eps < 0:
