@@ -3,7 +3,8 @@
 A key's description is the comment on its line (``lr: 0.1  # local SGD learning rate``) or on the
 lines just above it in the file that defines it (``conf/config.yaml`` or ``conf/<group>/<option>.yaml``);
 otherwise the ``Args:`` entry of that name in the docstrings of the group's ``_target_`` (its class
-and the classes it derives from). ``--help`` prints the composed config with them as comments.
+and the classes it derives from); the range its constructor declares (``privbench.schema``) goes in front, in brackets.
+``--help`` prints the composed config with them as comments.
 """
 from __future__ import annotations
 
@@ -14,6 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
+
+from privbench.schema import section_rules
+from privbench.studies import study_folders
 
 #: Where privbench's config files live.
 CONF = Path(__file__).resolve().parent / "conf"
@@ -137,7 +141,9 @@ def describe(cfg: DictConfig) -> dict[str, str]:
     for group, option in dict(choices).items():
         if option is None or str(group).startswith("hydra") or "/" in str(group):
             continue
-        for i, path in enumerate(_option_files(CONF / str(group), str(option))):
+        folders = [CONF / str(group), *(study / str(group) for study in study_folders())]
+        folder = next((f for f in folders if (f / f"{option}.yaml").is_file()), folders[0])
+        for i, path in enumerate(_option_files(folder, str(option))):
             text = path.read_text()
             first = next((line for line in text.splitlines() if line.strip()), "")
             if first.startswith("#") and i == 0:
@@ -154,6 +160,9 @@ def describe(cfg: DictConfig) -> dict[str, str]:
         if name != "hydra" and isinstance(node, dict) and "_target_" in node:
             for arg, text in docstring_args(str(node["_target_"])).items():
                 out.setdefault(f"{name}.{arg}", text)
+        for key, rule in (section_rules(name, node).items() if name != "hydra" else ()):
+            described = out.get(f"{name}.{key}")
+            out[f"{name}.{key}"] = f"[{rule.allowed()}] {described}" if described else f"[{rule.allowed()}]"
     return out
 
 

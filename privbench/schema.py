@@ -34,6 +34,10 @@ class Rule(Protocol):
 
     def problem(self, value: Any) -> str | None: ...
 
+    def allowed(self) -> str:
+        """What a value must be, in words (``--help`` prints it beside the key)."""
+        ...
+
 
 @dataclass(frozen=True)
 class Number:
@@ -57,6 +61,15 @@ class Number:
         too_high = value >= self.high if self.open_high else value > self.high
         return f"must be {kind}{self._range()}" if too_low or too_high else None
 
+    def allowed(self) -> str:
+        """What a value must be, in words.
+
+        Example:
+            >>> Number(integer=True, low=1, high=10).allowed(), Number(low=0, open_low=True, nullable=True).allowed()
+            ('an integer >= 1 and <= 10', 'a number > 0, or null')
+        """
+        return f"{'an integer' if self.integer else 'a number'}{self._range()}" + (", or null" if self.nullable else "")
+
     def _range(self) -> str:
         parts = []
         if self.low > -math.inf:
@@ -73,6 +86,9 @@ class IntList:
     low: int = 0
     high: int = 2**31
 
+    def allowed(self) -> str:
+        return f"a list of integers in [{self.low}, {self.high}]"
+
     def problem(self, value: Any) -> str | None:
         if not isinstance(value, list) or any(isinstance(v, bool) or not isinstance(v, int) for v in value):
             return "must be a list of integers, e.g. [8, 9]"
@@ -83,6 +99,9 @@ class IntList:
 @dataclass(frozen=True)
 class Gamma:
     """GENE-FL's gamma: a whole count of layers (``2``) or a fraction in (0, 1) (``0.5``)."""
+
+    def allowed(self) -> str:
+        return "a count of layers (an integer >= 1) or a fraction in (0, 1)"
 
     def problem(self, value: Any) -> str | None:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -100,6 +119,9 @@ class Gamma:
 @dataclass(frozen=True)
 class Flag:
     """``true`` or ``false``."""
+
+    def allowed(self) -> str:
+        return "true or false"
 
     def problem(self, value: Any) -> str | None:
         return None if isinstance(value, bool) else "must be true or false"

@@ -40,9 +40,11 @@ def test_help_lists_groups_and_options(tmp_path):
                  "privacy_tradeoff, secure_aggregation, server_threat, threat_grid, threat_grid2, trap_weights, victim_settings, xi_direction",
                  "experiment/threat_grid: gradient, learngene, update"):
         assert line in out.stdout
-    for line in ("  lr: 0.1  # local SGD learning rate.", "    gamma: 0.5  # kept: a count (>= 1) or fraction (< 1) of layers",
-                 "threads: auto  # torch threads", "  num_images: 1  # images in the victim's batch"):
-        assert line in out.stdout  # each key with its description
+    for line in ("  lr: 0.1  # [a number > 0 and <= 100] local SGD learning rate.",
+                 "    gamma: 0.5  # [a count of layers (an integer >= 1) or a fraction in (0, 1)] kept:",
+                 "threads: auto  # torch threads", "  num_images: 1  # [an integer >= 1] images in the victim's batch",
+                 "  lpips: true  # [true or false] also score LPIPS"):
+        assert line in out.stdout  # each key with its description, its declared range in front
     chosen = cli("attack=ig", "fl=fedavg", "--help", cwd=tmp_path)
     assert "  tv: " in chosen.stdout and "fl:  # FedAvg" in chosen.stdout
 

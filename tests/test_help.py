@@ -27,8 +27,10 @@ def _render() -> str:
     from hydra.types import RunMode
 
     from privbench.naming import register
+    from privbench.studies import register_studies
 
     register()
+    register_studies()  # as the CLI does before Hydra starts
     GlobalHydra.instance().clear()
     try:
         with initialize_config_module(config_module="privbench.conf", version_base="1.3"):
