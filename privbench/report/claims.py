@@ -1,0 +1,161 @@
+"""The claims register: each headline finding's figures, the table row each is read from, and the commands that
+write those tables (``docs/claims.yaml``); ``check`` says where a figure no longer matches its cell, and ``render``
+writes the register as the page the README's findings link to (``docs/claims.md``).
+
+A figure matches its cell when each of its numbers (a mean, then its interval) equals the cell's numbers from
+``at`` on, times ``scale`` (100 for a share written in percent), to the figure's last written digit; ``part``
+picks one number of a figure that names several cells (``89 %, 80 % and 65 %``).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from privbench.errors import ConfigError
+from privbench.io import atomic_write_text
+
+_NUMBER = re.compile(r"(?<![\d.])[-+]?\d(?:\d|,\d{3})*(?:\.\d+)?")
+_RULE = re.compile(r"^\|[-| :]+\|$")
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One figure of a finding, as the README writes it, and the table cell it is read from."""
+
+    says: str
+    table: str
+    row: dict[str, str]
+    column: str
+    scale: float = 1.0
+    at: int = 0
+    part: int | None = None
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A headline finding: its anchor, the README bullet's opening words, its figures and the commands behind them."""
+
+    id: str
+    readme: str
+    command: str
+    figures: list[Figure] = field(default_factory=list)
+
+
+def load(path: Path) -> list[Finding]:
+    """The register at ``path``; a malformed entry is one ``ConfigError`` line."""
+    raw = yaml.safe_load(path.read_text()) or {}
+    try:
+        return [Finding(id=str(f["id"]), readme=str(f["readme"]), command=str(f["command"]).strip(),
+                        figures=[Figure(says=str(g["says"]), table=str(g["table"]),
+                                        row={str(k): str(v) for k, v in g["row"].items()}, column=str(g["column"]),
+                                        scale=float(g.get("scale", 1.0)), at=int(g.get("at", 0)),
+                                        part=None if g.get("part") is None else int(g["part"]))
+                                 for g in f["figures"]])
+                for f in raw["findings"]]
+    except (KeyError, TypeError, AttributeError, ValueError) as exc:
+        raise ConfigError(f"{path}: malformed claims register ({exc!r})") from None
+
+
+def tables(text: str) -> list[list[dict[str, str]]]:
+    """The markdown tables of ``text``, each as rows keyed by header (cells stripped, bold marks kept)."""
+    lines, out, i = text.splitlines(), [], 0
+    while i < len(lines) - 1:
+        if lines[i].startswith("|") and _RULE.match(lines[i + 1].strip()):
+            head = [h.strip() for h in lines[i].strip().strip("|").split("|")]
+            rows, i = [], i + 2
+            while i < len(lines) and lines[i].startswith("|"):
+                rows.append(dict(zip(head, (c.strip() for c in lines[i].strip().strip("|").split("|")))))
+                i += 1
+            out.append(rows)
+        else:
+            i += 1
+    return out
+
+
+def cell(figure: Figure, root: Path) -> str:
+    """The cell ``figure`` is read from: its column in the one row whose cells equal ``figure.row``, in the first
+    table of ``figure.table`` that has all those columns."""
+    for rows in tables((root / figure.table).read_text()):
+        if rows and all(k in rows[0] for k in (*figure.row, figure.column)):
+            hits = [r for r in rows if all(r[k] == v for k, v in figure.row.items())]
+            if len(hits) != 1:
+                raise ConfigError(f"{figure.table}: {len(hits)} rows match {figure.row} (one expected)")
+            return hits[0][figure.column]
+    raise ConfigError(f"{figure.table}: no table has the columns {[*figure.row, figure.column]}")
+
+
+def numbers(text: str) -> list[tuple[float, int]]:
+    """Each number of ``text`` with its count of written decimals.
+
+    Example:
+        >>> numbers("74 % [72, 76]"), numbers("+16.4 dB [+0.2, +32.7]")[0], numbers("1,024 bins, 88-90 %")
+        ([(74.0, 0), (72.0, 0), (76.0, 0)], (16.4, 1), [(1024.0, 0), (88.0, 0), (90.0, 0)])
+    """
+    return [(float(m.replace(",", "")), len(m.split(".")[1]) if "." in m else 0) for m in _NUMBER.findall(text)]
+
+
+def problem(figure: Figure, root: Path) -> str | None:
+    """Why ``figure`` is not its cell (None: it is)."""
+    try:
+        text = cell(figure, root)
+    except (ConfigError, OSError) as exc:
+        return str(exc)
+    written, read = numbers(figure.says), [v for v, _ in numbers(text)][figure.at:]
+    if figure.part is not None:
+        written = written[figure.part:figure.part + 1]
+    if len(read) < len(written):
+        return f"{figure.says!r}: the cell {text!r} has fewer numbers"
+    for (value, decimals), got in zip(written, read):
+        if abs(value - got * figure.scale) > 0.5 * 10 ** -decimals + 1e-9:
+            return f"{figure.says!r} is not the cell {text!r} of {figure.table} (x {figure.scale:g})"
+    return None
+
+
+def render(findings: list[Finding]) -> str:
+    """The register as markdown: per finding, each figure with its table, row and cell, and the commands."""
+    lines = ["# Claims register", "",
+             "Each headline finding of the README, the table cell each of its figures is read from, and the commands "
+             "that write those tables. Generated from `docs/claims.yaml` by `python -m privbench.report.claims`; "
+             "`tests/test_claims.py` fails when a README figure is not its cell.", ""]
+    for f in findings:
+        lines += [f'<a id="{f.id}"></a>', f"## {f.readme}", "", "| figure | table | row | column | cell |",
+                  "|---|---|---|---|---|"]
+        for g in f.figures:
+            row = ", ".join(f"{k} = {v}" for k, v in g.row.items())
+            scaled = "" if g.scale == 1 else f" (x {g.scale:g})"
+            link = Path(g.table).relative_to("docs") if g.table.startswith("docs/") else Path("..") / g.table
+            lines.append(f"| {g.says} | [{g.table}]({link}) | {row} | {g.column}{scaled} | "
+                         f"{_cell_text(g)} |")
+        lines += ["", "<!-- example: skip: the sweeps behind the tables (minutes to hours); tests/test_configs.py plans every "
+                  "value a study sweeps, tests/test_claims.py checks each figure against its table -->",
+                  "```bash", f.command, "```", ""]
+    return "\n".join(lines)
+
+
+def _cell_text(figure: Figure) -> str:
+    try:
+        return cell(figure, _root()).replace("|", "/")
+    except (ConfigError, OSError) as exc:
+        return f"(not found: {exc})"
+
+
+def _root() -> Path:
+    return Path(__file__).resolve().parents[2]
+
+
+def main(argv: Any = None) -> int:
+    """``python -m privbench.report.claims``: check the register and rewrite ``docs/claims.md``."""
+    root = _root()
+    findings = load(root / "docs" / "claims.yaml")
+    bad = [f"{f.id}: {p}" for f in findings for g in f.figures if (p := problem(g, root))]
+    atomic_write_text(root / "docs" / "claims.md", render(findings) + "\n")
+    print("\n".join(bad) or f"{sum(len(f.figures) for f in findings)} figures match their cells")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,59 @@
+"""The claims register: every headline finding of the README links its entry, every registered figure is written in
+its finding and equals the table cell it is read from, and the page the README links is the register's."""
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+
+import pytest
+
+from privbench.report.claims import Figure, load, problem, render, tables
+
+ROOT = Path(__file__).resolve().parents[1]
+REGISTER = load(ROOT / "docs" / "claims.yaml")
+
+
+def _bullets() -> list[str]:
+    """The README's headline findings, one bullet each, whitespace collapsed."""
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## Headline findings"):text.index("## The manual")]
+    return [" ".join(b.split()) for b in re.split(r"\n(?=- \*\*)", section)[1:]]
+
+
+def test_every_headline_finding_links_its_entry_and_every_entry_is_linked():
+    ids = {f.id for f in REGISTER}
+    linked = [re.findall(r"\]\(docs/claims\.md#([\w-]+)\)", b) for b in _bullets()]
+    assert all(len(found) == 1 and found[0] in ids for found in linked), linked
+    assert sorted(found[0] for found in linked) == sorted(ids) and len(ids) == len(REGISTER) >= 17
+
+
+@pytest.mark.parametrize("finding", REGISTER, ids=lambda f: f.id)
+def test_each_figure_is_written_in_its_finding_and_is_its_cell(finding):
+    bullet = next(b for b in _bullets() if b.startswith(f"- **{finding.readme}**"))
+    assert f"docs/claims.md#{finding.id}" in bullet and finding.figures and finding.command
+    for figure in finding.figures:
+        assert " ".join(figure.says.split()) in bullet, figure.says
+        assert problem(figure, ROOT) is None, problem(figure, ROOT)
+
+
+def test_a_figure_that_drifted_from_its_cell_or_a_row_that_is_gone_is_caught():
+    figure = REGISTER[0].figures[0]
+    drifted = dataclasses.replace(figure, says=f"+{float(figure.says.lstrip('+')) + 0.2:.1f}")
+    assert "is not the cell" in str(problem(drifted, ROOT))
+    gone = dataclasses.replace(figure, row={**figure.row, "payload": "no_such_payload"})
+    assert "0 rows match" in str(problem(gone, ROOT))
+    percent = Figure(says="74 % [72, 76]", table="docs/studies/active_server/table.md", column="images recovered",
+                     row={"payload": "gradient", "attack.bins": "1024", "fl.batch_size": "32",
+                          "victim.num_images": "256"}, scale=100)  # the cell: 0.738 [0.719, 0.758]
+    assert problem(percent, ROOT) is None
+    assert "is not the cell" in str(problem(dataclasses.replace(percent, says="74 % [71, 76]"), ROOT))
+
+
+def test_markdown_tables_are_read_by_header():
+    text = "intro\n\n| a | b |\n|---|---|\n| x | **0.5 [0.4, 0.6]** |\n| y | 2 |\n\ntext\n| c |\n|---|\n| z |\n"
+    assert tables(text) == [[{"a": "x", "b": "**0.5 [0.4, 0.6]**"}, {"a": "y", "b": "2"}], [{"c": "z"}]]
+
+
+def test_the_claims_page_is_the_register():
+    assert (ROOT / "docs" / "claims.md").read_text() == render(REGISTER) + "\n"
