@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
+from omegaconf import OmegaConf
 
 from privbench.errors import ConfigError
 from privbench.io import atomic_write_text
@@ -47,7 +47,7 @@ class Finding:
 
 def load(path: Path) -> list[Finding]:
     """The register at ``path``; a malformed entry is one ``ConfigError`` line."""
-    raw = yaml.safe_load(path.read_text()) or {}
+    raw: Any = OmegaConf.to_container(OmegaConf.load(path))
     try:
         return [Finding(id=str(f["id"]), readme=str(f["readme"]), command=str(f["command"]).strip(),
                         figures=[Figure(says=str(g["says"]), table=str(g["table"]),
