@@ -120,12 +120,13 @@ def test_pareto_front():
 
 def test_report_files(results):
     out = build_report(results)
-    for name in ("table.csv", "table.md", "runs.csv", "audit.html", "gallery.html", "pareto.png", "bytes.png",
+    for name in ("table.csv", "table.md", "paired.md", "runs.csv", "audit.html", "gallery.html", "pareto.png", "bytes.png",
                  "leakage_vs_defense_target_epsilon.png", "utility_vs_defense_target_epsilon.png"):
         assert (out / name).stat().st_size > 0, name
     page = (out / "audit.html").read_text()
     assert page.count("data:image/png;base64,") == 4 and "gallery.html" in page and "http" not in page.split("<body>")[1]
     assert "class='scroll'" in page and "defense.target_epsilon" in page
+    assert "<h2>Paired differences</h2>" in page and "| defense.target_epsilon |" in (out / "paired.md").read_text()
     gallery = (out / "gallery.html").read_text()
     # 9 settings with a reconstruction, 2 pairs each: truth, rebuilt and chance images with PSNR and labels
     assert gallery.count("<section>") == 9 and gallery.count('alt="chance baseline"') == 18

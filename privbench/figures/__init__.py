@@ -138,6 +138,9 @@ MULTIRUN: tuple[tuple[Figure | str, str], ...] = (
     (PSNR_MEAN, "PSNR"), (PSNR_GAIN, "gain"), (LEAKS, LEAKS), (PERSONAL_ACCURACY, "own acc"),
     (DOWNLOADED_ACCURACY, "dl acc"), (TOTAL_BYTES, "bytes"), (EPSILON, "eps"), (EPSILON_ACCOUNTED, "eps acc"),
     (MIA_AUC, "MIA AUC"), (MIA_TPR_1, "TPR@1%"))
+#: Figures compared between two arms as paired differences over seeds (``privbench.report.paired``).
+PAIRED = (PSNR_GAIN, RECOVERED_FRACTION, ATTRIBUTED_FRACTION, MIA_AUC, MIA_TPR_1, SOURCE_ACCURACY, LABEL_SET_EXACT,
+          LABEL_COUNT_ERROR, CLASS_PROPORTION_ERROR, EPSILON_LOWER, PERSONAL_ACCURACY, DOWNLOADED_ACCURACY)
 #: Leakage figures drawn against a swept setting, and utility figures.
 LEAKAGE_PLOTS = (PSNR_MEAN, PSNR_GAIN)
 #: A DP audit's figures drawn against a swept setting: the canary test's TPR and the empirical epsilon.

@@ -12,6 +12,9 @@ from privbench.io import atomic_write_bytes, atomic_write_text
 from privbench.report.collect import collect, runs_from_csv
 from privbench.report.gallery import gallery_page, style
 from privbench.report.html import kept_figures, page
+from privbench.report.paired import contrasts
+from privbench.report.paired import to_html as paired_html
+from privbench.report.paired import to_markdown as paired_markdown
 from privbench.report.plots import write_plots
 from privbench.report.roc import roc_figure
 from privbench.report.table import summarise, to_markdown
@@ -27,7 +30,8 @@ def spreadsheet_safe(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def build_report(root: Path, out: Path | None = None) -> Path:
-    """Write ``runs.csv``, ``table.csv``, ``table.md``, the figures, ``audit.html`` and ``gallery.html`` to ``out``.
+    """Write ``runs.csv``, ``table.csv``, ``table.md``, ``paired.md`` (arms one factor at a time), the figures,
+    ``audit.html`` and ``gallery.html`` to ``out``.
 
     ``root`` is a results folder, or a report's ``runs.csv``: then the tables, figures and ``audit.html`` are
     rebuilt from it (the gallery and the membership ROC need the run folders: the gallery is left as it is, and
@@ -56,6 +60,8 @@ def build_report(root: Path, out: Path | None = None) -> Path:
     atomic_write_text(out / "runs.csv", spreadsheet_safe(runs).to_csv(index=False))
     atomic_write_text(out / "table.csv", spreadsheet_safe(table).to_csv(index=False))
     atomic_write_text(out / "table.md", to_markdown(table))
+    found = contrasts(runs, list(table.attrs.get("keys", [])))
+    atomic_write_text(out / "paired.md", paired_markdown(found))
     plots = write_plots(runs, table, out)
     name = (Path(root).parent if from_csv else Path(root)).resolve().name
     if not from_csv:
@@ -72,7 +78,7 @@ def build_report(root: Path, out: Path | None = None) -> Path:
     old = out / "audit.html"
     kept = kept_figures(old.read_text(), [RUN_FOLDER_FIGURE]) if from_csv and old.exists() else []
     atomic_write_text(out / "audit.html", page(table, runs, plots, title=f"privbench audit: {name}", gallery=gallery,
-                                               kept=kept))
+                                               kept=kept, paired=paired_html(found) if found else ""))
     return out
 
 

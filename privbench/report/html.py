@@ -12,6 +12,7 @@ import pandas as pd
 from privbench.figures import MISSING, RUN_TABLE
 from privbench.report.draw import Drawn
 from privbench.report.gallery import style
+from privbench.report.paired import CAPTION
 from privbench.report.table import LABELS, caption, sort_key, to_html
 
 #: Columns of the per-run table (after the grouping keys and the seed).
@@ -74,9 +75,10 @@ def kept_figures(old_page: str, titles: list[str]) -> list[str]:
 
 
 def page(table: pd.DataFrame, runs: pd.DataFrame, plots: dict[str, tuple[Path, Drawn]], *, title: str,
-         gallery: str | None = "gallery.html", kept: list[str] | None = None) -> str:
+         gallery: str | None = "gallery.html", kept: list[str] | None = None, paired: str = "") -> str:
     """The HTML text; figures are embedded as data URIs so the file stands alone (the gallery is a sibling file);
-    ``kept`` figure blocks (see ``kept_figures``) follow the drawn ones."""
+    ``kept`` figure blocks (see ``kept_figures``) follow the drawn ones; ``paired`` is the paired-differences table
+    (``privbench.report.paired``), shown after the summary."""
     keys = list(table.attrs.get("keys", []))
     link = f"<p>Reconstructions next to the truth and the chance baseline: <a href='{gallery}'>gallery</a>.</p>"
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>",
@@ -85,13 +87,16 @@ def page(table: pd.DataFrame, runs: pd.DataFrame, plots: dict[str, tuple[Path, D
              "(higher: more leaked), LPIPS (lower: more leaked), each next to its chance baseline (what an attacker "
              "who learned nothing about the records scores: the strongest of the test split's mean image, random test "
              "images and, in runs since 2026-12-01, the client's classes' mean test images, with the same matching); "
-             "images recovered: the share of the true images rebuilt to 25 dB and SSIM 0.8. Utility: known-client accuracy, agnostic-client accuracy from the learnGene. "
+             "images recovered: the share of the true images rebuilt to the run's bar (metrics.recovered_psnr and "
+             "recovered_ssim; by default 20 dB, Dimitrov et al.'s rule). Utility: known-client accuracy, agnostic-client accuracy from the learnGene. "
              "Membership: AUC and TPR at FPR 1 % and 0.1 % of a test that guesses which records the message was "
              "computed from, against class-matched non-members (chance: AUC 0.5, TPR = FPR). "
              "Bytes: training traffic. Epsilon: the victim's DP-SGD epsilon.</p>",
              link if gallery else "",
              "<h2>Summary</h2>", f"<p>{html.escape(caption(table)).replace('`', '')}</p>",
              f"<div class='scroll'>{to_html(table)}</div>",
+             *([f"<h2>Paired differences</h2><p>{html.escape(CAPTION)}</p><div class='scroll'>{paired}</div>"]
+               if paired else []),
              "<h2>Figures</h2>", *[_figure(n, p, drawn) for n, (p, drawn) in plots.items()], *(kept or []),
              f"<h2>Runs ({len(runs)})</h2>", f"<div class='scroll'>{_runs_table(runs, keys)}</div>",
              "</body></html>"]

@@ -1,0 +1,105 @@
+"""Arms compared one factor at a time: for every two settings of a sweep that differ in exactly one config value,
+the paired difference of each figure both measured, over the seeds both ran (run of seed s minus run of seed s):
+its mean, 95 % Student-t interval, and the seeds whose difference has the mean's sign. ``paired.md`` and the audit
+page list them; a difference whose interval excludes 0 is reported as holding."""
+from __future__ import annotations
+
+import html
+import itertools
+import math
+from dataclasses import dataclass
+
+import pandas as pd
+
+from privbench.figures import MISSING, PAIRED, formatted
+from privbench.report.table import t_interval
+
+#: Most contrasts listed (the first by factor, then figure); a sweep of many settings lists its first ones and says so.
+MOST = 400
+
+
+@dataclass(frozen=True)
+class Contrast:
+    """One figure's paired difference between two settings that differ only in ``factor`` (``b`` minus ``a``)."""
+
+    factor: str
+    a: str
+    b: str
+    fixed: str
+    figure: str
+    n: int
+    mean: float
+    lo: float
+    hi: float
+    agree: int
+
+    @property
+    def holds(self) -> bool:
+        """Whether the interval excludes 0."""
+        return self.n >= 2 and (self.lo > 0 or self.hi < 0)
+
+
+def contrasts(runs: pd.DataFrame, keys: list[str]) -> list[Contrast]:
+    """Every paired difference of the sweep ``runs`` grouped by ``keys`` (the table's), one factor at a time.
+
+    Example:
+        >>> runs = pd.DataFrame({"attack": ["a", "a", "b", "b"], "seed": [0, 1, 0, 1],
+        ...                      "psnr_gain": [1.0, 2.0, 4.0, 6.0]})
+        >>> c = contrasts(runs, ["attack"])[0]
+        >>> (c.factor, c.a, c.b, c.figure, c.n, c.mean, c.agree)
+        ('attack', 'a', 'b', 'psnr_gain', 2, 3.5, 2)
+    """
+    figures = [f.key for f in PAIRED if f.key in runs]
+    if not keys or not figures or "seed" not in runs:
+        return []
+    grouped = runs.assign(**{k: runs[k].astype(str) for k in keys}).groupby(keys, sort=False)
+    settings = {(k if isinstance(k, tuple) else (k,)): g for k, g in grouped}
+    out: list[Contrast] = []
+    for (one, a), (two, b) in itertools.combinations(settings.items(), 2):
+        differ = [i for i, (x, y) in enumerate(zip(one, two)) if x != y]
+        if len(differ) != 1:
+            continue
+        i = differ[0]
+        fixed = ", ".join(f"{k}={v}" for j, (k, v) in enumerate(zip(keys, one)) if j != i)
+        both = a[["seed", *figures]].merge(b[["seed", *figures]], on="seed", suffixes=("_a", "_b"))
+        for name in figures:
+            d = (pd.to_numeric(both[f"{name}_b"], errors="coerce") - pd.to_numeric(both[f"{name}_a"], errors="coerce"))
+            d = d.dropna()
+            if d.empty:
+                continue
+            lo, hi = t_interval(d)
+            mean = float(d.mean())
+            agree = int((d * math.copysign(1.0, mean) > 0).sum()) if mean else 0
+            out.append(Contrast(keys[i], str(one[i]), str(two[i]), fixed, name, len(d), mean, lo, hi, agree))
+    return out
+
+
+def _rows(found: list[Contrast]) -> list[list[str]]:
+    fmt = {f.key: f.fmt.replace(":", ":+") if "+" not in f.fmt and f.fmt != "{}" else f.fmt for f in PAIRED}
+    labels = {f.key: f.label for f in PAIRED}
+    return [[c.factor, f"{c.a} -> {c.b}", c.fixed or MISSING, labels[c.figure], str(c.n),
+             f"{formatted(c.mean, fmt[c.figure])} [{formatted(c.lo, fmt[c.figure])}, {formatted(c.hi, fmt[c.figure])}]",
+             f"{c.agree} of {c.n}", "yes" if c.holds else "no"]
+            for c in found[:MOST]]
+
+
+HEADER = ["factor", "from -> to", "other settings", "figure", "seeds", "difference (to - from) [95 % t]",
+          "seeds with its sign", "interval excludes 0"]
+CAPTION = ("Paired differences, one factor at a time: every two settings that differ in one config value, each "
+           "figure's difference between their runs of the same seed, mean and 95 % Student-t interval over those "
+           "seeds (no interval with one seed).")
+
+
+def to_markdown(found: list[Contrast]) -> str:
+    """``paired.md``: the caption and one row per contrast (at most ``MOST``)."""
+    more = f" The first {MOST} of {len(found)} are listed." if len(found) > MOST else ""
+    rows = _rows(found)
+    body = ["| " + " | ".join(c.replace("|", "/") for c in row) + " |" for row in rows]
+    return "\n".join([CAPTION + more, "", "| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER), *body]) + "\n"
+
+
+def to_html(found: list[Contrast]) -> str:
+    """The same contrasts as an HTML table (escaped)."""
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in HEADER)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in _rows(found))
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"

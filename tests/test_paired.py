@@ -1,0 +1,41 @@
+"""Arms compared one factor at a time: paired differences over the seeds both arms ran, against values computed by
+hand, and the report's page and file that list them."""
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from privbench.report.paired import contrasts, to_markdown
+
+
+def _runs() -> pd.DataFrame:
+    rows = []
+    for attack, model, base in (("ig", "lenet", 10.0), ("idlg", "lenet", 0.0), ("idlg", "mlp", 5.0)):
+        for seed, noise in ((0, 1.0), (1, 2.0), (2, 3.0)):
+            rows.append({"attack": attack, "model": model, "seed": seed,
+                         "psnr_gain": base + (noise if attack == "ig" else 0.0), "recovered_fraction": 0.5})
+    rows.append({"attack": "idlg", "model": "mlp", "seed": 3, "psnr_gain": 99.0, "recovered_fraction": 0.5})
+    return pd.DataFrame(rows)
+
+
+def test_paired_differences_by_hand():
+    found = contrasts(_runs(), ["attack", "model"])
+    # ig/lenet vs idlg/lenet differ in the attack only; idlg/lenet vs idlg/mlp in the model; ig/lenet vs idlg/mlp in
+    # both, so they are not compared
+    assert {(c.factor, c.a, c.b, c.fixed) for c in found} == {("attack", "ig", "idlg", "model=lenet"),
+                                                             ("model", "lenet", "mlp", "attack=idlg")}
+    gain = next(c for c in found if c.factor == "attack" and c.figure == "psnr_gain")
+    # differences idlg - ig per seed: -11, -12, -13: mean -12, sd 1, t(0.975, 2) = 4.3027
+    assert (gain.n, gain.mean, gain.agree) == (3, -12.0, 3)
+    assert gain.lo == pytest.approx(-12 - 4.302653 / 3 ** 0.5, abs=1e-5) and gain.holds
+    model = next(c for c in found if c.factor == "model" and c.figure == "psnr_gain")
+    assert (model.n, model.mean, model.lo, model.hi, model.holds) == (3, 5.0, 5.0, 5.0, True)  # seed 3: mlp only
+    flat = next(c for c in found if c.factor == "model" and c.figure == "recovered_fraction")
+    assert (flat.mean, flat.agree, flat.holds) == (0.0, 0, False)
+
+
+def test_the_listing_is_signed_and_says_whether_it_holds():
+    text = to_markdown(contrasts(_runs(), ["attack", "model"]))
+    assert "| attack | ig -> idlg | model=lenet | PSNR gain over chance (dB) | 3 | -12.00 [-14.48, -9.52] | 3 of 3 | yes |" \
+        in text
+    assert contrasts(_runs(), []) == [] and contrasts(_runs().drop(columns="seed"), ["attack"]) == []
