@@ -50,6 +50,17 @@ def test_a_figure_that_drifted_from_its_cell_or_a_row_that_is_gone_is_caught():
     assert "is not the cell" in str(problem(dataclasses.replace(percent, says="74 % [71, 76]"), ROOT))
 
 
+def test_a_span_is_the_lowest_and_highest_of_its_rows():
+    span = Figure(says="+16 to +25 dB", table="docs/studies/threat_grid/table.md", column="PSNR gain over chance (dB)",
+                  row={"victim.num_images": "1", "victim.update_data": "batch"}, span=True)  # 16 [..] ... 25.2 [..]
+    assert problem(span, ROOT) is None
+    assert "is not the cell" in str(problem(dataclasses.replace(span, says="+16 to +26 dB"), ROOT))
+    one_of = dataclasses.replace(span, says="+22 to +23 dB", row={**span.row, "payload": ["gradient", "update"],
+                                                                   "victim.round": "0"})  # 22.4 and 22.8
+    assert problem(one_of, ROOT) is None
+    assert "one expected" in str(problem(dataclasses.replace(span, span=False), ROOT))
+
+
 def test_markdown_tables_are_read_by_header():
     text = "intro\n\n| a | b |\n|---|---|\n| x | **0.5 [0.4, 0.6]** |\n| y | 2 |\n\ntext\n| c |\n|---|\n| z |\n"
     assert tables(text) == [[{"a": "x", "b": "**0.5 [0.4, 0.6]**"}, {"a": "y", "b": "2"}], [{"c": "z"}]]

@@ -4,7 +4,8 @@ writes the register as the page the README's findings link to (``docs/claims.md`
 
 A figure matches its cell when each of its numbers (a mean, then its interval) equals the cell's numbers from
 ``at`` on, times ``scale`` (100 for a share written in percent), to the figure's last written digit; ``part``
-picks one number of a figure that names several cells (``89 %, 80 % and 65 %``).
+picks one number of a figure that names several cells (``89 %, 80 % and 65 %``). A ``span`` figure (``+16 to
++25 dB``) is the lowest and highest of the cells of every row its ``row`` matches (a list value: any of them).
 """
 from __future__ import annotations
 
@@ -28,11 +29,12 @@ class Figure:
 
     says: str
     table: str
-    row: dict[str, str]
+    row: dict[str, str | list[str]]
     column: str
     scale: float = 1.0
     at: int = 0
     part: int | None = None
+    span: bool = False
 
 
 @dataclass(frozen=True)
@@ -51,9 +53,11 @@ def load(path: Path) -> list[Finding]:
     try:
         return [Finding(id=str(f["id"]), readme=str(f["readme"]), command=str(f["command"]).strip(),
                         figures=[Figure(says=str(g["says"]), table=str(g["table"]),
-                                        row={str(k): str(v) for k, v in g["row"].items()}, column=str(g["column"]),
-                                        scale=float(g.get("scale", 1.0)), at=int(g.get("at", 0)),
-                                        part=None if g.get("part") is None else int(g["part"]))
+                                        row={str(k): [str(x) for x in v] if isinstance(v, list) else str(v)
+                                             for k, v in g["row"].items()},
+                                        column=str(g["column"]), scale=float(g.get("scale", 1.0)),
+                                        at=int(g.get("at", 0)), part=None if g.get("part") is None else int(g["part"]),
+                                        span=bool(g.get("span", False)))
                                  for g in f["figures"]])
                 for f in raw["findings"]]
     except (KeyError, TypeError, AttributeError, ValueError) as exc:
@@ -76,16 +80,26 @@ def tables(text: str) -> list[list[dict[str, str]]]:
     return out
 
 
-def cell(figure: Figure, root: Path) -> str:
-    """The cell ``figure`` is read from: its column in the one row whose cells equal ``figure.row``, in the first
-    table of ``figure.table`` that has all those columns."""
+def _matches(row: dict[str, str], wanted: dict[str, str | list[str]]) -> bool:
+    return all(row[k] in v if isinstance(v, list) else row[k] == v for k, v in wanted.items())
+
+
+def cells(figure: Figure, root: Path) -> list[str]:
+    """The cells ``figure`` is read from: its column in the rows whose cells equal ``figure.row`` (one row, or, for
+    a ``span``, at least two), in the first table of ``figure.table`` that has all those columns."""
     for rows in tables((root / figure.table).read_text()):
         if rows and all(k in rows[0] for k in (*figure.row, figure.column)):
-            hits = [r for r in rows if all(r[k] == v for k, v in figure.row.items())]
-            if len(hits) != 1:
-                raise ConfigError(f"{figure.table}: {len(hits)} rows match {figure.row} (one expected)")
-            return hits[0][figure.column]
+            hits = [r[figure.column] for r in rows if _matches(r, figure.row)]
+            if len(hits) != 1 and not (figure.span and len(hits) >= 2):
+                raise ConfigError(f"{figure.table}: {len(hits)} rows match {figure.row} "
+                                  f"({'two or more' if figure.span else 'one'} expected)")
+            return hits
     raise ConfigError(f"{figure.table}: no table has the columns {[*figure.row, figure.column]}")
+
+
+def cell(figure: Figure, root: Path) -> str:
+    """The cell (or, for a ``span``, the cells joined by ``; ``) ``figure`` is read from."""
+    return "; ".join(cells(figure, root))
 
 
 def numbers(text: str) -> list[tuple[float, int]]:
@@ -101,10 +115,15 @@ def numbers(text: str) -> list[tuple[float, int]]:
 def problem(figure: Figure, root: Path) -> str | None:
     """Why ``figure`` is not its cell (None: it is)."""
     try:
-        text = cell(figure, root)
+        found = cells(figure, root)
     except (ConfigError, OSError) as exc:
         return str(exc)
-    written, read = numbers(figure.says), [v for v, _ in numbers(text)][figure.at:]
+    text = "; ".join(found)
+    read = [v for v, _ in numbers(text)][figure.at:]
+    if figure.span:
+        firsts = [numbers(c)[figure.at][0] for c in found if len(numbers(c)) > figure.at]
+        read = [min(firsts), max(firsts)] if len(firsts) == len(found) else []
+    written = numbers(figure.says)
     if figure.part is not None:
         written = written[figure.part:figure.part + 1]
     if len(read) < len(written):
@@ -125,7 +144,8 @@ def render(findings: list[Finding]) -> str:
         lines += [f'<a id="{f.id}"></a>', f"## {f.readme}", "", "| figure | table | row | column | cell |",
                   "|---|---|---|---|---|"]
         for g in f.figures:
-            row = ", ".join(f"{k} = {v}" for k, v in g.row.items())
+            row = ", ".join(f"{k} = {' or '.join(v) if isinstance(v, list) else v}" for k, v in g.row.items())
+            row += " (lowest and highest)" if g.span else ""
             scaled = "" if g.scale == 1 else f" (x {g.scale:g})"
             link = Path(g.table).relative_to("docs") if g.table.startswith("docs/") else Path("..") / g.table
             lines.append(f"| {g.says} | [{g.table}]({link}) | {row} | {g.column}{scaled} | "
