@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import copy
+import os
 from collections.abc import Collection, Sequence
 from functools import lru_cache
 from importlib import resources
@@ -27,12 +28,15 @@ def options(group: str) -> list[str]:
 
 def compose_with_hydra(overrides: list[str]) -> DictConfig:
     """The config Hydra composes for ``overrides``, its ``hydra`` node included (a fresh copy each call)."""
-    return copy.deepcopy(_composed(tuple(overrides), config_dir()))
+    from privbench.studies import studies_root
+
+    return copy.deepcopy(_composed(tuple(overrides), config_dir(), studies_root()))
 
 
 @lru_cache(maxsize=4)
-def _composed(overrides: tuple[str, ...], folder: str | None) -> DictConfig:
-    """Composed on privbench's configs and the ``--config-dir`` ``folder`` (part of the cache key)."""
+def _composed(overrides: tuple[str, ...], folder: str | None, studies: object = None) -> DictConfig:
+    """Composed on privbench's configs, the ``--config-dir`` ``folder`` and the studies mounted from ``studies``
+    (both part of the cache key)."""
     from hydra import compose
 
     from privbench.naming import register
@@ -64,8 +68,9 @@ def _message(exc: Exception) -> ConfigError:
         if group.split("/")[0] == "experiment" and not hint:
             from privbench.studies import STUDIES_ENV, studies_root
 
-            mounted = studies_root()
+            mounted, named = studies_root(), os.environ.get(STUDIES_ENV)
             hint = (f" (studies are mounted from {mounted})" if mounted else
+                    f" (${STUDIES_ENV}={named} is not a folder)" if named else
                     f" (the committed studies are in a clone's studies/ folder, or set ${STUDIES_ENV})")
         return ConfigError(f"{group}={option}: unknown option{hint}; allowed: {', '.join(sorted(exc.options))}")
     return ConfigError(str(cause).strip().splitlines()[0] if str(cause).strip() else "the overrides do not compose")

@@ -227,10 +227,9 @@ def _target_rules(target: str) -> dict[str, Rule]:
     from hydra.utils import get_object
 
     try:
-        obj = get_object(target)
-    except Exception:  # building it says why, in one line
+        return rules_of(get_object(target))
+    except Exception:  # not importable, or no signature (a constant, a builtin): building it says why, in one line
         return {}
-    return rules_of(obj)
 
 
 def section_rules(section: str, node: Any) -> dict[str, Rule]:

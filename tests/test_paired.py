@@ -39,3 +39,22 @@ def test_the_listing_is_signed_and_says_whether_it_holds():
     assert "| attack | ig -> idlg | model=lenet | PSNR gain over chance (dB) | 3 | -12.00 [-14.48, -9.52] | 3 of 3 | yes |" \
         in text
     assert contrasts(_runs(), []) == [] and contrasts(_runs().drop(columns="seed"), ["attack"]) == []
+
+
+def test_a_key_one_arm_does_not_have_is_a_value_of_its_own():
+    runs = pd.DataFrame({"defense": ["none", "none", "dpsgd", "dpsgd"], "defense.sigma": [float("nan")] * 2 + [1.0] * 2,
+                         "seed": [0, 1, 0, 1], "mia_auc": [0.7, 0.8, 0.5, 0.6]})
+    found = contrasts(runs, ["defense", "defense.sigma"])
+    assert [(c.a, c.b, c.figure, round(c.mean, 6)) for c in found] == []  # two values differ: not one factor
+    found = contrasts(runs.assign(**{"defense.sigma": [float("nan")] * 4}), ["defense", "defense.sigma"])
+    assert [(c.factor, c.a, c.b, c.fixed, round(c.mean, 6)) for c in found] == [
+        ("defense", "none", "dpsgd", "defense.sigma=-", -0.2)]
+
+
+def test_repeated_runs_of_a_seed_are_averaged_and_values_set_with_the_factor_are_named():
+    runs = pd.DataFrame({"attack": ["ig", "ig", "ig", "dlg", "dlg"], "attack.tie": ["a", "a", "a", "b", "b"],
+                         "seed": [0, 0, 1, 0, 1], "psnr_gain": [1.0, 3.0, 2.0, 5.0, 6.0]})
+    (c,) = [c for c in contrasts(runs, ["attack"]) if c.figure == "psnr_gain"]
+    # seed 0: ig's two runs average 2, dlg 5 (+3); seed 1: 2 -> 6 (+4): two pairs, not three
+    assert (c.n, c.mean, c.with_it) == (2, 3.5, "attack.tie=a->b")
+    assert "| attack (with attack.tie=a->b) | ig -> dlg |" in to_markdown([c])

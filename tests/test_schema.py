@@ -86,3 +86,33 @@ def test_values_in_range_and_keys_without_a_range_pass():
     check_schema({"fl": {"lr": -1}})  # no _target_: nothing declares fl's ranges (the composed config has one)
     with pytest.raises(ConfigError, match=r"^fl.gene.gamma=2.0: is ambiguous"):
         check_schema({"fl": {"_target_": "privbench.fl.protocols.GeneFL", "gene": {"gamma": 2.0}}})
+
+
+ALIASES = ("PositiveInt", "Count", "Positive", "NonNegative", "Fraction", "Rate", "Weight", "Switch", "Iterations",
+           "Restarts", "PublicImages", "Shadows", "Candidates", "ScoringBatch", "Annotated[")
+
+
+def test_every_declared_range_of_a_shipped_target_is_read():
+    """A range written in a parameter's type is one the check reads: an annotation that does not evaluate (a name
+    only type checkers see in the same signature) or that hides the range (``PositiveInt | None``) fails here."""
+    import inspect
+    from pathlib import Path
+
+    import yaml
+    from hydra.utils import get_object
+
+    from privbench.schema import _inits
+
+    conf = Path(__file__).resolve().parents[1] / "privbench" / "conf"
+    targets = {node["_target_"] for f in conf.glob("*/*.yaml") if f.parent.name != "experiment"
+               for node in [yaml.safe_load(f.read_text())] if isinstance(node, dict) and "_target_" in node}
+    assert len(targets) > 40
+    lost = []
+    for target in sorted(targets):
+        obj = get_object(target)
+        declared = {n.split(".")[0] for n in rules_of(obj)}
+        for init, _ in _inits(obj):
+            for name, param in inspect.signature(init).parameters.items():
+                if any(a in str(param.annotation) for a in ALIASES) and name not in declared:
+                    lost.append(f"{target}.{name}: {param.annotation}")
+    assert not lost, lost

@@ -70,4 +70,4 @@ def test_without_studies_a_study_is_refused_in_one_line_that_says_where_they_com
     with pytest.raises(ConfigError) as refused:
         check_overrides(["experiment=loki"])
     line = str(refused.value)
-    assert "\n" not in line and "clone's studies/ folder" in line and STUDIES_ENV in line
+    assert "\n" not in line and f"${STUDIES_ENV}={tmp_path / 'absent'} is not a folder" in line

@@ -81,7 +81,7 @@ def tables(text: str) -> list[list[dict[str, str]]]:
 
 
 def _matches(row: dict[str, str], wanted: dict[str, str | list[str]]) -> bool:
-    return all(row[k] in v if isinstance(v, list) else row[k] == v for k, v in wanted.items())
+    return all(row.get(k) in v if isinstance(v, list) else row.get(k) == v for k, v in wanted.items())
 
 
 def cells(figure: Figure, root: Path) -> list[str]:
@@ -89,7 +89,7 @@ def cells(figure: Figure, root: Path) -> list[str]:
     a ``span``, at least two), in the first table of ``figure.table`` that has all those columns."""
     for rows in tables((root / figure.table).read_text()):
         if rows and all(k in rows[0] for k in (*figure.row, figure.column)):
-            hits = [r[figure.column] for r in rows if _matches(r, figure.row)]
+            hits = [r.get(figure.column, "") for r in rows if _matches(r, figure.row)]
             if len(hits) != 1 and not (figure.span and len(hits) >= 2):
                 raise ConfigError(f"{figure.table}: {len(hits)} rows match {figure.row} "
                                   f"({'two or more' if figure.span else 'one'} expected)")
@@ -126,6 +126,8 @@ def problem(figure: Figure, root: Path) -> str | None:
     written = numbers(figure.says)
     if figure.part is not None:
         written = written[figure.part:figure.part + 1]
+    if not written:
+        return f"{figure.says!r}: no number to check (part {figure.part})"
     if len(read) < len(written):
         return f"{figure.says!r}: the cell {text!r} has fewer numbers"
     for (value, decimals), got in zip(written, read):

@@ -1,7 +1,9 @@
 """Arms compared one factor at a time: for every two settings of a sweep that differ in exactly one config value,
 the paired difference of each figure both measured, over the seeds both ran (run of seed s minus run of seed s):
-its mean, 95 % Student-t interval, and the seeds whose difference has the mean's sign. ``paired.md`` and the audit
-page list them; a difference whose interval excludes 0 is reported as holding."""
+its mean, 95 % Student-t interval, and the seeds whose difference has the mean's sign. A setting's repeated runs of
+one seed are averaged first. Other config values that change with the factor (set by the same arm) are named
+beside it. ``paired.md`` and the audit page list them; a difference whose interval excludes 0 is reported as
+holding."""
 from __future__ import annotations
 
 import html
@@ -12,9 +14,11 @@ from dataclasses import dataclass
 import pandas as pd
 
 from privbench.figures import MISSING, PAIRED, formatted
+from privbench.report.collect import COLUMNS
 from privbench.report.table import t_interval
 
-#: Most contrasts listed (the first by factor, then figure); a sweep of many settings lists its first ones and says so.
+#: Most contrasts listed (in the order the settings first appear); a sweep of many settings lists its first ones and
+#: says so.
 MOST = 400
 
 
@@ -26,6 +30,7 @@ class Contrast:
     a: str
     b: str
     fixed: str
+    with_it: str
     figure: str
     n: int
     mean: float
@@ -52,8 +57,9 @@ def contrasts(runs: pd.DataFrame, keys: list[str]) -> list[Contrast]:
     figures = [f.key for f in PAIRED if f.key in runs]
     if not keys or not figures or "seed" not in runs:
         return []
-    grouped = runs.assign(**{k: runs[k].astype(str) for k in keys}).groupby(keys, sort=False)
-    settings = {(k if isinstance(k, tuple) else (k,)): g for k, g in grouped}
+    config = [c for c in runs.columns if c not in COLUMNS and c not in keys and c != "seed"]
+    shown = runs.assign(**{k: runs[k].map(_value) for k in [*keys, *config]})
+    settings = {(k if isinstance(k, tuple) else (k,)): g for k, g in shown.groupby(keys, sort=False, dropna=False)}
     out: list[Contrast] = []
     for (one, a), (two, b) in itertools.combinations(settings.items(), 2):
         differ = [i for i, (x, y) in enumerate(zip(one, two)) if x != y]
@@ -61,33 +67,54 @@ def contrasts(runs: pd.DataFrame, keys: list[str]) -> list[Contrast]:
             continue
         i = differ[0]
         fixed = ", ".join(f"{k}={v}" for j, (k, v) in enumerate(zip(keys, one)) if j != i)
-        both = a[["seed", *figures]].merge(b[["seed", *figures]], on="seed", suffixes=("_a", "_b"))
+        with_it = ", ".join(f"{c}={a[c].iloc[0]}->{b[c].iloc[0]}" for c in config if a[c].iloc[0] != b[c].iloc[0])
+        per_seed = [g[["seed", *figures]].apply(pd.to_numeric, errors="coerce").groupby("seed").mean() for g in (a, b)]
+        both = per_seed[0].merge(per_seed[1], left_index=True, right_index=True, suffixes=("_a", "_b"))
         for name in figures:
-            d = (pd.to_numeric(both[f"{name}_b"], errors="coerce") - pd.to_numeric(both[f"{name}_a"], errors="coerce"))
-            d = d.dropna()
+            d = (both[f"{name}_b"] - both[f"{name}_a"]).replace([math.inf, -math.inf], math.nan).dropna()
             if d.empty:
                 continue
             lo, hi = t_interval(d)
             mean = float(d.mean())
             agree = int((d * math.copysign(1.0, mean) > 0).sum()) if mean else 0
-            out.append(Contrast(keys[i], str(one[i]), str(two[i]), fixed, name, len(d), mean, lo, hi, agree))
+            out.append(Contrast(keys[i], str(one[i]), str(two[i]), fixed, with_it, name, len(d), mean, lo, hi, agree))
     return out
 
 
+def _value(value: object) -> str:
+    """A setting's value as the table writes it: ``-`` where a run has no such key, whole floats as integers."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return MISSING
+    return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
+
+
 def _rows(found: list[Contrast]) -> list[list[str]]:
-    fmt = {f.key: f.fmt.replace(":", ":+") if "+" not in f.fmt and f.fmt != "{}" else f.fmt for f in PAIRED}
+    fmt = {f.key: _signed(f.fmt) for f in PAIRED}
     labels = {f.key: f.label for f in PAIRED}
-    return [[c.factor, f"{c.a} -> {c.b}", c.fixed or MISSING, labels[c.figure], str(c.n),
+    return [[c.factor + (f" (with {c.with_it})" if c.with_it else ""), f"{c.a} -> {c.b}", c.fixed or MISSING,
+             labels[c.figure], str(c.n),
              f"{formatted(c.mean, fmt[c.figure])} [{formatted(c.lo, fmt[c.figure])}, {formatted(c.hi, fmt[c.figure])}]",
              f"{c.agree} of {c.n}", "yes" if c.holds else "no"]
             for c in found[:MOST]]
 
 
+def _signed(fmt: str) -> str:
+    """A figure's format for a difference: signed, and with decimals where the figure has none (a share of 0/1).
+
+    Example:
+        >>> _signed("{:.2f}"), _signed("{:.0f}"), _signed("{:,.0f}"), _signed("{:+.2f}")
+        ('{:+.2f}', '{:+.3f}', '{:+,.0f}', '{:+.2f}')
+    """
+    if fmt in ("{}", "{:.0f}"):
+        return "{:+.3f}"
+    return fmt if "+" in fmt else fmt.replace("{:", "{:+", 1)
+
+
 HEADER = ["factor", "from -> to", "other settings", "figure", "seeds", "difference (to - from) [95 % t]",
           "seeds with its sign", "interval excludes 0"]
-CAPTION = ("Paired differences, one factor at a time: every two settings that differ in one config value, each "
-           "figure's difference between their runs of the same seed, mean and 95 % Student-t interval over those "
-           "seeds (no interval with one seed).")
+CAPTION = ("Paired differences, one factor at a time: every two settings that differ in one grouping key (other "
+           "config values the same arm sets are named with it), each figure's difference between their runs of the "
+           "same seed, mean and 95 % Student-t interval over those seeds (no interval with one seed).")
 
 
 def to_markdown(found: list[Contrast]) -> str:
