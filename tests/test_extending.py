@@ -20,8 +20,9 @@ from privbench.attacks.base import Attack
 from privbench.attacks.findings import Finding
 from privbench.attacks.labels.findings import InferredLabels
 from privbench.attacks.views import ModelView, ViewKind
-from privbench.audit.games import Game, Play, register_game
+from privbench.audit.games import Game, Play, register_game, register_summary
 from privbench.audit.score import register_scorer
+from privbench.audit.summary import summary
 from privbench.errors import ConfigError
 from privbench.models import classifier_head
 from privbench.payloads.kinds import Carries
@@ -102,14 +103,23 @@ def _score_round(finding: GuessedRound, view: Any, attack: Any, truth: Any, how:
     return {"round_guess_right": float(finding.round == int(truth.owners[0])), "round_guess_chance": 1 / len(view.rounds)}
 
 
+@register_summary(50)
+def _round_lines(privacy: dict[str, Any], threat: dict[str, Any]) -> list[tuple[str, str]]:
+    if "round_guess_right" not in privacy:
+        return []
+    return [("round", f"guessed right {privacy['round_guess_right']:.0f} (chance {privacy['round_guess_chance']:.2f})")]
+
+
 def test_a_new_family_with_its_own_view_game_and_scorer_runs_through_a_real_audit(tmp_path):
     base = ["fl=fedavg", "payload=update", "attack=none", "data.num_clients=4", "fl.participants=2",
             "victim.num_images=1", f"results_dir={tmp_path}"]
     for rounds, victim_round, right in ((2, 1, 1.0), (2, 0, 0.0)):
         cfg = api.compose([*base, f"fl.rounds={rounds}", f"victim.round={victim_round}"])
         cfg.attack = OmegaConf.create({"_target_": f"{__name__}.LargestRound"})
-        privacy = api.run(config=cfg, run_dir=tmp_path / f"r{victim_round}").metrics["privacy"]
+        metrics = api.run(config=cfg, run_dir=tmp_path / f"r{victim_round}").metrics
+        privacy = metrics["privacy"]
         assert privacy["round_guess_right"] == right and privacy["round_guess_chance"] == 0.5
+        assert f"round    guessed right {right:.0f} (chance 0.50)" in summary(metrics)  # its own summary lines
         threat = json.loads((tmp_path / f"r{victim_round}" / "threat_model.json").read_text())
         assert threat["server"] == "honest-but-curious" and threat["payload"]  # the view's knowledge, recorded
     cfg = api.compose([*base, "fl.rounds=1"])

@@ -87,7 +87,7 @@ def test_bad_counts_are_refused() -> None:
 def test_a_subsampled_round_is_tested_against_its_own_family() -> None:
     """At Poisson rate 1/4 the family is the round's subsampled releases at a scaled noise (its own shape, not
     mu-GDP's): all guesses right refute more than 150 of 200 do; the round's tight epsilon is its PLD's."""
-    from privbench.audit.games.one_run import fdp_bound
+    from privbench.audit.games.one_run_claim import fdp_bound
 
     knowledge = {"sigma": 1.0, "sample_rate": 0.25, "steps": 8, "delta": 1e-5}
     strong = fdp_bound(knowledge, 10_000, 200, 200, confidence=0.95)

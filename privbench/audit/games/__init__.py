@@ -2,7 +2,8 @@
 
 A ``Game`` checks before training what its family needs (``check``) and stages the play after it (``stage``):
 which messages are attacked, the attacker's view of each and the evaluator's answer. Its module also registers
-the scorer of its finding type (``privbench.audit.score.register_scorer``). The audit core names no family: it
+the scorer of its finding type (``privbench.audit.score.register_scorer``) and its lines of the printed summary
+(``register_summary``). The audit core names no family: it
 asks ``game_for(attack.view)``, and the modules of this package are found on first use (``discover``), so a new
 family adds a module here, or registers its game from anywhere before the audit runs.
 """
@@ -83,6 +84,28 @@ def register_game(*kinds: str) -> Callable[[G], G]:
             _GAMES[kind] = cls()
         return cls
     return add
+
+
+#: A family's lines of the printed summary: (label, text) pairs from a run's ``privacy`` and ``threat_model``.
+SummaryLines = Callable[[dict[str, Any], dict[str, Any]], list[tuple[str, str]]]
+_SUMMARIES: list[tuple[int, SummaryLines]] = []
+S = TypeVar("S", bound=SummaryLines)
+
+
+def register_summary(order: int) -> Callable[[S], S]:
+    """Decorator: a family's summary lines, printed after the run's and the server's in ``order`` (reconstruction 10,
+    membership 20, source 25, one-run 30, class sets 40, label counts 45)."""
+    def add(fn: S) -> S:
+        if fn not in (f for _, f in _SUMMARIES):
+            _SUMMARIES.append((order, fn))
+        return fn
+    return add
+
+
+def summary_sections() -> list[SummaryLines]:
+    """Every family's summary lines, in order (the game modules found first)."""
+    discover()
+    return [fn for _, fn in sorted(_SUMMARIES, key=lambda entry: entry[0])]
 
 
 def discover() -> None:

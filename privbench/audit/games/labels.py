@@ -9,11 +9,19 @@ from torch import nn
 from privbench.attacks.base import Attack
 from privbench.attacks.labels.findings import InferredLabels
 from privbench.attacks.labels.views import LabelView
-from privbench.audit.games import MessageGame, Play, register_game
+from privbench.audit.games import MessageGame, Play, register_game, register_summary
 from privbench.audit.games.message import gradient_view
 from privbench.audit.plan import Plan
 from privbench.audit.score import Scoring, Truth, register_scorer
 from privbench.data import FederatedData
+from privbench.figures import (
+    LABEL_COUNT_ERROR,
+    LABEL_COUNT_ERROR_CHANCE,
+    LABEL_COUNTS_EXACT,
+    LABEL_SET_EXACT,
+    LABEL_SET_EXACT_CHANCE,
+    LABEL_SET_JACCARD,
+)
 from privbench.metrics.labels import label_scores
 from privbench.payloads import Payload
 from privbench.victim import Victim
@@ -37,3 +45,17 @@ class Labels(MessageGame):
 def score_labels(finding: InferredLabels, view: Any, attack: Attack, truth: Truth, how: Scoring) -> dict[str, Any]:
     """Labels: the class set and per-class counts against the truth, and against a class-frequency prior."""
     return {**label_scores(finding.counts, truth.labels, truth.class_frequencies), **finding.info}
+
+
+@register_summary(45)
+def label_count_lines(privacy: dict[str, Any], threat: dict[str, Any]) -> list[tuple[str, str]]:
+    """A batch's class set and label counts."""
+    lines: list[tuple[str, str]] = []
+    class_set = (f"class set exact {LABEL_SET_EXACT.shown(privacy)} (prior "
+                 f"{LABEL_SET_EXACT_CHANCE.shown(privacy)})")
+    if LABEL_SET_EXACT.key in privacy and LABEL_SET_JACCARD.key not in privacy:
+        lines.append(("labels", f"{class_set}, counts exact "
+                                f"{LABEL_COUNTS_EXACT.shown(privacy)}, count error per class "
+                                f"{LABEL_COUNT_ERROR.shown(privacy)} (prior "
+                                f"{LABEL_COUNT_ERROR_CHANCE.shown(privacy)})"))
+    return lines

@@ -11,7 +11,7 @@ from torch import nn
 from privbench.attacks.base import Attack
 from privbench.attacks.membership.findings import MembershipScores
 from privbench.attacks.membership.views import MembershipView
-from privbench.audit.games import Game, Play, messages, register_game
+from privbench.audit.games import Game, Play, messages, register_game, register_summary
 from privbench.audit.output import write_roc
 from privbench.audit.plan import Plan
 from privbench.audit.score import Scoring, Truth, register_scorer
@@ -111,3 +111,25 @@ def score_membership(finding: MembershipScores, view: Any, attack: Attack, truth
     write_roc(how.out / "roc.png", fprs, tprs, title=f"{finding.info.get('test')}: AUC {out[MIA_AUC.key]:.3f}, "
                                                      f"{int(members.sum())} members, {int((~members).sum())} non-members")
     return out
+
+
+@register_summary(20)
+def membership_lines(privacy: dict[str, Any], threat: dict[str, Any]) -> list[tuple[str, str]]:
+    """Membership inference."""
+    lines: list[tuple[str, str]] = []
+    if MIA_AUC.key in privacy:
+        lines.append(("members", f"{privacy.get('mia_test')} test: AUC {MIA_AUC.shown(privacy)} "
+                                 f"(chance 0.5), TPR {MIA_TPR_1.shown(privacy)} "
+                                 f"[{MIA_TPR_1.shown(privacy, '_lo')}, "
+                                 f"{MIA_TPR_1.shown(privacy, '_hi')}] at FPR 1 %, "
+                                 f"{MIA_TPR_01.shown(privacy)} at 0.1 % "
+                                 f"({privacy.get(MIA_MEMBERS.key)} members, {privacy.get(MIA_NON_MEMBERS.key)} "
+                                 + ("excluded canaries)" if str(privacy.get("mia_test")).endswith("_canaries")
+                                    else "non-members: (round, client) pairs)" if MIA_AUC_INFORMED.key in privacy
+                                    else "class-matched non-members)")))
+        if MIA_AUC_INFORMED.key in privacy:
+            lines.append(("", f"knowing only each client's classes: AUC "
+                              f"{MIA_AUC_INFORMED.shown(privacy)}, TPR "
+                              f"{MIA_TPR_1_INFORMED.shown(privacy)} at FPR 1 % (the same test "
+                              "on test-split records of their classes)"))
+    return lines

@@ -23,7 +23,6 @@ then that of the round's schedule over the enlarged data.
 from __future__ import annotations
 
 import copy
-import math
 from collections.abc import Collection
 from typing import Any
 
@@ -35,16 +34,15 @@ from privbench.attacks.base import Attack
 from privbench.attacks.one_run.findings import CanaryScores
 from privbench.attacks.one_run.views import CanaryView
 from privbench.attacks.views import at_weights
-from privbench.audit.games import Game, Play, messages, register_game
+from privbench.audit.games import Game, Play, messages, register_game, register_summary
 from privbench.audit.games.membership import score_membership
+from privbench.audit.games.one_run_claim import BOUND_FPRS, fdp_bound, round_claim
 from privbench.audit.plan import Plan
 from privbench.audit.score import Scoring, Truth, register_scorer
 from privbench.data import FederatedData
 from privbench.data.dataset import ImageDataset
-from privbench.defenses.calibration import epsilon, events
 from privbench.defenses.canaries import GradientCanaries
 from privbench.defenses.dpsgd import DPSGD
-from privbench.defenses.tradeoff import blow_up_inverse, releases_epsilon, tpr_bound
 from privbench.errors import AttackNotApplicableError, ConfigError
 from privbench.figures import (
     CANARY_TPR_BOUND_01,
@@ -53,17 +51,16 @@ from privbench.figures import (
     EPSILON_LOWER,
     EPSILON_LOWER_FDP,
     EPSILON_TIGHT,
+    MIA_TPR_01,
+    MIA_TPR_1,
+    formatted,
 )
 from privbench.fl.protocols.client import replay_inputs
-from privbench.fl.reads import LOCAL_SGD, PlannedRead
 from privbench.fl.sgd import parameters_of
 from privbench.fl.trainer import Trainer
 from privbench.metrics.one_run import epsilon_lower_bound
-from privbench.metrics.one_run_fdp import gdp_blow_up_inverse, gdp_epsilon, largest_rejected
 from privbench.payloads import LocalTraining, Payload, PayloadStore
 
-#: The FPRs of the audited round's f-DP bound on a canary test's TPR.
-BOUND_FPRS = (0.01, 0.001)
 #: A canary's gradient is this many clip norms high: a working clip brings it to C; broken clipping lets it through.
 CANARY_SCALE = 10.0
 
@@ -193,44 +190,6 @@ def _knowledge(p: Plan, payload: Payload, trainer: Trainer, record: LocalTrainin
             "training": record.hyperparameters()}
 
 
-def round_claim(record: LocalTraining, sigma: float, *, delta: float, accountant: str
-                ) -> tuple[float, float, list[float]]:
-    """What the accountant claims for a round of local DP-SGD: its epsilon at ``delta`` (inf without noise), its
-    Poisson rate, and the f-DP bound on a membership test's TPR at ``BOUND_FPRS``."""
-    schedule = events([PlannedRead(LOCAL_SGD, record.num_samples, record.batch_size, record.epochs)])
-    [(rate, _)] = schedule
-    claimed = epsilon(sigma, schedule, delta=delta, accountant=accountant) if sigma > 0 else float("inf")
-    return claimed, rate, tpr_bound([(sigma, rate, record.steps)], BOUND_FPRS)
-
-
-#: delta at which the f-DP bound is stated when the audited round claims none (a trainer without noise).
-FDP_DELTA = 1e-5
-
-
-def fdp_bound(knowledge: dict[str, Any], m: int, guesses: int, right: int, *, confidence: float) -> dict[str, Any]:
-    """The one-run audit read through f-DP (Mahloujifar et al. 2025): the least private curve of the round's own
-    family the guesses refute, as epsilon at the round's delta, beside the round's tight epsilon (its privacy loss
-    distribution). The family is the round's releases at a scaled noise multiplier; at Poisson rate 1 they are
-    exactly mu-GDP (``mu = sqrt(steps) / sigma``), tested as such."""
-    sigma, rate, steps = (float(knowledge.get("sigma", 0.0)), float(knowledge.get("sample_rate", 1.0)),
-                          int(knowledge.get("steps", 1)))
-    delta = float(knowledge.get("delta") or FDP_DELTA)
-    tau = 1.0 - confidence
-    if sigma <= 0 or rate >= 1:  # mu-GDP (any curve at all for a round without noise)
-        mu = largest_rejected(gdp_blow_up_inverse, m, guesses, right, tau=tau)
-        bound, family = gdp_epsilon(mu, delta=delta), "mu-GDP"
-        tight = gdp_epsilon(math.sqrt(steps) / sigma, delta=delta) if sigma > 0 else math.inf
-        found = {"fdp_mu": mu}
-    else:  # the round's subsampled releases at noise 1 / t: t grows as the curve grows less private
-        t = largest_rejected(lambda t: blow_up_inverse([(1.0 / t, rate, steps)]), m, guesses, right, tau=tau,
-                             high=16.0, tol=1e-4)
-        bound = releases_epsilon([(1.0 / t, rate, steps)], delta) if t > 0 else 0.0
-        tight, family = releases_epsilon([(sigma, rate, steps)], delta), f"{steps} Gaussian releases at rate {rate:g}"
-        found = {"fdp_noise_multiplier": 1.0 / t if t > 0 else math.inf}
-    return {EPSILON_LOWER_FDP.key: bound, EPSILON_TIGHT.key: tight, "fdp_family": family,
-            "fdp_delta": delta, **found}
-
-
 @register_game("canaries")
 class Canaries(Game):
     """A one-run DP audit: each audited client's round rerun with the auditor's gradient canaries."""
@@ -288,3 +247,26 @@ def score_canaries(finding: CanaryScores, view: Any, attack: Attack, truth: Trut
                 "canary_guesses": 2 * k, "canary_guesses_right": right, "canaries": len(members),
                 "epsilon_lower_bound_confidence": confidence})
     return out
+
+
+@register_summary(30)
+def audit_lines(privacy: dict[str, Any], threat: dict[str, Any]) -> list[tuple[str, str]]:
+    """A one-run DP audit: its bounds beside the claims."""
+    lines: list[tuple[str, str]] = []
+    if EPSILON_LOWER.key in privacy:
+        lines.append(("audit", f"one-run epsilon >= {EPSILON_LOWER.shown(privacy)} at "
+                               f"{formatted(100 * privacy.get('epsilon_lower_bound_confidence', 0.95), '{:.0f}')} % "
+                               f"({privacy.get('canary_guesses_right')} of {privacy.get('canary_guesses')} guesses "
+                               f"right, {privacy.get('canaries')} canaries), claimed "
+                               f"{EPSILON_CLAIMED.shown(privacy)} for the round"))
+        if privacy.get(EPSILON_LOWER_FDP.key) is not None:
+            lines.append(("", f"through f-DP ({privacy.get('fdp_family')}): epsilon >= "
+                              f"{EPSILON_LOWER_FDP.shown(privacy)}, against the round's tight "
+                              f"{EPSILON_TIGHT.shown(privacy)}"))
+        if privacy.get(CANARY_TPR_BOUND_1.key) is not None:
+            lines.append(("", f"the round's f-DP bound on a canary test: TPR at most "
+                              f"{CANARY_TPR_BOUND_1.shown(privacy)} at FPR 1 %, "
+                              f"{CANARY_TPR_BOUND_01.shown(privacy)} at 0.1 % (measured "
+                              f"{MIA_TPR_1.shown(privacy)} and "
+                              f"{MIA_TPR_01.shown(privacy)})"))
+    return lines

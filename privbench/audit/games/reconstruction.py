@@ -10,9 +10,31 @@ import torch
 
 from privbench.attacks.base import Attack
 from privbench.attacks.reconstruction.findings import Reconstruction
+from privbench.audit.games import register_summary
 from privbench.audit.output import write_gallery, write_grid
 from privbench.audit.score import Scoring, Truth, register_scorer
-from privbench.figures import LABEL_ACCURACY, NUM_RECONSTRUCTED, NUM_TRUE, PSNR_CHANCE, PSNR_MEAN
+from privbench.figures import (
+    ATTRIBUTED_FRACTION,
+    CRAFTED_UPLOADED,
+    LABEL_ACCURACY,
+    LPIPS_CHANCE,
+    LPIPS_MEAN,
+    MISATTRIBUTED,
+    NUM_RECONSTRUCTED,
+    NUM_TRUE,
+    PSNR_CHANCE,
+    PSNR_CHANCE_INFORMED,
+    PSNR_CHANCE_UNINFORMED,
+    PSNR_GAIN,
+    PSNR_MEAN,
+    PSNR_MEDIAN,
+    PSNR_MEDIAN_GAIN,
+    RECOVERED_FRACTION,
+    RECOVERED_FRACTION_CHANCE,
+    SSIM_CHANCE,
+    SSIM_MEAN,
+    VICTIM_ATTRIBUTED,
+)
 from privbench.metrics.chance import chance_baseline, gains
 from privbench.metrics.reconstruction import Recovered, score
 from privbench.pixels import denormalise
@@ -69,3 +91,41 @@ def score_reconstructed(finding: Reconstruction, view: Any, attack: Attack, trut
         if finding.label_source == "none":
             privacy[LABEL_ACCURACY.key] = float("nan")  # no labels were inferred
     return privacy
+
+
+@register_summary(10)
+def leakage_lines(privacy: dict[str, Any], threat: dict[str, Any]) -> list[tuple[str, str]]:
+    """A reconstruction's figures against chance."""
+    lines: list[tuple[str, str]] = []
+    if PSNR_MEAN.key in privacy:
+        lines.append(("leakage", f"PSNR {PSNR_MEAN.shown(privacy)} dB, chance "
+                                 f"{PSNR_CHANCE.shown(privacy)}, gain "
+                                 f"{PSNR_GAIN.shown(privacy)} dB ({privacy.get(NUM_RECONSTRUCTED.key)} "
+                                 f"rebuilt, {privacy.get(NUM_TRUE.key)} true)"))
+        if (privacy.get(NUM_TRUE.key) or 0) > 1 and PSNR_MEDIAN.key in privacy:
+            lines.append(("", f"median image {PSNR_MEDIAN.shown(privacy)} dB, gain "
+                              f"{PSNR_MEDIAN_GAIN.shown(privacy)} dB"))
+        if PSNR_CHANCE_INFORMED.key in privacy:
+            lines.append(("", f"chance uninformed {PSNR_CHANCE_UNINFORMED.shown(privacy)} dB, "
+                              f"knowing the classes {PSNR_CHANCE_INFORMED.shown(privacy)} dB"))
+        if RECOVERED_FRACTION.key in privacy:
+            bar = privacy.get("recovered_bar")
+            rule = (f" to {Recovered(psnr=float(bar['psnr']), ssim=float(bar['ssim'])).text()}"
+                    if isinstance(bar, dict) and {"psnr", "ssim"} <= set(bar) else "")
+            lines.append(("", f"recovered {RECOVERED_FRACTION.shown(privacy)} of the true images"
+                              f"{rule} (chance {RECOVERED_FRACTION_CHANCE.shown(privacy)})"))
+        if ATTRIBUTED_FRACTION.key in privacy:
+            lines.append(("", f"attributed {ATTRIBUTED_FRACTION.shown(privacy)} to their client "
+                              f"(the victim's {VICTIM_ATTRIBUTED.shown(privacy)}), "
+                              f"{privacy.get(MISATTRIBUTED.key)} to another client's slot"))
+        if privacy.get("chance_from"):
+            alike = "" if privacy.get("chance_pool_alike", True) else " (the true images do not look like it)"
+            lines.append(("", f"chance from {privacy['chance_from']}{alike}"))
+        lines.append(("", f"SSIM {SSIM_MEAN.shown(privacy)} (chance "
+                          f"{SSIM_CHANCE.shown(privacy)}), LPIPS "
+                          f"{LPIPS_MEAN.shown(privacy)} (chance "
+                          f"{LPIPS_CHANCE.shown(privacy)}), labels "
+                          f"{LABEL_ACCURACY.shown(privacy)}"))
+    elif privacy.get("failed") and threat.get(CRAFTED_UPLOADED.key) is not False:
+        lines.append(("leakage", "attack failed: no reconstruction"))
+    return lines

@@ -10,7 +10,7 @@ from torch import nn
 from privbench.attacks.base import Attack
 from privbench.attacks.membership.findings import SourceGuesses
 from privbench.attacks.membership.views import SourceView
-from privbench.audit.games import Game, Play, messages, register_game
+from privbench.audit.games import Game, Play, messages, register_game, register_summary
 from privbench.audit.plan import Plan
 from privbench.audit.score import Scoring, Truth, register_scorer
 from privbench.data import FederatedData
@@ -93,3 +93,15 @@ def score_source(finding: SourceGuesses, view: Any, attack: Attack, truth: Truth
     return {SOURCE_ACCURACY.key: float(right.mean()), SOURCE_CHANCE.key: 1.0 / len(finding.clients),
             SOURCE_CHANCE_INFORMED.key: float((1.0 / truth.holders.double()).mean()),
             "source_records": len(right), "source_clients": len(finding.clients), **finding.info}
+
+
+@register_summary(25)
+def source_lines(privacy: dict[str, Any], threat: dict[str, Any]) -> list[tuple[str, str]]:
+    """Source inference."""
+    lines: list[tuple[str, str]] = []
+    if SOURCE_ACCURACY.key in privacy:
+        lines.append(("source", f"which client holds a record: {SOURCE_ACCURACY.shown(privacy)} "
+                                f"right over {privacy.get('source_records')} records of {privacy.get('source_clients')} "
+                                f"clients (chance {SOURCE_CHANCE.shown(privacy)}, knowing "
+                                f"each client's classes {SOURCE_CHANCE_INFORMED.shown(privacy)})"))
+    return lines
