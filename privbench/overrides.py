@@ -236,9 +236,10 @@ def check_targets(overrides: list[str], cfg: DictConfig) -> None:
 
 
 def _file_overrides(overrides: list[str]) -> list[str]:
-    """The overrides that only choose config files: group options and ``hydra.searchpath``."""
-    return [o for o in overrides if o.split("=", 1)[0].lstrip("+~") in GROUPS or o.startswith("hydra.searchpath")
-            or o.split("=", 1)[0].lstrip("+~").startswith("hydra/")]
+    """The overrides that only choose config files: group options (a study's arm groups, ``experiment/<name>/...``,
+    included) and ``hydra.searchpath``."""
+    return [o for o in overrides if o.split("=", 1)[0].lstrip("+~").split("/")[0] in GROUPS
+            or o.startswith("hydra.searchpath") or o.split("=", 1)[0].lstrip("+~").startswith("hydra/")]
 
 
 @lru_cache(maxsize=1)

@@ -71,3 +71,16 @@ def test_without_studies_a_study_is_refused_in_one_line_that_says_where_they_com
         check_overrides(["experiment=loki"])
     line = str(refused.value)
     assert "\n" not in line and f"${STUDIES_ENV}={tmp_path / 'absent'} is not a folder" in line
+
+
+def test_a_target_named_by_a_study_arm_is_a_config_files_target(tmp_path, monkeypatch, fresh_compose):
+    """An arm chosen on the command line (``+experiment/mine/arm=odd``) is a config file: the targets it names are
+    trusted as the package's are, not refused as typed on the command line."""
+    arms = tmp_path / "mine" / "experiment" / "mine" / "arm"
+    arms.mkdir(parents=True)
+    (tmp_path / "mine" / "experiment" / "mine.yaml").write_text("# @package _global_\nname: mine\n")
+    (arms / "odd.yaml").write_text("# @package _global_\nvictim:\n  clients: {_target_: privbench.victim.Victim}\n")
+    monkeypatch.setenv(STUDIES_ENV, str(tmp_path))
+    check_overrides(["experiment=mine", "+experiment/mine/arm=odd"])
+    with pytest.raises(ConfigError, match="a _target_ given on the command line"):
+        check_overrides(["experiment=mine", "victim.clients={_target_:privbench.victim.Victim}"])
