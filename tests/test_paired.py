@@ -44,8 +44,11 @@ def test_the_listing_is_signed_and_says_whether_it_holds():
 def test_a_key_one_arm_does_not_have_is_a_value_of_its_own():
     runs = pd.DataFrame({"defense": ["none", "none", "dpsgd", "dpsgd"], "defense.sigma": [float("nan")] * 2 + [1.0] * 2,
                          "seed": [0, 1, 0, 1], "mia_auc": [0.7, 0.8, 0.5, 0.6]})
-    found = contrasts(runs, ["defense", "defense.sigma"])
-    assert [(c.a, c.b, c.figure, round(c.mean, 6)) for c in found] == []  # two values differ: not one factor
+    found = contrasts(runs, ["defense", "defense.sigma"])  # sigma is the dpsgd arm's own key: one factor
+    assert [(c.factor, c.a, c.b, c.fixed, c.with_it, round(c.mean, 6)) for c in found] == [
+        ("defense", "none", "dpsgd", "", "defense.sigma=-->1", -0.2)]
+    two = runs.assign(**{"defense.sigma": [0.5, 0.5, 1.0, 1.0]})
+    assert contrasts(two, ["defense", "defense.sigma"]) == []  # two values both arms have differ: not one factor
     found = contrasts(runs.assign(**{"defense.sigma": [float("nan")] * 4}), ["defense", "defense.sigma"])
     assert [(c.factor, c.a, c.b, c.fixed, round(c.mean, 6)) for c in found] == [
         ("defense", "none", "dpsgd", "defense.sigma=-", -0.2)]

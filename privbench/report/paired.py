@@ -62,12 +62,15 @@ def contrasts(runs: pd.DataFrame, keys: list[str]) -> list[Contrast]:
     settings = {(k if isinstance(k, tuple) else (k,)): g for k, g in shown.groupby(keys, sort=False, dropna=False)}
     out: list[Contrast] = []
     for (one, a), (two, b) in itertools.combinations(settings.items(), 2):
-        differ = [i for i, (x, y) in enumerate(zip(one, two)) if x != y]
-        if len(differ) != 1:
+        changed = [i for i, (x, y) in enumerate(zip(one, two)) if x != y]
+        differ = [i for i in changed if MISSING not in (one[i], two[i])]  # a key one side lacks is its arm's own
+        if len(differ) > 1 or (not differ and len(changed) != 1):
             continue
-        i = differ[0]
-        fixed = ", ".join(f"{k}={v}" for j, (k, v) in enumerate(zip(keys, one)) if j != i)
-        with_it = ", ".join(f"{c}={a[c].iloc[0]}->{b[c].iloc[0]}" for c in config if a[c].iloc[0] != b[c].iloc[0])
+        i = (differ or changed)[0]
+        fixed = ", ".join(f"{k}={v}" for j, (k, v) in enumerate(zip(keys, one)) if j not in changed)
+        tied = [f"{keys[j]}={one[j]}->{two[j]}" for j in changed if j != i]
+        with_it = ", ".join([*tied, *(f"{c}={a[c].iloc[0]}->{b[c].iloc[0]}" for c in config
+                                      if a[c].iloc[0] != b[c].iloc[0])])
         per_seed = [g[["seed", *figures]].apply(pd.to_numeric, errors="coerce").groupby("seed").mean() for g in (a, b)]
         both = per_seed[0].merge(per_seed[1], left_index=True, right_index=True, suffixes=("_a", "_b"))
         for name in figures:
@@ -112,8 +115,8 @@ def _signed(fmt: str) -> str:
 
 HEADER = ["factor", "from -> to", "other settings", "figure", "seeds", "difference (to - from) [95 % t]",
           "seeds with its sign", "interval excludes 0"]
-CAPTION = ("Paired differences, one factor at a time: every two settings that differ in one grouping key (other "
-           "config values the same arm sets are named with it), each figure's difference between their runs of the "
+CAPTION = ("Paired differences, one factor at a time: every two settings that differ in one grouping key (keys "
+           "only one of them has, and other config values the same arm sets, are named with it), each figure's difference between their runs of the "
            "same seed, mean and 95 % Student-t interval over those seeds (no interval with one seed).")
 
 
