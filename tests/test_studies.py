@@ -84,3 +84,24 @@ def test_a_target_named_by_a_study_arm_is_a_config_files_target(tmp_path, monkey
     check_overrides(["experiment=mine", "+experiment/mine/arm=odd"])
     with pytest.raises(ConfigError, match="a _target_ given on the command line"):
         check_overrides(["experiment=mine", "victim.clients={_target_:privbench.victim.Victim}"])
+
+
+def test_one_config_source_serves_every_study(tmp_path):
+    from hydra.core.object_type import ObjectType
+
+    from privbench.studies import StudiesConfigSource
+
+    for name in ("alpha", "beta"):
+        (tmp_path / name / "experiment" / name / "arm").mkdir(parents=True)
+        (tmp_path / name / "experiment" / f"{name}.yaml").write_text(f"# @package _global_\nname: {name}\n")
+        (tmp_path / name / "experiment" / name / "arm" / "x.yaml").write_text("seed: 3\n")
+    (tmp_path / "notes").mkdir()  # not a study: no experiment/notes.yaml
+    source = StudiesConfigSource("privbench-studies", f"privbench-studies://{tmp_path}")
+    assert source.list("", None) == ["experiment"]
+    assert source.list("experiment", ObjectType.CONFIG) == ["alpha", "beta"]
+    assert source.list("experiment/alpha", ObjectType.GROUP) == ["arm"]
+    assert source.list("experiment/beta/arm", None) == ["x"]
+    assert source.is_config("experiment/alpha") and not source.is_config("attack/idlg")
+    assert not source.is_config("experiment/notes") and not source.is_group("model")
+    loaded = source.load_config("experiment/beta")
+    assert loaded.config.name == "beta" and loaded.header["package"] == "_global_"
