@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import inspect
+import sys
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from hydra.utils import get_object, instantiate
@@ -13,19 +15,32 @@ from privbench.errors import ConfigError, PrivbenchError, did_you_mean
 META_KEYS = {"_target_", "_partial_", "_recursive_", "_convert_", "describe"}
 
 
-def _parameters(target: str) -> dict[str, inspect.Parameter]:
-    """Keyword parameters of ``target``; a class's ``**kwargs`` are followed up its bases."""
-    obj = get_object(target)
+def constructors(obj: Any) -> Iterator[tuple[Callable[..., Any], dict[str, Any]]]:
+    """The functions that take ``obj``'s keyword arguments, each with the namespace its annotations are read in: a
+    class's ``__init__``, followed up its bases while it passes ``**kwargs`` on; a function itself."""
     if not inspect.isclass(obj):
-        return dict(inspect.signature(obj).parameters)
-    out: dict[str, inspect.Parameter] = {}
+        yield obj, _namespace(obj)
+        return
     for cls in obj.__mro__:
-        if "__init__" not in vars(cls):
+        if "__init__" not in vars(cls) or cls is object:
             continue
-        params = inspect.signature(vars(cls)["__init__"]).parameters
+        init = vars(cls)["__init__"]
+        yield init, _namespace(cls)
+        if not any(p.kind is p.VAR_KEYWORD for p in inspect.signature(init).parameters.values()):
+            return
+
+
+def _namespace(obj: Any) -> dict[str, Any]:
+    """The globals of the module that defines ``obj`` (empty where it names none)."""
+    return getattr(sys.modules.get(getattr(obj, "__module__", None) or ""), "__dict__", {})
+
+
+def _parameters(target: str) -> dict[str, inspect.Parameter]:
+    """Keyword parameters of ``target``; a class's ``**kwargs`` are followed up its bases (``constructors``)."""
+    out: dict[str, inspect.Parameter] = {}
+    for init, _ in constructors(get_object(target)):
+        params = inspect.signature(init).parameters
         out.update({n: p for n, p in params.items() if n != "self" and p.kind is not p.VAR_KEYWORD and n not in out})
-        if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
-            break
     return out
 
 

@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import inspect
 import math
-import sys
 import typing
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Annotated, Any, Protocol
 
+from privbench.build import constructors
 from privbench.errors import ConfigError, shown
 
 
@@ -148,6 +148,10 @@ NonNegative = Annotated[float, NON_NEGATIVE]
 Fraction = Annotated[float, FRACTION]
 Rate = Annotated[float, RATE]
 Weight = Annotated[float, WEIGHT]
+#: A probability strictly between 0 and 1 (a delta, a confidence level).
+Probability = Annotated[float, Number(low=0, high=1, open_low=True, open_high=True)]
+#: A clipping norm or range: positive and finite.
+ClipNorm = Annotated[float, Number(low=0, open_low=True, high=1e6)]
 #: ``true`` or ``false`` (YAML's), never a string such as ``maybe``, a number or null.
 Switch = Annotated[bool, Flag()]
 #: Attack budgets shared by several families: optimiser steps, restarts, public images the server or attacker holds,
@@ -172,21 +176,6 @@ class Nested:
 SECTIONS = {"victim": "privbench.victim.Victim", "metrics": "privbench.metrics.settings.ScoringSettings"}
 
 
-def _inits(obj: Any) -> Iterator[tuple[Callable[..., Any], dict[str, Any]]]:
-    """``obj``'s constructors with the namespace their annotations are read in: a class's ``__init__`` followed up
-    its bases while it passes ``**kwargs`` on (as ``privbench.build`` follows them); a function itself."""
-    if not inspect.isclass(obj):
-        yield obj, vars(sys.modules[obj.__module__])
-        return
-    for cls in obj.__mro__:
-        if "__init__" not in vars(cls) or cls is object:
-            continue
-        init = vars(cls)["__init__"]
-        yield init, vars(sys.modules[cls.__module__])
-        if not any(p.kind is p.VAR_KEYWORD for p in inspect.signature(init).parameters.values()):
-            return
-
-
 def _declared(annotation: Any, namespace: dict[str, Any]) -> tuple[Any, ...]:
     """The metadata of an ``Annotated`` parameter type (a string under postponed annotations); () otherwise, or when
     the type does not evaluate (a name imported only for type checkers)."""
@@ -209,7 +198,7 @@ def rules_of(obj: Any) -> dict[str, Rule]:
     """
     out: dict[str, Rule] = {}
     seen: set[str] = set()
-    for init, namespace in _inits(obj):
+    for init, namespace in constructors(obj):
         for name, param in inspect.signature(init).parameters.items():
             if name == "self" or name in seen or param.kind in (param.VAR_KEYWORD, param.VAR_POSITIONAL):
                 continue

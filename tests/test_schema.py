@@ -89,7 +89,8 @@ def test_values_in_range_and_keys_without_a_range_pass():
 
 
 ALIASES = ("PositiveInt", "Count", "Positive", "NonNegative", "Fraction", "Rate", "Weight", "Switch", "Iterations",
-           "Restarts", "PublicImages", "Shadows", "Candidates", "ScoringBatch", "Annotated[")
+           "Restarts", "PublicImages", "Shadows", "Candidates", "ScoringBatch", "Probability", "ClipNorm",
+           "Annotated[")
 
 
 def test_every_declared_range_of_a_shipped_target_is_read():
@@ -101,7 +102,7 @@ def test_every_declared_range_of_a_shipped_target_is_read():
     import yaml
     from hydra.utils import get_object
 
-    from privbench.schema import _inits
+    from privbench.build import constructors
 
     conf = Path(__file__).resolve().parents[1] / "privbench" / "conf"
     targets = {node["_target_"] for f in conf.glob("*/*.yaml") if f.parent.name != "experiment"
@@ -111,7 +112,7 @@ def test_every_declared_range_of_a_shipped_target_is_read():
     for target in sorted(targets):
         obj = get_object(target)
         declared = {n.split(".")[0] for n in rules_of(obj)}
-        for init, _ in _inits(obj):
+        for init, _ in constructors(obj):
             for name, param in inspect.signature(init).parameters.items():
                 if any(a in str(param.annotation) for a in ALIASES) and name not in declared:
                     lost.append(f"{target}.{name}: {param.annotation}")

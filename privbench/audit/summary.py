@@ -100,7 +100,8 @@ def _victims(privacy: dict[str, Any]) -> list[tuple[str, str]]:
     if not spread:
         return []
     psnr = (f"PSNR mean {PSNR_MEAN.shown(spread)} (min "
-            f"{formatted(spread.get('psnr_min'), PSNR_MEAN.fmt)}, max {formatted(spread.get('psnr_max'), PSNR_MEAN.fmt)}), "
+            f"{formatted(spread.get('psnr_min'), PSNR_MEAN.fmt)}, "
+            f"max {formatted(spread.get('psnr_max'), PSNR_MEAN.fmt)}), "
             f"{spread['above_chance']} above chance, ") if spread.get(PSNR_MEAN.key) is not None else ""
     others = "".join(f", {name} {spread[key]:.3f} on average" for key, name in
                      ((LABEL_SET_EXACT.key, "class set exact"), (CLASS_PROPORTION_ERROR.key, "proportions error"),

@@ -22,7 +22,7 @@ from privbench.fl.clustering.subspace import per_class_subspace
 from privbench.fl.reads import AUDIT_GRADIENT, COVERABLE, FISHER, LOCAL_SGD, SUBSPACE, PlannedRead
 from privbench.fl.sgd import per_sample_gradients
 from privbench.fl.trainer import LocalSGD, Regulariser, Trainer
-from privbench.schema import Number
+from privbench.schema import ClipNorm, Number, Probability
 
 ACCOUNTANTS = ("rdp", "prv")
 MECHANISMS = {
@@ -44,14 +44,12 @@ def _add_gradient(model: nn.Module, loss: torch.Tensor) -> None:
 class DPSGD(Trainer):
     """DP-SGD (per-sample clipping to ``max_grad_norm`` + Gaussian noise) via Opacus: a trainer.
 
-    Each client has one ``opacus.PrivacyEngine`` for the whole run, so its accountant
-    composes every release: each round's local training (``make_private`` afresh on that
-    round's model, optimiser and Poisson-sampled loader), the victim's audit gradient, and
-    the reads listed in ``cover``. With ``target_epsilon``, each client's noise multiplier is
-    calibrated to its whole planned schedule (every round, the audit gradient when it is
-    the victim, the covered reads), so a client that joins every round spends between
-    0.98 and 1 times the target. Reads not covered (GENE-FL's Fisher pass, the clustering
-    subspace, unless listed) are exact and reported as uncovered.
+    Each client has one ``opacus.PrivacyEngine`` for the whole run, so its accountant composes every release: each
+    round's local training (``make_private`` afresh on that round's model, optimiser and Poisson-sampled loader),
+    the victim's audit gradient, and the reads listed in ``cover``. With ``target_epsilon``, each client's noise
+    multiplier is calibrated to its whole planned schedule (every round, the audit gradient when it is the victim,
+    the covered reads), so a client that joins every round spends between 0.98 and 1 times the target. Reads not
+    covered (GENE-FL's Fisher pass, the clustering subspace, unless listed) are exact and reported as uncovered.
 
     Args:
         noise_multiplier: sigma; ignored when ``target_epsilon`` is set.
@@ -66,8 +64,10 @@ class DPSGD(Trainer):
 
     name = "dpsgd"
 
-    def __init__(self, *, noise_multiplier: Annotated[float, Number(low=0, high=1e4)] = 1.0, target_epsilon: Annotated[float | None, Number(low=0, high=1e6, open_low=True, nullable=True)] = None, max_grad_norm: Annotated[float, Number(low=0, high=1e6, open_low=True)] = 1.0,
-                 delta: Annotated[float, Number(low=0, high=1, open_low=True, open_high=True)] = 1e-5, accountant: str = "rdp", cover: Sequence[str] = (), seed: int = 0) -> None:
+    def __init__(self, *, noise_multiplier: Annotated[float, Number(low=0, high=1e4)] = 1.0,
+                 target_epsilon: Annotated[float | None, Number(low=0, high=1e6, open_low=True, nullable=True)] = None,
+                 max_grad_norm: ClipNorm = 1.0, delta: Probability = 1e-5, accountant: str = "rdp",
+                 cover: Sequence[str] = (), seed: int = 0) -> None:
         super().__init__()
         if accountant not in ACCOUNTANTS:
             raise ConfigError(f"defense.accountant={accountant!r} is not one of {', '.join(ACCOUNTANTS)}")

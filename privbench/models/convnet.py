@@ -19,7 +19,8 @@ class ConvNet(nn.Module):
         torch.Size([1, 10])
     """
 
-    def __init__(self, *, in_channels: int, image_size: int, num_classes: int, width: PositiveInt = 32, groups: int = 4) -> None:
+    def __init__(self, *, in_channels: int, image_size: int, num_classes: int, width: PositiveInt = 32,
+                 groups: int = 4) -> None:
         super().__init__()
         self.body = nn.Sequential(*_block(in_channels, width, groups), *_block(width, 2 * width, groups))
         side = image_size // 4

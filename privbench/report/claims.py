@@ -152,8 +152,8 @@ def render(findings: list[Finding]) -> str:
             link = Path(g.table).relative_to("docs") if g.table.startswith("docs/") else Path("..") / g.table
             lines.append(f"| {g.says} | [{g.table}]({link}) | {row} | {g.column}{scaled} | "
                          f"{_cell_text(g)} |")
-        lines += ["", "<!-- example: skip: the sweeps behind the tables (minutes to hours); tests/test_configs.py plans every "
-                  "value a study sweeps, tests/test_claims.py checks each figure against its table -->",
+        lines += ["", "<!-- example: skip: the sweeps behind the tables (minutes to hours); tests/test_configs.py "
+                  "plans every value a study sweeps, tests/test_claims.py checks each figure against its table -->",
                   "```bash", f.command, "```", ""]
     return "\n".join(lines)
 

@@ -88,7 +88,8 @@ def page(table: pd.DataFrame, runs: pd.DataFrame, plots: dict[str, tuple[Path, D
              "who learned nothing about the records scores: the strongest of the test split's mean image, random test "
              "images and, in runs since 2026-12-01, the client's classes' mean test images, with the same matching); "
              "images recovered: the share of the true images rebuilt to the run's bar (metrics.recovered_psnr and "
-             "recovered_ssim; by default 20 dB, Dimitrov et al.'s rule). Utility: known-client accuracy, agnostic-client accuracy from the learnGene. "
+             "recovered_ssim; by default 20 dB, Dimitrov et al.'s rule). Utility: known-client accuracy, "
+             "agnostic-client accuracy from the learnGene. "
              "Membership: AUC and TPR at FPR 1 % and 0.1 % of a test that guesses which records the message was "
              "computed from, against class-matched non-members (chance: AUC 0.5, TPR = FPR). "
              "Bytes: training traffic. Epsilon: the victim's DP-SGD epsilon.</p>",

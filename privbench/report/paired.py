@@ -60,8 +60,12 @@ def contrasts(runs: pd.DataFrame, keys: list[str]) -> list[Contrast]:
     config = [c for c in runs.columns if c not in COLUMNS and c not in keys and c != "seed"]
     shown = runs.assign(**{k: runs[k].map(_value) for k in [*keys, *config]})
     settings = {(k if isinstance(k, tuple) else (k,)): g for k, g in shown.groupby(keys, sort=False, dropna=False)}
+    # each setting once: its config values (constant over its runs) and its figures averaged per seed
+    values = {k: g[config].iloc[0] for k, g in settings.items()}
+    per_seed = {k: g[["seed", *figures]].apply(pd.to_numeric, errors="coerce").groupby("seed").mean()
+                for k, g in settings.items()}
     out: list[Contrast] = []
-    for (one, a), (two, b) in itertools.combinations(settings.items(), 2):
+    for one, two in itertools.combinations(settings, 2):
         changed = [i for i, (x, y) in enumerate(zip(one, two)) if x != y]
         differ = [i for i in changed if MISSING not in (one[i], two[i])]  # a key one side lacks is its arm's own
         if len(differ) > 1 or (not differ and len(changed) != 1):
@@ -69,10 +73,9 @@ def contrasts(runs: pd.DataFrame, keys: list[str]) -> list[Contrast]:
         i = (differ or changed)[0]
         fixed = ", ".join(f"{k}={v}" for j, (k, v) in enumerate(zip(keys, one)) if j not in changed)
         tied = [f"{keys[j]}={one[j]}->{two[j]}" for j in changed if j != i]
-        with_it = ", ".join([*tied, *(f"{c}={a[c].iloc[0]}->{b[c].iloc[0]}" for c in config
-                                      if a[c].iloc[0] != b[c].iloc[0])])
-        per_seed = [g[["seed", *figures]].apply(pd.to_numeric, errors="coerce").groupby("seed").mean() for g in (a, b)]
-        both = per_seed[0].merge(per_seed[1], left_index=True, right_index=True, suffixes=("_a", "_b"))
+        with_it = ", ".join([*tied, *(f"{c}={values[one][c]}->{values[two][c]}" for c in config
+                                      if values[one][c] != values[two][c])])
+        both = per_seed[one].merge(per_seed[two], left_index=True, right_index=True, suffixes=("_a", "_b"))
         for name in figures:
             d = (both[f"{name}_b"] - both[f"{name}_a"]).replace([math.inf, -math.inf], math.nan).dropna()
             if d.empty:
@@ -116,8 +119,9 @@ def _signed(fmt: str) -> str:
 HEADER = ["factor", "from -> to", "other settings", "figure", "seeds", "difference (to - from) [95 % t]",
           "seeds with its sign", "interval excludes 0"]
 CAPTION = ("Paired differences, one factor at a time: every two settings that differ in one grouping key (keys "
-           "only one of them has, and other config values the same arm sets, are named with it), each figure's difference between their runs of the "
-           "same seed, mean and 95 % Student-t interval over those seeds (no interval with one seed).")
+           "only one of them has, and other config values the same arm sets, are named with it), each figure's "
+           "difference between their runs of the same seed, mean and 95 % Student-t interval over those seeds (no "
+           "interval with one seed).")
 
 
 def to_markdown(found: list[Contrast]) -> str:

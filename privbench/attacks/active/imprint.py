@@ -147,8 +147,11 @@ class ImprintAttack(ActiveAttack):
 
     name: ClassVar[str] = "imprint"
 
-    def __init__(self, *, bins: Annotated[int, Number(integer=True, low=1, high=10**5)] = 128, public: PublicImages = 1000, scale: Annotated[float, Number(low=0, high=1000, open_low=True)] = 1e-3, gain: Annotated[float, Number(low=0, high=1000, open_low=True)] = 1e-2,
-                 tolerance: Annotated[float, Number(low=0, high=1, open_low=True)] = 1e-4, downloads: str = "same", sybils: Annotated[int, Number(integer=True, low=0, high=10**6)] = 0) -> None:
+    def __init__(self, *, bins: Annotated[int, Number(integer=True, low=1, high=10**5)] = 128,
+                 public: PublicImages = 1000, scale: Annotated[float, Number(low=0, high=1000, open_low=True)] = 1e-3,
+                 gain: Annotated[float, Number(low=0, high=1000, open_low=True)] = 1e-2,
+                 tolerance: Annotated[float, Number(low=0, high=1, open_low=True)] = 1e-4, downloads: str = "same",
+                 sybils: Annotated[int, Number(integer=True, low=0, high=10**6)] = 0) -> None:
         if bins < 1 or public < 2:
             raise ValueError("attack.bins must be >= 1 and attack.public >= 2")
         if not scale > 0 or not gain > 0 or not tolerance > 0:

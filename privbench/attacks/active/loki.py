@@ -166,8 +166,12 @@ class LokiAttack(ActiveAttack):
     name: ClassVar[str] = "loki"
     per_member: ClassVar[bool] = True
 
-    def __init__(self, *, slots: Annotated[int, Number(integer=True, low=1, high=10**4)] = 20, bins: Annotated[int, Number(integer=True, low=1, high=10**5)] = 64, public: PublicImages = 1000, scale: Annotated[float, Number(low=0, high=1000, open_low=True)] = 1.0,
-                 gain: Annotated[float, Number(low=0, high=1000, open_low=True)] = 1e-2, tolerance: Annotated[float, Number(low=0, high=1, open_low=True)] = 1e-4, noise: Annotated[float, Number(low=0, high=1000)] = 6.0) -> None:
+    def __init__(self, *, slots: Annotated[int, Number(integer=True, low=1, high=10**4)] = 20,
+                 bins: Annotated[int, Number(integer=True, low=1, high=10**5)] = 64, public: PublicImages = 1000,
+                 scale: Annotated[float, Number(low=0, high=1000, open_low=True)] = 1.0,
+                 gain: Annotated[float, Number(low=0, high=1000, open_low=True)] = 1e-2,
+                 tolerance: Annotated[float, Number(low=0, high=1, open_low=True)] = 1e-4,
+                 noise: Annotated[float, Number(low=0, high=1000)] = 6.0) -> None:
         if slots < 1 or bins < 1 or public < 2:
             raise ValueError("attack.slots and attack.bins must be >= 1 and attack.public >= 2")
         if not scale > 0 or not gain > 0 or not tolerance > 0 or not noise >= 0:

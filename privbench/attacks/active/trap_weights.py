@@ -155,8 +155,10 @@ class TrapWeightsAttack(ActiveAttack):
     sparse_rows: ClassVar[bool] = True
 
     def __init__(self, *, sigma: float = 0.5, scale_factor: float = 0.95, mu: float = 0.0,
-                 fire_rate: float | None = None, public: PublicImages = 1000, tolerance: Annotated[float, Number(low=0, high=1, open_low=True)] = 1e-4,
-                 same: float = 1e-2, rows_trapped: Annotated[float, Number(low=0, high=1, open_low=True)] = 1.0, downloads: str = "same", sybils: Annotated[int, Number(integer=True, low=0, high=10**6)] = 0) -> None:
+                 fire_rate: float | None = None, public: PublicImages = 1000,
+                 tolerance: Annotated[float, Number(low=0, high=1, open_low=True)] = 1e-4, same: float = 1e-2,
+                 rows_trapped: Annotated[float, Number(low=0, high=1, open_low=True)] = 1.0, downloads: str = "same",
+                 sybils: Annotated[int, Number(integer=True, low=0, high=10**6)] = 0) -> None:
         if not sigma > 0 or not 0 < scale_factor <= 1:
             raise ValueError("attack.sigma must be > 0 and attack.scale_factor in (0, 1]")
         if fire_rate is not None and not 0 < fire_rate < 1:

@@ -105,7 +105,8 @@ class LabelCounts(Attack[LabelView, InferredLabels]):
     reads: ClassVar[frozenset[Carries]] = frozenset({"gradient", "model"})
     view: ClassVar[ViewKind] = "labels"
 
-    def __init__(self, *, iterations: Iterations = 10, public: PublicImages = 2000, points: Annotated[int, Number(integer=True, low=1, high=10**4)] = 1, estimator: str = "auto",
+    def __init__(self, *, iterations: Iterations = 10, public: PublicImages = 2000,
+                 points: Annotated[int, Number(integer=True, low=1, high=10**4)] = 1, estimator: str = "auto",
                  shadows: Shadows = 4000, refits: Annotated[int, Number(integer=True, low=0, high=100)] = 1) -> None:
         if iterations < 0 or public < 1 or points < 1 or shadows < 10 or refits < 0:
             raise ValueError("attack.iterations must be >= 0, attack.public >= 1, attack.points >= 1, "

@@ -40,7 +40,8 @@ class ParticipationInference(Attack[ParticipationView, MembershipScores]):
     reads: ClassVar[frozenset[Carries]] = frozenset({"model"})
     view: ClassVar[ViewKind] = "participation"
 
-    def __init__(self, *, records: Annotated[int, Number(integer=True, low=1, high=10**6)] = 32, batch_size: ScoringBatch = 256) -> None:
+    def __init__(self, *, records: Annotated[int, Number(integer=True, low=1, high=10**6)] = 32,
+                 batch_size: ScoringBatch = 256) -> None:
         if records < 1 or batch_size < 1:
             raise ValueError("attack.records and attack.batch_size must be >= 1")
         self.records, self.batch_size = records, batch_size

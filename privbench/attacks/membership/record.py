@@ -49,7 +49,8 @@ class MembershipInference(Attack[MembershipView, MembershipScores]):
     reads: ClassVar[frozenset[Carries]] = frozenset({"model", "gradient"})
     view: ClassVar[ViewKind] = "membership"
 
-    def __init__(self, *, test: Test = "loss_change", max_candidates: Candidates = 1000, batch_size: ScoringBatch = 256) -> None:
+    def __init__(self, *, test: Test = "loss_change", max_candidates: Candidates = 1000,
+                 batch_size: ScoringBatch = 256) -> None:
         if test not in TESTS:
             raise ValueError(f"attack.test={test!r}: allowed {', '.join(TESTS)}")
         if max_candidates < 2 or batch_size < 1:

@@ -40,7 +40,8 @@ class SourceInference(Attack[SourceView, SourceGuesses]):
     reads: ClassVar[frozenset[Carries]] = frozenset({"model"})
     view: ClassVar[ViewKind] = "source"
 
-    def __init__(self, *, max_candidates: Candidates = 500, batch_size: ScoringBatch = 256, prior: str = "none") -> None:
+    def __init__(self, *, max_candidates: Candidates = 500, batch_size: ScoringBatch = 256,
+                 prior: str = "none") -> None:
         if max_candidates < 2 or batch_size < 1:
             raise ValueError("attack.max_candidates must be >= 2 and attack.batch_size >= 1")
         if prior not in PRIORS:

@@ -27,7 +27,7 @@ from privbench.attacks.one_run.findings import CanaryScores
 from privbench.attacks.one_run.views import CanaryView
 from privbench.attacks.views import at_weights
 from privbench.payloads.kinds import Carries
-from privbench.schema import Number
+from privbench.schema import Number, Probability
 
 #: Which canaries the auditor designs: gradient Diracs (white-box, DP-SGD's own records) or mislabelled images.
 CanaryKind = Literal["dirac", "mislabelled"]
@@ -49,7 +49,9 @@ class OneRunAudit(Attack[CanaryView, CanaryScores]):
     reads: ClassVar[frozenset[Carries]] = frozenset({"model"})
     view = "canaries"
 
-    def __init__(self, *, canaries: Annotated[int, Number(integer=True, low=2, high=10**7)] = 10000, guesses: Annotated[int, Number(integer=True, low=1, high=10**7)] = 100, confidence: Annotated[float, Number(low=0, high=1, open_low=True, open_high=True)] = 0.95,
+    def __init__(self, *, canaries: Annotated[int, Number(integer=True, low=2, high=10**7)] = 10000,
+                 guesses: Annotated[int, Number(integer=True, low=1, high=10**7)] = 100,
+                 confidence: Probability = 0.95,
                  kind: CanaryKind = "dirac") -> None:
         if canaries < 2 or not 1 <= guesses <= canaries // 2:
             raise ValueError("attack.canaries must be >= 2 and attack.guesses in [1, canaries / 2]")

@@ -122,7 +122,8 @@ class SubspaceClassSet(Attack[BasisView, InferredProperty]):
     reads: ClassVar[frozenset[Carries]] = frozenset({"basis"})
     view: ClassVar[ViewKind] = "basis"
 
-    def __init__(self, *, form: Form = "svd", dim: Annotated[int, Number(integer=True, low=1, high=10**4)] = 5, max_classes: Annotated[int, Number(integer=True, low=1, high=10)] = 4) -> None:
+    def __init__(self, *, form: Form = "svd", dim: Annotated[int, Number(integer=True, low=1, high=10**4)] = 5,
+                 max_classes: Annotated[int, Number(integer=True, low=1, high=10)] = 4) -> None:
         if form not in ("svd", "pacfl"):
             raise ValueError(f"attack.form={form!r}: allowed svd, pacfl")
         if dim < 1 or max_classes < 1:

@@ -38,8 +38,8 @@ class GradientInversion(Attack[AttackTarget, Reconstruction]):
     reads: ClassVar[frozenset[Carries]] = frozenset({"gradient", "model"})
 
     def __init__(self, *, iterations: Iterations = 300, restarts: Restarts = 4, converged: NonNegative = 1e-6,
-                 stall_at: Fraction = 0.25, stall_tol: NonNegative = 0.05, unroll: Switch = False, max_images: PositiveInt = 64,
-                 patience: Count = 0) -> None:
+                 stall_at: Fraction = 0.25, stall_tol: NonNegative = 0.05, unroll: Switch = False,
+                 max_images: PositiveInt = 64, patience: Count = 0) -> None:
         if iterations < 1 or restarts < 1 or max_images < 1:
             raise ValueError("attack.iterations, attack.restarts and attack.max_images must be >= 1")
         self.iterations, self.restarts, self.unroll, self.max_images = iterations, restarts, unroll, max_images

@@ -124,7 +124,8 @@ class FedAvgInversion(GradientInversion):
     view: ClassVar[ViewKind] = "labels"
 
     def __init__(self, *, iterations: Iterations = 1600, restarts: Restarts = 1, lr: Rate = 0.1, tv: Weight = 1e-3,
-                 prior: float = 0.03, tie: str = "matched", rematch: Iterations = 25, points: Annotated[int, Number(integer=True, low=1, high=10**4)] = 8, public: PublicImages = 2000,
+                 prior: float = 0.03, tie: str = "matched", rematch: Iterations = 25,
+                 points: Annotated[int, Number(integer=True, low=1, high=10**4)] = 8, public: PublicImages = 2000,
                  max_images: PositiveInt = 128) -> None:
         super().__init__(iterations=iterations, restarts=restarts, converged=0.0, stall_at=1.0, stall_tol=math.inf,
                          unroll=True, max_images=max_images)

@@ -34,9 +34,10 @@ class IDLG(DLG):
     name = "idlg"
     view: ClassVar[ViewKind] = "labels"
 
-    def __init__(self, *, iterations: Iterations = 300, restarts: Restarts = 4, converged: NonNegative = 1e-6, stall_at: Fraction = 0.25,
-                 stall_tol: NonNegative = 0.05, unroll: Switch = False, max_images: PositiveInt = 64, patience: Count = 0,
-                 labels: str = "auto", public: PublicImages = 2000) -> None:
+    def __init__(self, *, iterations: Iterations = 300, restarts: Restarts = 4, converged: NonNegative = 1e-6,
+                 stall_at: Fraction = 0.25, stall_tol: NonNegative = 0.05, unroll: Switch = False,
+                 max_images: PositiveInt = 64, patience: Count = 0, labels: str = "auto",
+                 public: PublicImages = 2000) -> None:
         super().__init__(iterations=iterations, restarts=restarts, converged=converged, stall_at=stall_at,
                          stall_tol=stall_tol, unroll=unroll, max_images=max_images, patience=patience)
         check_label_rule(labels, public)

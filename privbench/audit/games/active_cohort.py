@@ -115,7 +115,8 @@ def _digests(members: Sequence[Member], own: Sequence[nn.Module] | None, crafted
     server's own, says it received what the victim did."""
     said = {name: digest(parameters_of(own[i] if own is not None else crafted if name == victim else hushed))
             for i, (name, _, _) in enumerate(members) if name not in sybils}
-    return {**said, **{name: said.get(victim, digest(parameters_of(crafted))) for name in sybils}}
+    victims = said[victim] if victim in said else digest(parameters_of(crafted))  # hashed once, for every sybil
+    return {**said, **{name: victims for name in sybils}}
 
 
 def _cohort(payload: Payload, members: Sequence[Member], victim: str, isolates: bool, sybils: int) -> list[str]:

@@ -101,7 +101,7 @@ def source_lines(privacy: dict[str, Any], threat: dict[str, Any]) -> list[tuple[
     lines: list[tuple[str, str]] = []
     if SOURCE_ACCURACY.key in privacy:
         lines.append(("source", f"which client holds a record: {SOURCE_ACCURACY.shown(privacy)} "
-                                f"right over {privacy.get('source_records')} records of {privacy.get('source_clients')} "
-                                f"clients (chance {SOURCE_CHANCE.shown(privacy)}, knowing "
-                                f"each client's classes {SOURCE_CHANCE_INFORMED.shown(privacy)})"))
+                                f"right over {privacy.get('source_records')} records of "
+                                f"{privacy.get('source_clients')} clients (chance {SOURCE_CHANCE.shown(privacy)}, "
+                                f"knowing each client's classes {SOURCE_CHANCE_INFORMED.shown(privacy)})"))
     return lines

@@ -21,7 +21,7 @@ from privbench.fl.protocols.round import Upload
 from privbench.fl.sgd import State
 from privbench.fl.wire import Wire
 from privbench.payloads.encoding import decode
-from privbench.schema import Number
+from privbench.schema import ClipNorm, Number
 
 
 class SecureDPFedAvg(DPFedAvg):
@@ -37,8 +37,10 @@ class SecureDPFedAvg(DPFedAvg):
     seals = True
 
     def __init__(self, *, num_shares: int | float = 1.0, reconstruction_threshold: int | float = 0.5,
-                 clipping_range: Annotated[float, Number(low=0, high=1e6, open_low=True)] = 8.0, quantization_range: Annotated[int, Number(integer=True, low=2, high=2**31)] = 2**22, modulus_range: Annotated[int, Number(integer=True, low=4, high=2**32)] = 2**32,
-                 seed: int = 0, **dp: Any) -> None:
+                 clipping_range: ClipNorm = 8.0,
+                 quantization_range: Annotated[int, Number(integer=True, low=2, high=2**31)] = 2**22,
+                 modulus_range: Annotated[int, Number(integer=True, low=4, high=2**32)] = 2**32, seed: int = 0,
+                 **dp: Any) -> None:
         if dp.get("mode", "central") != "central":
             raise ConfigError(f"aggregation.mode={dp['mode']!r}: DP-FedAvg over SecAgg+ noises the secure sum "
                               "(central); local DP needs no secure sum to hide its uploads")

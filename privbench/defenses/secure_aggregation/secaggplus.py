@@ -50,7 +50,7 @@ from privbench.fl.sgd import State
 from privbench.fl.wire import Wire
 from privbench.payloads import AggregatePart, Payload
 from privbench.progress import log
-from privbench.schema import Number, Switch
+from privbench.schema import ClipNorm, Number, Switch
 
 
 class SecAggPlus(Aggregation):
@@ -78,9 +78,11 @@ class SecAggPlus(Aggregation):
     seals = True
 
     def __init__(self, *, num_shares: int | float = 1.0, reconstruction_threshold: int | float = 0.5,
-                 clipping_range: Annotated[float, Number(low=0, high=1e6, open_low=True)] = 8.0, quantization_range: Annotated[int, Number(integer=True, low=2, high=2**31)] = 2**22, modulus_range: Annotated[int, Number(integer=True, low=4, high=2**32)] = 2**32,
-                 max_weight: Annotated[float, Number(low=0, high=1e12, open_low=True)] = 1000.0, seed: int = 0, uniform: bool = False,
-                 agreed_download: Switch = False) -> None:
+                 clipping_range: ClipNorm = 8.0,
+                 quantization_range: Annotated[int, Number(integer=True, low=2, high=2**31)] = 2**22,
+                 modulus_range: Annotated[int, Number(integer=True, low=4, high=2**32)] = 2**32,
+                 max_weight: Annotated[float, Number(low=0, high=1e12, open_low=True)] = 1000.0, seed: int = 0,
+                 uniform: bool = False, agreed_download: Switch = False) -> None:
         num_shares, reconstruction_threshold = checked_settings(
             num_shares=num_shares, reconstruction_threshold=reconstruction_threshold, clipping_range=clipping_range,
             quantization_range=quantization_range, modulus_range=modulus_range, max_weight=max_weight)

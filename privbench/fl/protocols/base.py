@@ -55,9 +55,10 @@ class FederatedProtocol(ProtocolClient, ABC):
     #: whether its rounds work with cohorts of any size (``fl.sampling=poisson``).
     poisson_sampling: ClassVar[bool] = False
 
-    def __init__(self, *, rounds: PositiveInt, participants: PositiveInt, local_epochs: PositiveInt, lr: Rate, batch_size: PositiveInt,
-                 momentum: Annotated[float, Number(low=0, high=1, open_high=True)] = 0.0, trainer: Trainer | None = None, vectorise: Switch = False,
-                 aggregation: Aggregation | None = None, sampling: str = "fixed") -> None:
+    def __init__(self, *, rounds: PositiveInt, participants: PositiveInt, local_epochs: PositiveInt, lr: Rate,
+                 batch_size: PositiveInt, momentum: Annotated[float, Number(low=0, high=1, open_high=True)] = 0.0,
+                 trainer: Trainer | None = None, vectorise: Switch = False, aggregation: Aggregation | None = None,
+                 sampling: str = "fixed") -> None:
         for key, value, low in (("rounds", rounds, 1), ("participants", participants, 1),
                                 ("local_epochs", local_epochs, 1), ("batch_size", batch_size, 1)):
             if value < low:

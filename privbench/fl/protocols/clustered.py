@@ -82,8 +82,8 @@ class ClusteredProtocol(FederatedProtocol):
         **kwargs: the shared settings of ``FederatedProtocol``.
     """
 
-    def __init__(self, *, num_clusters: PositiveInt = 2, subspace_dim: PositiveInt = 5, subspace: str = "svd", eval: str = "cluster",
-                 agnostic: Annotated[dict[str, Any] | None, Nested(AgnosticSettings)] = None,
+    def __init__(self, *, num_clusters: PositiveInt = 2, subspace_dim: PositiveInt = 5, subspace: str = "svd",
+                 eval: str = "cluster", agnostic: Annotated[dict[str, Any] | None, Nested(AgnosticSettings)] = None,
                  **kwargs: Any) -> None:
         super().__init__(**kwargs)
         if subspace not in SUBSPACES:

@@ -65,8 +65,8 @@ class GeneFL(ClusteredProtocol):
     replays_own_data = True
 
     def __init__(self, *, lambda1: Weight = 0.01, lambda2: Weight = 1.0, eps: NonNegative = 1e-6,
-                 gene: Annotated[dict[str, Any] | None, Nested(GeneSettings)] = None, downlink: str = "full", unsent: str = "theta0",
-                 **kwargs: Any) -> None:
+                 gene: Annotated[dict[str, Any] | None, Nested(GeneSettings)] = None, downlink: str = "full",
+                 unsent: str = "theta0", **kwargs: Any) -> None:
         super().__init__(**kwargs)
         if lambda1 < 0 or lambda2 < 0 or eps < 0:
             raise ConfigError("fl.lambda1, fl.lambda2 and fl.eps must be >= 0")
