@@ -12,6 +12,7 @@ from privbench.io import atomic_write_bytes, atomic_write_text
 from privbench.report.collect import collect, runs_from_csv
 from privbench.report.gallery import gallery_page, style
 from privbench.report.html import kept_figures, page
+from privbench.report.ladder import ladder_markdown
 from privbench.report.paired import contrasts
 from privbench.report.paired import to_html as paired_html
 from privbench.report.paired import to_markdown as paired_markdown
@@ -30,8 +31,8 @@ def spreadsheet_safe(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def build_report(root: Path, out: Path | None = None) -> Path:
-    """Write ``runs.csv``, ``table.csv``, ``table.md``, ``paired.md`` (arms one factor at a time), the figures,
-    ``audit.html`` and ``gallery.html`` to ``out``.
+    """Write ``runs.csv``, ``table.csv``, ``table.md``, ``paired.md`` (arms one factor at a time), ``ladder.md``
+    (where runs climbed the membership ladder), the figures, ``audit.html`` and ``gallery.html`` to ``out``.
 
     ``root`` is a results folder, or a report's ``runs.csv``: then the tables, figures and ``audit.html`` are
     rebuilt from it (the gallery and the membership ROC need the run folders: the gallery is left as it is, and
@@ -65,6 +66,9 @@ def build_report(root: Path, out: Path | None = None) -> Path:
     plots = write_plots(runs, table, out)
     name = (Path(root).parent if from_csv else Path(root)).resolve().name
     if not from_csv:
+        ladder = ladder_markdown(runs, list(table.attrs.get("keys", [])))
+        if ladder is not None:
+            atomic_write_text(out / "ladder.md", ladder)
         roc = roc_figure(runs, table, root)
         if roc is not None:
             plots[RUN_FOLDER_FIGURE] = (out / "membership_roc.png", roc)

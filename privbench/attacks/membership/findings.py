@@ -17,6 +17,15 @@ class MembershipScores(Finding):
 
 
 @dataclass
+class LadderScores(MembershipScores):
+    """Several tests' scores of the same candidates (``rungs`` by name, e.g. ``rmia_online@8``); ``scores`` are the
+    headline rung's; ``skipped``: the rungs that could not run, with why."""
+
+    rungs: dict[str, torch.Tensor] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
 class SourceGuesses(Finding):
     """Source inference: each candidate record's loss under each client's model (``[records, clients]``); the
     guess is the client of the smallest."""

@@ -211,16 +211,23 @@ def shadow_datasets(labels: torch.Tensor, population_labels: torch.Tensor, sampl
     """Each shadow's training rows (``[K, samples]``, into candidates then population) and which candidates it holds
     (``[K, M]``).
 
-    Online: shadows ``2j`` and ``2j + 1`` take complementary random halves of the candidates; offline: none. The
-    rest of each shadow's ``samples`` are population records drawn without replacement, per class in the
-    candidates' proportions (largest remainder). Refused in one line when the population is too small.
+    Online: shadows ``2j`` and ``2j + 1`` take complementary random halves of the candidates; offline: none. A pool
+    of more than ``2 * samples`` candidates does not fit in two shadows: then shadow ``k`` takes the ``k``-th run of
+    ``samples`` candidates along one random cycle of them, so each is in ``K * samples / M`` shadows (rounded down or
+    up), never drawn unevenly. The rest of each shadow's ``samples`` are population records drawn without
+    replacement, per class in the candidates' proportions (largest remainder). Refused in one line when the
+    population is too small.
     """
     m = len(labels)
     classes, counts = labels.unique(return_counts=True)
     inside = torch.zeros(shadows, m, dtype=torch.bool)
+    cycle = torch.randperm(m, generator=generator) if online and m > 2 * samples else None
     rows = []
     for k in range(shadows):
-        if online:
+        if cycle is not None:
+            half = cycle[(torch.arange(samples) + k * samples) % m]
+            inside[k, half] = True
+        elif online:
             if k % 2 == 0:
                 order = torch.randperm(m, generator=generator)
             half = order[: m // 2] if k % 2 == 0 else order[m // 2:]

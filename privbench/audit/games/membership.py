@@ -32,11 +32,13 @@ from privbench.pixels import normalise
 
 
 def membership_game(p: Plan, members: list[int], payload: Payload, base: Payload | None, model: nn.Module,
-                    data: FederatedData) -> tuple[MembershipView, torch.Tensor]:
+                    data: FederatedData, untouched: torch.Tensor | None = None) -> tuple[MembershipView, torch.Tensor]:
     """The membership game of one message: its training records (at most half of ``attack.max_candidates``) and as
     many test-split records of the same classes, shuffled; the view, and which candidates are members (the
     evaluator's). Members whose class has no test record left are not used. The classes' other test records are
-    the attacker's population (shadow training)."""
+    the attacker's population (shadow training). With ``attack.non_members`` above the members' count, the
+    non-members beyond the pairs are ``untouched`` train records (no model the message derives from trained on
+    them), drawn in the members' class proportions."""
     generator = torch.Generator().manual_seed(p.seed * 7919 + 17)
     train_labels, test_labels = data.train.labels.cpu(), data.test.labels.cpu()
     chosen = torch.tensor(sorted(set(members)), dtype=torch.long)
@@ -53,10 +55,14 @@ def membership_game(p: Plan, members: list[int], payload: Payload, base: Payload
             partners.append(pool.pop())
     if not kept:
         raise AttackNotApplicableError(f"{payload.id}: no member record has a test record of its class to pair with")
-    images = torch.cat([data.train.images[torch.tensor(kept, device=data.train.images.device)].cpu(),
+    wanted = int(getattr(p.attack, "non_members", 0) or 0) - len(partners)
+    extra = extra_non_members(train_labels, train_labels[kept], untouched, wanted, generator) if wanted > 0 else []
+    train_rows = torch.tensor(kept + extra, device=data.train.images.device)
+    images = torch.cat([data.train.images[train_rows].cpu(),
                         data.test.images[torch.tensor(partners, device=data.test.images.device)].cpu()]).float() / 255.0
-    labels = torch.cat([train_labels[kept], test_labels[partners]])
-    is_member = torch.cat([torch.ones(len(kept), dtype=torch.bool), torch.zeros(len(partners), dtype=torch.bool)])
+    labels = torch.cat([train_labels[kept + extra], test_labels[partners]])
+    is_member = torch.cat([torch.ones(len(kept), dtype=torch.bool),
+                           torch.zeros(len(extra) + len(partners), dtype=torch.bool)])
     order = torch.randperm(len(labels), generator=generator)
     device = next(model.parameters()).device
     left = sorted(r for rows in free.values() for r in rows)  # the candidates' classes' other test records
@@ -67,8 +73,54 @@ def membership_game(p: Plan, members: list[int], payload: Payload, base: Payload
                                        candidates=normalise(images[order], data.train.mean, data.train.std).to(device),
                                        labels=labels[order].to(device),
                                        pool=f"{len(kept)} training records of the message and {len(partners)} "
-                                            "test-split records of the same classes, shuffled", population=population)
+                                            "test-split records of the same classes"
+                                            + (f" and {len(extra)} train-split records no model it derives from "
+                                               "trained on, in the members' class proportions" if extra else "")
+                                            + ", shuffled", population=population)
     return view, is_member[order]
+
+
+def extra_non_members(labels: torch.Tensor, members: torch.Tensor, untouched: torch.Tensor | None, wanted: int,
+                      generator: torch.Generator) -> list[int]:
+    """``wanted`` rows of ``untouched`` (train-split indices) per class in ``members``' label proportions (largest
+    remainder); refused in one line when a class has too few."""
+    if untouched is None:
+        raise AttackNotApplicableError("attack.non_members above the members' count needs the train records no "
+                                       "model trained on, which this game was not given")
+    classes, counts = members.unique(return_counts=True)
+    exact = counts.double() * wanted / counts.sum()
+    take = exact.floor().long()
+    rest = wanted - int(take.sum())
+    if rest:
+        take[torch.argsort(exact - take, descending=True, stable=True)[:rest]] += 1
+    out: list[int] = []
+    for c, n in zip(classes.tolist(), take.tolist()):
+        pool = untouched[labels[untouched].eq(c)]
+        if len(pool) < n:
+            raise AttackNotApplicableError(
+                f"attack.non_members: class {c} needs {n} train records no model trained on and has {len(pool)}; "
+                "lower attack.non_members, or let fewer clients take part (data.num_clients, fl.participants)")
+        out += pool[torch.randperm(len(pool), generator=generator)[:n]].tolist()
+    return out
+
+
+def untouched_records(store: PayloadStore, data: FederatedData, round_: int) -> torch.Tensor:
+    """Train-split indices no client trained on up to ``round_``: neither in any message of those rounds nor held by
+    a client that sent one (every known and agnostic client's whole dataset counts as touched once it sends)."""
+    touched: set[int] = set()
+    for record in store.records():
+        if int(record.get("round", 0)) > round_:
+            continue
+        touched.update(store.truth(record["id"]))
+        sender = str(record.get("sender", ""))
+        if sender.removeprefix("client").isdigit():
+            index = int(sender.removeprefix("client"))
+            if index < len(data.clients):
+                touched.update(int(i) for i in data.clients[index])
+    for held in data.agnostic_clients:
+        touched.update(int(i) for i in held)
+    free = sorted(set(range(len(data.train.labels))) - touched)
+    return torch.tensor(free, dtype=torch.long)
 
 
 @register_game("membership")
@@ -79,7 +131,8 @@ class Membership(Game):
               ) -> list[Play]:
         plays = []
         for payload, base, records in messages(p, store, clients):
-            view, members = membership_game(p, records, payload, base, model, data)
+            free = (untouched_records(store, data, payload.round) if getattr(p.attack, "non_members", 0) else None)
+            view, members = membership_game(p, records, payload, base, model, data, free)
             plays.append(Play(payload, view, records, {"membership": members}))
         return plays
 
