@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -15,6 +16,7 @@ from privbench.attacks.membership.lira import Confidences, shadow_datasets
 from privbench.audit.games.membership import extra_non_members, untouched_records
 from privbench.audit.games.membership_ladder import ladder_lines, rung_figures
 from privbench.errors import AttackNotApplicableError
+from privbench.report.ladder import ladder_markdown
 
 #: tests/test_lira.py's overfit client: 80 images of 8 classes, 30 local epochs of batch 8, round 1's update.
 OVERFIT = ["fl=fedavg", "payload=update", "victim.update_data=all", "fl.local_epochs=30", "data.num_clients=60",
@@ -45,14 +47,17 @@ def test_extra_non_members_follow_the_members_class_proportions() -> None:
 
 
 class _Store:
-    """Two messages: client 0's of round 0 (truth rows 0-1) and client 2's of round 2 (after the audited round)."""
+    """Client 0's update of round 0 (truth rows 0-1), client 2's learnGene of round 2 (after the audited round), the
+    server's round-1 model (truth row 9), client 1's subspace basis of round 0 (rows 3-5: it trains no model)."""
 
     def records(self):
-        return iter([{"id": "a", "round": 0, "sender": "client0"}, {"id": "b", "round": 2, "sender": "client2"},
-                     {"id": "c", "round": 1, "sender": "server"}])
+        return iter([{"id": "a", "round": 0, "sender": "client0", "kind": "update"},
+                     {"id": "b", "round": 2, "sender": "client2", "kind": "learngene"},
+                     {"id": "c", "round": 1, "sender": "server", "kind": "global_model"},
+                     {"id": "d", "round": 0, "sender": "client1", "kind": "subspace"}])
 
     def truth(self, payload_id):
-        return {"a": [0, 1], "b": [8], "c": [9]}[payload_id]
+        return {"a": [0, 1], "b": [8], "c": [9], "d": [3, 4, 5]}[payload_id]
 
 
 class _Data:
@@ -67,7 +72,8 @@ class _Data:
 
 def test_untouched_records_leave_out_every_sender_up_to_the_round() -> None:
     """Round 1: client 0 sent (its whole dataset counts, not only its truth rows), the server's round-1 message's
-    truth counts, client 2's round-2 message does not, the agnostic client always does: rows 3-8 and 11 are left."""
+    truth counts, client 2's round-2 message does not, client 1's basis does not, the agnostic client always does:
+    rows 3-8 and 11 are left."""
     assert untouched_records(_Store(), _Data(), 1).tolist() == [3, 4, 5, 6, 7, 8, 11]  # type: ignore[arg-type]
     assert untouched_records(_Store(), _Data(), 2).tolist() == [3, 4, 5, 11]  # type: ignore[arg-type]
 
@@ -135,3 +141,22 @@ def test_the_ladder_of_an_overfit_update(tmp_path) -> None:
     threat = json.loads((got.run_dir / "threat_model.json").read_text())
     assert threat["attack_budget"]["references"] == [1, 8]
     assert "train-split records no model it derives from trained on" in threat["candidate_pool"]
+
+
+def test_the_report_averages_each_rung_and_pairs_it_over_seeds(tmp_path) -> None:
+    """Two seeds of one setting: loss AUC 0.6 and 0.7 against lira_online@64's 0.65 and 0.85, so the mean is 0.650
+    and the paired difference -0.100 (each seed below: above in 0 of 2); a rung no seed ran says why."""
+    rows = []
+    for seed, (loss, lira) in enumerate(((0.6, 0.65), (0.7, 0.85))):
+        run = tmp_path / f"s{seed}"
+        run.mkdir()
+        rung = {"tpr_1": 0.1, "tpr_01": 0.0}
+        ladder = [{"rung": "loss", "auc": loss, **rung}, {"rung": "lira_online@64", "auc": lira, **rung},
+                  {"rung": "lira_offline@1", "skipped": "it needs two"}]
+        (run / "metrics.json").write_text(json.dumps({"privacy": {"mia_ladder": ladder}}))
+        rows.append({"fl": "fedavg", "seed": seed, "run_dir": str(run)})
+    text = ladder_markdown(pd.DataFrame(rows), ["fl", "seed"])
+    assert text is not None and "### fl=fedavg" in text and "Seeds 0, 1." in text
+    assert "| loss | 0.650 [" in text and "| -0.100 [" in text and "above in 0 of 2 |" in text
+    assert "| lira_offline@1 | not run: it needs two |" in text
+    assert ladder_markdown(pd.DataFrame([{"fl": "x", "seed": 0, "run_dir": str(tmp_path / "gone")}]), ["fl"]) is None

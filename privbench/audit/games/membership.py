@@ -28,6 +28,7 @@ from privbench.figures import (
 )
 from privbench.metrics.membership import auc, clopper_pearson, roc, tpr_at_fpr
 from privbench.payloads import Payload, PayloadStore
+from privbench.payloads import kind as payload_kind
 from privbench.pixels import normalise
 
 
@@ -105,11 +106,12 @@ def extra_non_members(labels: torch.Tensor, members: torch.Tensor, untouched: to
 
 
 def untouched_records(store: PayloadStore, data: FederatedData, round_: int) -> torch.Tensor:
-    """Train-split indices no client trained on up to ``round_``: neither in any message of those rounds nor held by
-    a client that sent one (every known and agnostic client's whole dataset counts as touched once it sends)."""
+    """Train-split indices no client trained on up to ``round_``: neither in any model or gradient message of those
+    rounds nor held by a client that sent one (its whole dataset counts), nor held by an agnostic client. A record
+    that entered only a client's subspace basis (GENE-FL's clustering) trained no model and stays untouched."""
     touched: set[int] = set()
     for record in store.records():
-        if int(record.get("round", 0)) > round_:
+        if int(record.get("round", 0)) > round_ or payload_kind(str(record.get("kind"))).carries not in TRAINED:
             continue
         touched.update(store.truth(record["id"]))
         sender = str(record.get("sender", ""))
@@ -121,6 +123,10 @@ def untouched_records(store: PayloadStore, data: FederatedData, round_: int) -> 
         touched.update(int(i) for i in held)
     free = sorted(set(range(len(data.train.labels))) - touched)
     return torch.tensor(free, dtype=torch.long)
+
+
+#: What a message carries when a model was trained on its records.
+TRAINED = ("model", "gradient")
 
 
 @register_game("membership")
