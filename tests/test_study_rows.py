@@ -38,6 +38,7 @@ ROWS: dict[str, tuple[str, str]] = {
     "loki": ("loki", "+experiment/loki/attack=imprint,+experiment/loki=one_step,model=lenet,seed=0"),
     "loki_victim": ("adaptive_server", "+experiment/adaptive_server/attack=loki,+experiment/adaptive_server="
                                        "fedavg_secagg,seed=0,victim.num_images=8"),
+    "membership_ladder": ("membership_ladder", "+experiment/membership_ladder/protocol=fedavg,seed=0"),
     "membership_leakage": ("membership_leakage", "+experiment/membership_leakage/attack=loss,"
                                                  "+experiment/membership_leakage/protocol=fedavg,seed=0"),
     "privacy_tradeoff": ("privacy_tradeoff", "attack=idlg,defense=none,payload=gradient,seed=0"),

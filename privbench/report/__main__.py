@@ -66,7 +66,7 @@ def build_report(root: Path, out: Path | None = None) -> Path:
     plots = write_plots(runs, table, out)
     name = (Path(root).parent if from_csv else Path(root)).resolve().name
     if not from_csv:
-        ladder = ladder_markdown(runs, list(table.attrs.get("keys", [])))
+        ladder = ladder_markdown(runs, list(table.attrs.get("keys", [])), Path(root))
         if ladder is not None:
             atomic_write_text(out / "ladder.md", ladder)
         roc = roc_figure(runs, table, root)

@@ -16,9 +16,9 @@ from privbench.report.table import t_interval
 REFERENCE = "lira_online@64"
 
 
-def _ladder(run_dir: str) -> list[dict[str, Any]]:
+def _ladder(run_dir: Path) -> list[dict[str, Any]]:
     """A run's ladder (empty when the run did not climb one or its folder is gone)."""
-    path = Path(run_dir) / "metrics.json"
+    path = run_dir / "metrics.json"
     try:
         ladder = json.loads(path.read_text()).get("privacy", {}).get("mia_ladder")
     except (OSError, ValueError):
@@ -27,7 +27,8 @@ def _ladder(run_dir: str) -> list[dict[str, Any]]:
 
 
 def _mean(values: list[float]) -> str:
-    lo, hi = t_interval(pd.Series(values))
+    """Mean [95 % t] of a share (clipped to [0, 1])."""
+    lo, hi = (min(max(b, 0.0), 1.0) for b in t_interval(pd.Series(values)))
     return f"{np.mean(values):.3f} [{lo:.3f}, {hi:.3f}]" if len(values) > 1 else f"{np.mean(values):.3f}"
 
 
@@ -41,13 +42,14 @@ def _paired(rung: dict[int, float], reference: dict[int, float]) -> str:
     return f"{np.mean(d):+.3f} [{lo:+.3f}, {hi:+.3f}], above in {above} of {len(d)}"
 
 
-def ladder_markdown(runs: pd.DataFrame, keys: list[str]) -> str | None:
-    """One table per setting (the grouping ``keys`` but the seed) of the runs that climbed a ladder; None if none."""
+def ladder_markdown(runs: pd.DataFrame, keys: list[str], root: Path) -> str | None:
+    """One table per setting (the grouping ``keys`` but the seed) of the runs under ``root`` (``run_dir`` is relative
+    to it) that climbed a ladder; None if none did."""
     sections: list[str] = []
     keys = [k for k in keys if k in runs.columns and k != "seed"]
     groups = runs.groupby(keys, dropna=False, sort=True) if keys else [((), runs)]
     for setting, frame in groups:
-        climbed = {int(row.seed): _ladder(str(row.run_dir)) for row in frame.itertuples()}
+        climbed = {int(row.seed): _ladder(Path(root) / str(row.run_dir)) for row in frame.itertuples()}
         climbed = {s: ladder for s, ladder in climbed.items() if ladder}
         if not climbed:
             continue
