@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from privbench.report.claims import Figure, load, problem, render, tables
+from privbench.report.claims import Figure, Finding, load, problem, render, stale_reports, tables
 
 ROOT = Path(__file__).resolve().parents[1]
 REGISTER = load(ROOT / "docs" / "claims.yaml")
+STALE = stale_reports(ROOT / "docs" / "claims.yaml")
 
 
 def _bullets() -> list[str]:
@@ -67,4 +68,18 @@ def test_markdown_tables_are_read_by_header():
 
 
 def test_the_claims_page_is_the_register():
-    assert (ROOT / "docs" / "claims.md").read_text() == render(REGISTER) + "\n"
+    assert (ROOT / "docs" / "claims.md").read_text() == render(REGISTER, STALE) + "\n"
+
+
+def test_a_finding_read_from_a_stale_report_says_so():
+    """Every finding with a figure from a stale report carries the warning, naming the report and what moved; the
+    others do not."""
+    figure = Figure(says="1", table="docs/studies/old/table.md", row={}, column="c")
+    other = dataclasses.replace(figure, table="docs/studies/older_not/table.md")
+    page = render([Finding("a", "A", "cmd", [figure]), Finding("b", "B", "cmd", [other])], {"old": "3.1 -> 3.2 dB"})
+    a, b = page.split('<a id="b">')
+    assert "**Stale table:** `old`'s checked row no longer reproduces on today's code (3.1 -> 3.2 dB)" in a
+    assert "Stale" not in b
+    marked = (ROOT / "docs" / "claims.md").read_text().count("**Stale table:**")
+    assert marked == sum(any(g.table.startswith(f"docs/studies/{r}/") for g in f.figures for r in STALE)
+                         for f in REGISTER) > 0

@@ -136,15 +136,36 @@ def problem(figure: Figure, root: Path) -> str | None:
     return None
 
 
-def render(findings: list[Finding]) -> str:
-    """The register as markdown: per finding, each figure with its table, row and cell, and the commands."""
+def stale_reports(path: Path) -> dict[str, str]:
+    """The register's ``stale`` table: each committed report whose checked row no longer reproduces on today's code
+    (``tests/test_study_rows.py``), and what moved."""
+    raw: Any = OmegaConf.to_container(OmegaConf.load(path))
+    stale = raw.get("stale") or {}
+    if not isinstance(stale, dict):
+        raise ConfigError(f"{path}: stale must map a report's name to what moved")
+    return {str(k): str(v) for k, v in stale.items()}
+
+
+def _stale_line(finding: Finding, stale: dict[str, str]) -> list[str]:
+    """A warning under a finding whose figures come from a stale report's table."""
+    moved = sorted({r for g in finding.figures for r in stale if g.table.startswith(f"docs/studies/{r}/")})
+    if not moved:
+        return []
+    return ["**Stale table:** " + "; ".join(f"`{r}`'s checked row no longer reproduces on today's code ({stale[r]})"
+                                              for r in moved)
+            + ". The figures below are the committed report's until its study is rerun.", ""]
+
+
+def render(findings: list[Finding], stale: dict[str, str] | None = None) -> str:
+    """The register as markdown: per finding, each figure with its table, row and cell, and the commands; a finding
+    read from a ``stale`` report says so."""
     lines = ["# Claims register", "",
              "Each headline finding of the README, the table cell each of its figures is read from, and the commands "
              "that write those tables. Generated from `docs/claims.yaml` by `python -m privbench.report.claims`; "
              "`tests/test_claims.py` fails when a README figure is not its cell.", ""]
     for f in findings:
-        lines += [f'<a id="{f.id}"></a>', f"## {f.readme}", "", "| figure | table | row | column | cell |",
-                  "|---|---|---|---|---|"]
+        lines += [f'<a id="{f.id}"></a>', f"## {f.readme}", "", *_stale_line(f, stale or {}),
+                  "| figure | table | row | column | cell |", "|---|---|---|---|---|"]
         for g in f.figures:
             row = ", ".join(f"{k} = {' or '.join(v) if isinstance(v, list) else v}" for k, v in g.row.items())
             row += " (lowest and highest)" if g.span else ""
@@ -174,7 +195,8 @@ def main(argv: Any = None) -> int:
     root = _root()
     findings = load(root / "docs" / "claims.yaml")
     bad = [f"{f.id}: {p}" for f in findings for g in f.figures if (p := problem(g, root))]
-    atomic_write_text(root / "docs" / "claims.md", render(findings) + "\n")
+    atomic_write_text(root / "docs" / "claims.md",
+                      render(findings, stale_reports(root / "docs" / "claims.yaml")) + "\n")
     print("\n".join(bad) or f"{sum(len(f.figures) for f in findings)} figures match their cells")
     return 1 if bad else 0
 
