@@ -156,7 +156,7 @@ def test_the_report_averages_each_rung_and_pairs_it_over_seeds(tmp_path) -> None
         (run / "metrics.json").write_text(json.dumps({"privacy": {"mia_ladder": ladder}}))
         rows.append({"fl": "fedavg", "seed": seed, "run_dir": run.name})
     text = ladder_markdown(pd.DataFrame(rows), ["fl", "seed"], tmp_path)
-    assert text is not None and "### fl=fedavg" in text and "Seeds 0, 1." in text
-    assert "| loss | 0.650 [" in text and "| -0.100 [" in text and "above in 0 of 2 |" in text
+    assert text is not None and "| fl=fedavg | 0, 1 | loss | 0.650 [" in text
+    assert "| -0.100 [" in text and "above in 0 of 2 |" in text
     assert "| lira_offline@1 | not run: it needs two |" in text
     assert ladder_markdown(pd.DataFrame([{"fl": "x", "seed": 0, "run_dir": "gone"}]), ["fl"], tmp_path) is None

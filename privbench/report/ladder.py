@@ -43,9 +43,9 @@ def _paired(rung: dict[int, float], reference: dict[int, float]) -> str:
 
 
 def ladder_markdown(runs: pd.DataFrame, keys: list[str], root: Path) -> str | None:
-    """One table per setting (the grouping ``keys`` but the seed) of the runs under ``root`` (``run_dir`` is relative
-    to it) that climbed a ladder; None if none did."""
-    sections: list[str] = []
+    """One table of every setting (the grouping ``keys`` but the seed) of the runs under ``root`` (``run_dir`` is
+    relative to it) that climbed a ladder, a row per setting and rung; None if none did."""
+    rows: list[str] = []
     keys = [k for k in keys if k in runs.columns and k != "seed"]
     groups = runs.groupby(keys, dropna=False, sort=True) if keys else [((), runs)]
     for setting, frame in groups:
@@ -57,22 +57,21 @@ def ladder_markdown(runs: pd.DataFrame, keys: list[str], root: Path) -> str | No
         by = {n: {s: r for s, ladder in climbed.items() for r in ladder if r["rung"] == n} for n in names}
         reference = {s: float(r["auc"]) for s, r in by.get(REFERENCE, {}).items() if "auc" in r}
         label = ", ".join(f"{k}={v}" for k, v in zip(keys, setting if isinstance(setting, tuple) else (setting,)))
-        rows = [f"### {label or 'all runs'}", "", f"Seeds {', '.join(map(str, sorted(climbed)))}.", "",
-                f"| rung | AUC | TPR at FPR 1 % | TPR at FPR 0.1 % | AUC minus {REFERENCE}'s, paired over seeds |",
-                "|---|---|---|---|---|"]
+        first = f"| {label or 'all runs'} | {', '.join(map(str, sorted(climbed)))} "
         for n in names:
             ran = {s: r for s, r in by[n].items() if "auc" in r}
             if not ran:
                 why = next(iter(by[n].values())).get("skipped", "")
-                rows.append(f"| {n} | not run: {why} | | | |")
+                rows.append(f"{first}| {n} | not run: {why} | | | |")
                 continue
             auc = {s: float(r["auc"]) for s, r in ran.items()}
-            rows.append(f"| {n} | {_mean(list(auc.values()))} | {_mean([float(r['tpr_1']) for r in ran.values()])} "
-                        f"| {_mean([float(r['tpr_01']) for r in ran.values()])} | "
+            rows.append(f"{first}| {n} | {_mean(list(auc.values()))} | "
+                        f"{_mean([float(r['tpr_1']) for r in ran.values()])} | "
+                        f"{_mean([float(r['tpr_01']) for r in ran.values()])} | "
                         f"{'-' if n == REFERENCE else _paired(auc, reference)} |")
-        sections.append("\n".join(rows))
-    if not sections:
+    if not rows:
         return None
     return ("# Membership ladder\n\nEach rung on the same candidates, references and seed; mean [95 % t over seeds]; "
             "chance AUC 0.5, TPR = FPR. A rung's Clopper-Pearson interval for one run is in its summary.\n\n"
-            + "\n\n".join(sections) + "\n")
+            f"| setting | seeds | rung | AUC | TPR at FPR 1 % | TPR at FPR 0.1 % | AUC minus {REFERENCE}'s, paired over "
+            "seeds |\n|---|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n")
