@@ -87,23 +87,28 @@ def test_rung_figures_by_hand() -> None:
 
 
 def test_rungs_that_cannot_run_say_why() -> None:
-    """Planted confidences (logit-scaled): the references put every record at 0; the target puts members (the first 4 of 8
-    candidates) 3 above them, non-members at them, the 4 population records 1 above. LiRA at one reference is refused
-    (a Gaussian needs two), online LiRA when some candidate has no reference holding it; RMIA runs at one, and every
-    rung that runs ranks the members first."""
+    """Planted confidences (logit-scaled): the references put every record at 0; the target puts members (the first 4
+    of 8 candidates) 3 above them, non-members at them, the 4 population records 1 above. References 0-1 hold
+    candidates 0-3, references 2-3 candidates 4-7. LiRA at one reference is refused (a Gaussian needs two); at two
+    references candidates 0-3 have none without them and 4-7 none with them, so online LiRA and online RMIA are
+    refused; at four both run,
+    and every offline rung, and online RMIA, ranks the members first."""
     ladder = MembershipLadder(references=(1, 4), headline="rmia_offline@4")
     base = torch.zeros(12, dtype=torch.float64)
     refs = base.expand(4, 12).clone()
     target = base + torch.tensor([3.0] * 4 + [0.0] * 4 + [1.0] * 4, dtype=torch.float64)
     inside = torch.zeros(4, 8, dtype=torch.bool)
-    inside[0, :4] = True
+    inside[:2, :4] = True
+    inside[2:, 4:] = True
     scored = Confidences(target, refs, inside, {})
     with pytest.raises(AttackNotApplicableError, match="needs two"):
         ladder._rung("lira_offline", 1, scored, 8)
-    with pytest.raises(AttackNotApplicableError, match="4 references cover 4 of 8"):
-        ladder._rung("lira_online", 4, scored, 8)
+    for test in ("lira_online", "rmia_online"):
+        with pytest.raises(AttackNotApplicableError, match="2 references cover 0 of 8"):
+            ladder._rung(test, 2, scored, 8)
+    assert ladder._rung("lira_online", 4, scored, 8).shape == (8,)
     members = np.array([True] * 4 + [False] * 4)
-    for test, k in (("rmia_offline", 1), ("rmia_online", 1), ("rmia_offline", 4), ("lira_offline", 4)):
+    for test, k in (("rmia_offline", 1), ("rmia_offline", 4), ("rmia_online", 4), ("lira_offline", 4)):
         assert rung_figures(ladder._rung(test, k, scored, 8).numpy(), members)["auc"] == 1.0, (test, k)
 
 

@@ -10,6 +10,7 @@ import torch
 
 import privbench
 from privbench.attacks.membership.rmia import RMIA, rmia_scores
+from privbench.errors import AttackNotApplicableError
 from privbench.metrics.membership import auc
 
 #: An overfit client (tests/test_lira.py's setting): 30 local epochs of batch 8 on all its images.
@@ -45,10 +46,25 @@ def test_planted_members_are_found_and_a_coin_is_not() -> None:
     members = torch.from_numpy(rng.random(m) < 0.5)
     target = base.clone()
     target[:m][members] *= 1.3
-    scores = rmia_scores(target.clamp(max=1), refs, torch.zeros(k, m, dtype=torch.bool), candidates=m)
+    halves = (torch.arange(k).unsqueeze(1) + torch.arange(m).unsqueeze(0)) % 2 == 0  # each candidate in half
+    scores = rmia_scores(target.clamp(max=1), refs, halves, candidates=m)
     assert auc(scores.numpy(), members.numpy()) > 0.95
-    coin = rmia_scores(refs[0], refs[1:], torch.zeros(k - 1, m, dtype=torch.bool), candidates=m)
+    coin = rmia_scores(refs[0], refs[1:], halves[1:], candidates=m)
     assert abs(auc(coin.numpy(), members.numpy()) - 0.5) < 0.1
+
+
+def test_online_prior_weighs_in_and_out_alike_and_needs_both() -> None:
+    """One candidate in 1 of 3 references (probabilities 0.9 in, 0.3 and 0.5 out): p(x) = (0.9 + 0.4) / 2 = 0.65,
+    not the plain mean 0.567; its ratio 0.65 / 0.65 = 1 ties the population record's (0.5 / 0.5), so at gamma 1 it
+    beats it. A candidate no reference holds is refused."""
+    refs = torch.tensor([[0.9, 0.5], [0.3, 0.5], [0.5, 0.5]], dtype=torch.float64)
+    target = torch.tensor([0.65, 0.5], dtype=torch.float64)
+    inside = torch.tensor([[True], [False], [False]])
+    assert rmia_scores(target, refs, inside, candidates=1).tolist() == [1.0]
+    assert rmia_scores(target * torch.tensor([0.99, 1.0], dtype=torch.float64), refs, inside,
+                       candidates=1).tolist() == [0.0]
+    with pytest.raises(AttackNotApplicableError, match="3 references cover 0 of 1"):
+        rmia_scores(target, refs, torch.zeros(3, 1, dtype=torch.bool), candidates=1)
 
 
 def test_bad_settings_are_refused() -> None:

@@ -1,6 +1,7 @@
 """Each committed study's table cannot go stale silently: one cheap row of each committed ``runs.csv`` is rerun
 from its recorded overrides on today's code, with one torch thread as the studies ran, and every figure the row
-holds must come back equal (to 1e-6 of its size); figures measured since the report was written are not compared. A change that moves a committed figure fails here until the
+holds must come back equal (to 1e-6 of its size); figures measured since the report was written are not compared.
+A change that moves a committed figure fails here until the
 study is rerun and its report rewritten.
 
 ``download_check`` has no runs (its table is a script's ROC, ``scores.csv``) and is checked by
@@ -103,7 +104,8 @@ def test_the_results_page_gives_each_committed_reports_command() -> None:
 
 
 @pytest.mark.slow  # one run each, 1 s to 7 min (fedavg_leakage)
-@pytest.mark.parametrize("report", [pytest.param(r, marks=pytest.mark.xfail(strict=True, reason=f"stale: {STALE[r]}"))
+@pytest.mark.parametrize("report", [pytest.param(r, marks=pytest.mark.xfail(strict=True, raises=AssertionError,
+                                                                                    reason=f"stale: {STALE[r]}"))
                                     if r in STALE else r for r in sorted(ROWS)])
 def test_a_committed_row_reproduces(report: str, tmp_path: Path) -> None:
     experiment, overrides = ROWS[report]

@@ -5,8 +5,9 @@ Rungs, weakest knowledge first: the loss (Yeom et al., 2018), the loss change an
 (``attacks.membership.record``), then at each count ``k`` of ``references``: LiRA offline and online (Carlini et al.,
 2022; ``attacks.membership.lira``) and RMIA offline and online (Zarifzadeh et al., 2024; ``attacks.membership.rmia``)
 on the first ``k`` of ``max(references)`` offline and ``max(references)`` online shadow client-rounds, trained once.
-LiRA fits one variance for all records below 64 references (the paper's advice) and needs two references (offline)
-or a reference with and one without every candidate (online); a rung that cannot run is listed with its reason.
+LiRA fits one variance for all records below 64 references (the paper's advice; online: below 32 on each side of
+every candidate) and needs two references (offline) or a reference with and one without every candidate (online),
+as online RMIA does; a rung that cannot run is listed with its reason.
 """
 from __future__ import annotations
 
@@ -68,7 +69,8 @@ class MembershipLadder(LiRA):
         return {"tests": [*TESTS, *CALIBRATED], "references": self.references,
                 "shadows": f"{self.shadows} offline and {self.shadows} online client-rounds, trained once; rung k "
                            "reads the first k",
-                "variance": f"LiRA: pooled over records below {PER_RECORD_VARIANCE} references, per record from it",
+                "variance": f"LiRA: pooled over records below {PER_RECORD_VARIANCE} references (online: below "
+                            f"{PER_RECORD_VARIANCE // 2} on a side of some candidate), per record from there",
                 "shadow_training": "the victim's declared local training, from the weights it started from",
                 "queries": "the record alone (no augmentations)", "non_members": self.non_members,
                 "population_z": self.population, "gamma": self.gamma, "offline_a": self.offline_a,
@@ -81,8 +83,8 @@ class MembershipLadder(LiRA):
         skipped: dict[str, str] = {}
         for test in TESTS:
             try:
-                rungs[test] = MembershipInference(test=test, max_candidates=self.max_candidates,
-                                                  batch_size=self.batch_size).attack(view, seed=seed).scores.double()
+                single = MembershipInference(test=test, max_candidates=self.max_candidates, batch_size=self.batch_size)
+                rungs[test] = single.attack(view, seed=seed).scores.double().cpu()
             except AttackNotApplicableError as exc:
                 skipped[test] = str(exc)
         scored = {variant: LiRA(variant=variant, shadows=self.shadows, max_candidates=self.max_candidates,
@@ -113,12 +115,12 @@ class MembershipLadder(LiRA):
                                offline_a=self.offline_a)
         if k < 2:
             raise AttackNotApplicableError("LiRA fits a Gaussian to the references' confidences: it needs two")
-        fixed = k < PER_RECORD_VARIANCE
         if test == "lira_offline":
-            return offline_score(target[:m], refs[:, :m], fixed_variance=fixed)
+            return offline_score(target[:m], refs[:, :m], fixed_variance=k < PER_RECORD_VARIANCE)
         inside = scored.inside[:k]
         if not (inside.any(0) & (~inside).any(0)).all():
             covered = int((inside.any(0) & (~inside).any(0)).sum())
             raise AttackNotApplicableError(f"online LiRA needs a reference with and one without every candidate; "
                                            f"{k} references cover {covered} of {m}")
-        return likelihood_ratio(target[:m], refs[:, :m], inside, fixed_variance=fixed)
+        fewest = int(torch.minimum(inside.sum(0), (~inside).sum(0)).min())  # per side: half of 64 in the paper
+        return likelihood_ratio(target[:m], refs[:, :m], inside, fixed_variance=fewest < PER_RECORD_VARIANCE // 2)

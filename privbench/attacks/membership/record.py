@@ -84,7 +84,7 @@ class MembershipInference(Attack[MembershipView, MembershipScores]):
                 else:
                     scores.append(record_losses(view.model, x, y) - record_losses(released, x, y))
                 bar.update(1)
-        out = torch.cat(scores).double()
+        out = torch.cat(scores).double().cpu()
         return MembershipScores(scores=out, candidates=list(range(len(out))),
                                 info={"test": self.test, "candidates": len(out)})
 

@@ -2,12 +2,15 @@
 membership inference attacks", ICML 2024) on one client's model upload.
 
 RMIA compares a candidate ``x`` with population records ``z`` through the target model ``theta`` and reference
-models (here LiRA's shadow client-rounds, ``attacks.membership.lira``, trained from the weights the victim started from):
+models (here LiRA's shadow client-rounds, ``attacks.membership.lira``, trained from the weights the victim started
+from):
 
     LR(x, z) = (p(x | theta) / p(x)) / (p(z | theta) / p(z)),    score(x) = share of z with LR(x, z) >= gamma
 
 ``p(. | theta)`` the probability of the record's label, ``p(x)`` its mean over the reference models. Online, each
-candidate is in half the references and ``p(x)`` averages all of them; offline, the references never hold it and
+candidate is in half the references and ``p(x)`` averages all of them (where a pool larger than two shadows hold
+leaves fewer in than out, the average of the in and the out means, as the paper's half-and-half would give);
+offline, the references never hold it and
 ``p(x) = ((1 + a) p_out(x) + (1 - a)) / 2`` stands in for the missing half (the paper's linear approximation, ``a``
 set on its own held-out references; here a setting, ``offline_a``). ``z`` are test-split records of the candidates'
 classes that no candidate is (the population LiRA's shadows are filled from).
@@ -21,6 +24,7 @@ import torch
 from privbench.attacks.membership.findings import MembershipScores
 from privbench.attacks.membership.lira import VARIANTS, LiRA, Variant
 from privbench.attacks.membership.views import MembershipView
+from privbench.errors import AttackNotApplicableError
 from privbench.schema import Candidates, ScoringBatch, Shadows
 
 
@@ -28,7 +32,8 @@ def rmia_scores(target: torch.Tensor, references: torch.Tensor, inside: torch.Te
                 gamma: float = 1.0, offline_a: float = 0.3) -> torch.Tensor:
     """RMIA's score of each candidate from label probabilities under the target (``[N]``) and the references
     (``[K, N]``): the first ``candidates`` records are scored against the rest (the population ``z``).
-    ``inside`` (``[K, candidates]``): online references holding each candidate (None: offline).
+    ``inside`` (``[K, candidates]``): online references holding each candidate (None: offline); a candidate's
+    ``p(x)`` is then the average of its in and out references' means (the mean of all where they are as many).
 
     Example:
         >>> target = torch.tensor([0.9, 0.5, 0.5, 0.5])  # one candidate the target fits, three population records
@@ -38,8 +43,16 @@ def rmia_scores(target: torch.Tensor, references: torch.Tensor, inside: torch.Te
     """
     if inside is None:  # offline: the references are all out; the in half is approximated
         prior = ((1 + offline_a) * references.mean(0) + (1 - offline_a)) / 2
-    else:
-        prior = references.mean(0)
+    else:  # online: p(x) weighs its in and out references alike, however many of each hold it
+        held = inside.to(references.device, references.dtype)
+        n_in, n_out = held.sum(0), (1 - held).sum(0)
+        if (n_in < 1).any() or (n_out < 1).any():
+            covered = int(((n_in >= 1) & (n_out >= 1)).sum())
+            raise AttackNotApplicableError(f"online RMIA needs a reference with and one without every candidate; "
+                                           f"{len(references)} references cover {covered} of {candidates}")
+        refs = references[:, :candidates]
+        halves = ((refs * held).sum(0) / n_in + (refs * (1 - held)).sum(0) / n_out) / 2
+        prior = torch.cat([torch.where(n_in == n_out, refs.mean(0), halves), references[:, candidates:].mean(0)])
     ratio = target / prior.clamp_min(1e-30)
     x, z = ratio[:candidates], ratio[candidates:]
     if len(z) == 0:

@@ -58,6 +58,8 @@ def membership_game(p: Plan, members: list[int], payload: Payload, base: Payload
         raise AttackNotApplicableError(f"{payload.id}: no member record has a test record of its class to pair with")
     wanted = int(getattr(p.attack, "non_members", 0) or 0) - len(partners)
     extra = extra_non_members(train_labels, train_labels[kept], untouched, wanted, generator) if wanted > 0 else []
+    if set(extra) & set(members):
+        raise AttackNotApplicableError(f"{payload.id}: a record taken as untouched is in the message's training")
     train_rows = torch.tensor(kept + extra, device=data.train.images.device)
     images = torch.cat([data.train.images[train_rows].cpu(),
                         data.test.images[torch.tensor(partners, device=data.test.images.device)].cpu()]).float() / 255.0
@@ -111,7 +113,12 @@ def untouched_records(store: PayloadStore, data: FederatedData, round_: int) -> 
     that entered only a client's subspace basis (GENE-FL's clustering) trained no model and stays untouched."""
     touched: set[int] = set()
     for record in store.records():
-        if int(record.get("round", 0)) > round_ or payload_kind(str(record.get("kind"))).carries not in TRAINED:
+        spec = payload_kind(str(record.get("kind")))
+        if int(record.get("round", 0)) <= round_ and (spec.carries == "secret" or spec.aggregate and
+                                                      str(record.get("sender", "")).startswith("cohort")):
+            raise AttackNotApplicableError("attack.non_members beyond the class-matched pairs needs to know whose "
+                                           "records trained a model, which secure aggregation hides from the store")
+        if int(record.get("round", 0)) > round_ or spec.carries not in TRAINED:
             continue
         touched.update(store.truth(record["id"]))
         sender = str(record.get("sender", ""))

@@ -53,7 +53,8 @@ def ladder_lines(privacy: dict[str, Any], threat: dict[str, Any]) -> list[tuple[
         return []
     lines: list[tuple[str, str]] = [("ladder", "rung: AUC, TPR [95 % Clopper-Pearson] at FPR 1 % and at 0.1 % "
                                                f"({privacy.get(MIA_MEMBERS.key)} members, "
-                                               f"{privacy.get(MIA_NON_MEMBERS.key)} non-members; chance 0.5, TPR = FPR)")]
+                                               f"{privacy.get(MIA_NON_MEMBERS.key)} non-members; chance 0.5, "
+                                               "TPR = FPR)")]
     for rung in ladder:
         if "skipped" in rung:
             lines.append(("", f"{rung['rung']}: not run ({rung['skipped']})"))
