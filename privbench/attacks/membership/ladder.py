@@ -17,7 +17,7 @@ from typing import Annotated, Any
 import torch
 
 from privbench.attacks.membership.findings import LadderScores
-from privbench.attacks.membership.lira import LiRA, likelihood_ratio, offline_score
+from privbench.attacks.membership.lira import Confidences, LiRA, likelihood_ratio, offline_score
 from privbench.attacks.membership.record import TESTS, MembershipInference
 from privbench.attacks.membership.rmia import rmia_scores
 from privbench.attacks.membership.views import MembershipView
@@ -104,7 +104,7 @@ class MembershipLadder(LiRA):
         return LadderScores(scores=rungs[self.headline], candidates=list(range(m)), info=info, rungs=rungs,
                             skipped=skipped)
 
-    def _rung(self, test: str, k: int, scored: Any, m: int) -> torch.Tensor:
+    def _rung(self, test: str, k: int, scored: Confidences, m: int) -> torch.Tensor:
         """One calibrated test's scores from the first ``k`` references."""
         target, refs = scored.target, scored.shadows[:k]
         if test.startswith("rmia"):

@@ -240,18 +240,28 @@ def shadow_datasets(labels: torch.Tensor, population_labels: torch.Tensor, sampl
     return torch.stack(rows), inside
 
 
-def _stratified(population: torch.Tensor, classes: torch.Tensor, counts: torch.Tensor, total: int,
-                generator: torch.Generator) -> torch.Tensor:
-    """``total`` population rows, per class ``c`` about ``total * counts_c / sum(counts)`` (largest remainder)."""
-    if total <= 0:
-        return torch.zeros(0, dtype=torch.long)
+def largest_remainder(counts: torch.Tensor, total: int) -> torch.Tensor:
+    """``total`` split over ``counts``' entries in their proportions, rounded by largest remainder.
+
+    Example:
+        >>> largest_remainder(torch.tensor([3, 1]), 6).tolist()
+        [5, 1]
+    """
     exact = counts.double() * total / counts.sum()
     take = exact.floor().long()
     rest = total - int(take.sum())
     if rest:
         take[torch.argsort(exact - take, descending=True, stable=True)[:rest]] += 1
+    return take
+
+
+def _stratified(population: torch.Tensor, classes: torch.Tensor, counts: torch.Tensor, total: int,
+                generator: torch.Generator) -> torch.Tensor:
+    """``total`` population rows, per class ``c`` about ``total * counts_c / sum(counts)`` (largest remainder)."""
+    if total <= 0:
+        return torch.zeros(0, dtype=torch.long)
     out = []
-    for c, n in zip(classes.tolist(), take.tolist()):
+    for c, n in zip(classes.tolist(), largest_remainder(counts, total).tolist()):
         pool = population.eq(c).nonzero().flatten()
         if len(pool) < n:
             raise AttackNotApplicableError(

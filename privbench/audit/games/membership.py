@@ -10,6 +10,7 @@ from torch import nn
 
 from privbench.attacks.base import Attack
 from privbench.attacks.membership.findings import MembershipScores
+from privbench.attacks.membership.lira import largest_remainder
 from privbench.attacks.membership.views import MembershipView
 from privbench.audit.games import Game, Play, messages, register_game, register_summary
 from privbench.audit.output import write_roc
@@ -91,13 +92,8 @@ def extra_non_members(labels: torch.Tensor, members: torch.Tensor, untouched: to
         raise AttackNotApplicableError("attack.non_members above the members' count needs the train records no "
                                        "model trained on, which this game was not given")
     classes, counts = members.unique(return_counts=True)
-    exact = counts.double() * wanted / counts.sum()
-    take = exact.floor().long()
-    rest = wanted - int(take.sum())
-    if rest:
-        take[torch.argsort(exact - take, descending=True, stable=True)[:rest]] += 1
     out: list[int] = []
-    for c, n in zip(classes.tolist(), take.tolist()):
+    for c, n in zip(classes.tolist(), largest_remainder(counts, wanted).tolist()):
         pool = untouched[labels[untouched].eq(c)]
         if len(pool) < n:
             raise AttackNotApplicableError(
