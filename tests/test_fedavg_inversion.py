@@ -183,7 +183,24 @@ def test_the_study_setting_runs_end_to_end_and_records_what_the_attack_was_given
     assert threat["matching"] == "unrolled local training" and threat["training"]["steps"] == 4
     assert threat["attack_budget"] == {"attack": "fedavg_inversion", "iterations": 20, "restarts": 1,
                                        "optimiser": "signed Adam", "lr": 0.1, "tv": 0.001, "epoch_prior": 0.03,
-                                       "tie": "matched", "label_points": 8}
+                                       "tie": "matched", "label_points": 8, "labels": "counts"}
     assert threat["labels"].startswith("per-class counts recovered")
     assert privacy["label_source"] == "recovered counts" and privacy["num_reconstructed"] == 10
     assert privacy["num_true"] == 10
+
+
+def test_an_oracle_row_lays_the_true_counts_out_and_a_wrong_total_is_refused():
+    target, view, _, y = _update(10, 2, 5, 0.004, 0)
+    true = torch.bincount(y, minlength=10)
+    view.oracle_counts = true
+    inversion = FedAvgInversion(iterations=2, restarts=1, labels="oracle")
+    found = inversion.attack(view, seed=0)
+    assert found.info["label_counts"] == {c: int(k) for c, k in enumerate(true.tolist()) if k}
+    assert sorted(found.labels.tolist()) == sorted(y.tolist()) and found.label_source == "given: true counts (oracle)"
+    assert target.knowledge["oracle"].startswith("ORACLE") and target.labels is None  # laid out by the attack
+    _, wrong, _, _ = _update(10, 2, 5, 0.004, 0)
+    wrong.oracle_counts = true + 1
+    with pytest.raises(AttackNotApplicableError, match="add up to 20 images, not the batch's 10"):
+        inversion.attack(wrong, seed=0)
+    with pytest.raises(ValueError, match="attack.labels one of counts, oracle"):
+        FedAvgInversion(labels="sign")

@@ -290,3 +290,41 @@ def test_auto_takes_the_bounds_only_where_it_may():
     assert found.counts == {1: 2, 5: 1, 8: 1} and found.info["estimator"] == "bounds"  # at initialisation: exact
     _, source = checked_head_counts(target(clip=1.0), public, torch.arange(32) % 10, shadows=20, refits=0)
     assert source == "unchecked"
+
+
+def test_oracle_labels_are_the_true_counts_and_are_refused_where_no_evaluator_hands_them_over():
+    from privbench.attacks.labels.counts import ORACLE, with_counted_labels
+    from privbench.attacks.labels.views import LabelView
+    from privbench.attacks.target import AttackTarget
+
+    def view(counts: torch.Tensor | None) -> LabelView:
+        model = LeNet(in_channels=1, image_size=28, num_classes=10)
+        target = AttackTarget(model, {"fc.2.bias": torch.zeros(10)}, 5, (1, 28, 28), 10, knowledge={"payload": "p"})
+        return LabelView(target, torch.zeros(2, 1, 28, 28), torch.tensor([0, 1]), oracle_counts=counts)
+
+    counts = torch.tensor([0, 2, 0, 0, 0, 0, 0, 3, 0, 0])
+    target = with_counted_labels(view(counts), "oracle", seed=0)
+    assert target.labels.tolist() == [1, 1, 7, 7, 7]  # two of class 1 and three of class 7, by hand
+    assert target.knowledge["labels"] == target.knowledge["oracle"] == ORACLE
+    assert target.head_label_source == "given: true counts (oracle)"
+    with pytest.raises(AttackNotApplicableError, match="only privbench's label game hands over"):
+        with_counted_labels(view(None), "oracle", seed=0)
+    with pytest.raises(AttackNotApplicableError, match="add up to 4 images, not the batch's 5"):
+        with_counted_labels(view(torch.tensor([4] + [0] * 9)), "oracle", seed=0)
+    with pytest.raises(AttackNotApplicableError, match="only privbench's label game hands over"):
+        with_counted_labels(view(counts).target, "oracle", seed=0)  # a plain gradient view (a file's message)
+
+
+def test_an_oracle_row_hands_the_inversion_the_batch_s_true_labels_and_says_so(compose_cfg, tmp_path):
+    from privbench.audit.summary import summary
+
+    cfg = compose_cfg("attack=ig", "attack.labels=oracle", "fl=fedavg", "payload=gradient", "victim.num_images=4",
+                      "fl.rounds=1", "attack.iterations=5", "attack.restarts=1", f"results_dir={tmp_path}")
+    metrics = run_audit(cfg, tmp_path / "run")
+    gallery = np.load(tmp_path / "run" / "gallery.npz")
+    assert len(gallery["true_label"]) == 4  # every image shown: the rebuilt labels are the batch's, as a multiset
+    assert sorted(gallery["recon_label"].tolist()) == sorted(gallery["true_label"].tolist())
+    assert metrics["privacy"]["label_source"] == "given: true counts (oracle)"
+    threat = metrics["threat_model"]
+    assert threat["oracle"].startswith("ORACLE") and threat["attack_budget"]["labels"] == "oracle"
+    assert "ORACLE   the attack was handed the batch's true label counts" in summary(metrics)

@@ -208,10 +208,11 @@ class AttackTarget:
 
     @property
     def head_label_source(self) -> str:
-        """``recovered counts`` when labels were set from recovered counts, ``recovered`` when they can be read off the
-        head's gradient by its sign, else ``UNKNOWN_LABELS``."""
+        """``recovered counts`` when labels were set from recovered counts (``given: true counts (oracle)`` when the
+        evaluator handed them over), ``recovered`` when they can be read off the head's gradient by its sign, else
+        ``UNKNOWN_LABELS``."""
         if self.labels is not None:
-            return "recovered counts"
+            return "given: true counts (oracle)" if self.knowledge.get("oracle") else "recovered counts"
         return "recovered" if self.head_gradient is not None else UNKNOWN_LABELS
 
     @property

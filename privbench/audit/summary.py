@@ -85,6 +85,9 @@ def _server(run: dict[str, Any], privacy: dict[str, Any], threat: dict[str, Any]
         if threat.get("abandoned_by"):
             lines.append(("", f"{len(threat['abandoned_by'])} members saw another download's digest: round abandoned, "
                               "nothing to read (0 recovered)"))
+    if threat.get("oracle"):
+        lines.append(("ORACLE", "the attack was handed the batch's true label counts (attack.labels=oracle): a "
+                                "control row, not a threat"))
     spent = threat.get("attack_budget")
     if spent and "iterations" in spent:
         restarts = int(spent.get("restarts", 1))

@@ -36,8 +36,12 @@ HOW = {"head": "per-class counts recovered from the head's weight and bias gradi
 
 #: Where a gradient inversion's batch labels come from: ``auto`` (recovered counts for a batch of more than one
 #: image when the view brings public data and the message carries the head's weight and bias; the head gradient's
-#: sign rule otherwise), ``counts`` (always the recovered counts) or ``sign`` (iDLG's rule, repeated for a batch).
-LABEL_RULES = ("auto", "counts", "sign")
+#: sign rule otherwise), ``counts`` (always the recovered counts), ``sign`` (iDLG's rule, repeated for a batch) or
+#: ``oracle`` (the batch's true per-class counts, handed over by the evaluator: a control row, not a threat).
+LABEL_RULES = ("auto", "counts", "sign", "oracle")
+#: What ``knowledge["labels"]`` and ``knowledge["oracle"]`` say of labels the evaluator handed over.
+ORACLE = ("ORACLE: the batch's true per-class counts, handed to the attack by the evaluator (a control that "
+          "separates the label source from the rest of the attack, not an attack a server can mount)")
 
 
 def check_label_rule(labels: str, public: int) -> None:
@@ -55,10 +59,14 @@ def with_counted_labels(view: AttackTarget | LabelView, rule: str, *, seed: int,
     if rule not in LABEL_RULES:
         raise ValueError(f"attack.labels={rule!r} is not one of {', '.join(LABEL_RULES)}")
     if not isinstance(view, LabelView):
+        if rule == "oracle" and not view.knowledge.get("oracle"):
+            return with_true_counts(view, None)
         if rule == "counts" and view.labels is None:
             raise AttackNotApplicableError("attack.labels=counts needs labelled public data, which this view lacks")
         return view
     target = view.target
+    if rule == "oracle":
+        return with_true_counts(target, view.oracle_counts)
     head = target.head
     carried = f"{head}.weight" in target.gradient and f"{head}.bias" in target.gradient
     members = len(target.unroll.parts) if target.unroll is not None else 1  # an aggregate replayed member by member
@@ -74,6 +82,22 @@ def with_counted_labels(view: AttackTarget | LabelView, rule: str, *, seed: int,
         how = "per-class counts recovered from the head's bias gradient along the update"
     target.labels = torch.from_numpy(np.repeat(np.arange(len(counts)), counts)).long().to(target.device)
     target.knowledge["labels"] = how
+    return target
+
+
+def with_true_counts(target: AttackTarget, counts: torch.Tensor | None) -> AttackTarget:
+    """``target`` with its candidates' labels set from the batch's true per-class ``counts`` (the evaluator's,
+    ``LabelView.oracle_counts``), its ``knowledge`` marked ``ORACLE``. Refused when the game handed none over or
+    they do not add up to the batch."""
+    if counts is None:
+        raise AttackNotApplicableError("attack.labels=oracle needs the evaluator's truth, which only privbench's "
+                                       "label game hands over (not a message read from a file or an app)")
+    counts = counts.long().cpu()
+    if int(counts.sum()) != target.num_images or bool((counts < 0).any()):
+        raise AttackNotApplicableError(f"attack.labels=oracle: the true counts add up to {int(counts.sum())} "
+                                       f"images, not the batch's {target.num_images}")
+    target.labels = torch.repeat_interleave(torch.arange(len(counts)), counts).to(target.device)
+    target.knowledge["labels"] = target.knowledge["oracle"] = ORACLE
     return target
 
 

@@ -18,11 +18,14 @@ class LabelView:
         target: the gradient view (the observed head gradient, the base model, the image count).
         public: public images (the test split, which no client holds) in model input space, ``[M, C, H, W]``.
         public_labels: their labels ``[M]``.
+        oracle_counts: the batch's true per-class counts, set by the evaluator only for ``attack.labels=oracle``
+            (a control row); None otherwise.
     """
 
     target: AttackTarget
     public: torch.Tensor
     public_labels: torch.Tensor
+    oracle_counts: torch.Tensor | None = None
 
     @classmethod
     def from_test_split(cls, target: AttackTarget, images: torch.Tensor, labels: torch.Tensor, *, count: int,

@@ -24,6 +24,7 @@ import torch
 from scipy.optimize import linear_sum_assignment
 
 from privbench.attacks.labels.bias import estimate_counts
+from privbench.attacks.labels.counts import with_true_counts
 from privbench.attacks.labels.views import LabelView
 from privbench.attacks.reconstruction.base import Attempt, GradientInversion
 from privbench.attacks.reconstruction.findings import Reconstruction
@@ -100,6 +101,8 @@ def merge_copies(copies: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
 
 #: The order-invariant priors that tie an image's copies across epochs.
 TIES = ("mean", "matched")
+#: Where the labels come from: the update's recovered counts, or the batch's true counts (``labels.counts.ORACLE``).
+LABELS = ("counts", "oracle")
 
 
 class FedAvgInversion(GradientInversion):
@@ -117,6 +120,8 @@ class FedAvgInversion(GradientInversion):
         points: models along the update at which the label counts' prior is estimated (1: the received model).
         public: labelled test-split images (no client holds them) for the label counts.
         max_images: most images rebuilt at once (per epoch).
+        labels: ``counts`` (recovered from the update) or ``oracle`` (the batch's true counts, handed over by the
+            evaluator: a control row that separates the label source from the epoch prior).
     """
 
     name = "fedavg_inversion"
@@ -126,16 +131,17 @@ class FedAvgInversion(GradientInversion):
     def __init__(self, *, iterations: Iterations = 1600, restarts: Restarts = 1, lr: Rate = 0.1, tv: Weight = 1e-3,
                  prior: float = 0.03, tie: str = "matched", rematch: Iterations = 25,
                  points: Annotated[int, Number(integer=True, low=1, high=10**4)] = 8, public: PublicImages = 2000,
-                 max_images: PositiveInt = 128) -> None:
+                 max_images: PositiveInt = 128, labels: str = "counts") -> None:
         super().__init__(iterations=iterations, restarts=restarts, converged=0.0, stall_at=1.0, stall_tol=math.inf,
                          unroll=True, max_images=max_images)
         if lr <= 0 or tv < 0 or prior < 0 or points < 1 or public < 1:
             raise ValueError("attack.lr must be > 0, attack.tv and attack.prior >= 0, attack.points and "
                              "attack.public >= 1")
-        if tie not in TIES or rematch < 1:
-            raise ValueError(f"attack.tie must be one of {', '.join(TIES)} and attack.rematch >= 1")
+        if tie not in TIES or rematch < 1 or labels not in LABELS:
+            raise ValueError(f"attack.tie must be one of {', '.join(TIES)}, attack.rematch >= 1 and attack.labels one "
+                             f"of {', '.join(LABELS)}")
         self.lr, self.tv, self.prior, self.points, self.public = lr, tv, prior, points, public
-        self.tie, self.rematch = tie, rematch
+        self.tie, self.rematch, self.labels = tie, rematch, labels
         self._counts: np.ndarray | None = None
 
     def attack(self, view: LabelView, *, seed: int) -> Reconstruction:  # type: ignore[override]
@@ -152,14 +158,25 @@ class FedAvgInversion(GradientInversion):
         counted = len(target.unroll.parts) == 1 and f"{target.head}.bias" in target.gradient
         target.knowledge["labels"] = ("per-class counts recovered from the head's bias along the update" if counted
                                       else "optimised jointly")
-        self._counts = estimate_counts(target, view.public, view.public_labels, points=self.points) if counted else None
+        if self.labels == "oracle":
+            if len(target.unroll.parts) != 1:
+                raise AttackNotApplicableError("attack.labels=oracle lays one client's true counts out epoch by "
+                                               "epoch: an aggregate replayed member by member has no one batch")
+            true = with_true_counts(target, view.oracle_counts).labels
+            assert true is not None
+            self._counts, target.labels = np.bincount(true.cpu().numpy(), minlength=target.num_classes), None
+        else:
+            self._counts = (estimate_counts(target, view.public, view.public_labels, points=self.points) if counted
+                            else None)
         found = super().attack(target, seed=seed)
         found.info["label_counts"] = ({int(c): int(n) for c, n in enumerate(self._counts) if n}
                                       if self._counts is not None else None)
         return found
 
     def label_source(self, target: AttackTarget) -> str:
-        return "recovered counts" if self._counts is not None else "optimised"
+        if self._counts is None:
+            return "optimised"
+        return "given: true counts (oracle)" if self.labels == "oracle" else "recovered counts"
 
     def attempt(self, target: AttackTarget, *, generator: torch.Generator) -> Attempt:
         assert target.unroll is not None
@@ -246,4 +263,4 @@ class FedAvgInversion(GradientInversion):
         """The attack's budget and settings, for ``threat_model.json``."""
         return {**super().budget(), "optimiser": "signed Adam", "lr": self.lr, "tv": self.tv,
                 "epoch_prior": self.prior, "tie": self.tie,
-                "label_points": self.points}
+                "label_points": self.points, "labels": self.labels}

@@ -1,9 +1,11 @@
-"""The label game: the gradient view of each audited client's message and labelled public data; the evaluator
-scores the inferred classes and counts against the truth and a class-frequency prior."""
+"""The label game: the gradient view of each audited client's message and labelled public data (and, for an
+``attack.labels=oracle`` control row only, the batch's true counts); the evaluator scores the inferred classes and
+counts against the truth and a class-frequency prior."""
 from __future__ import annotations
 
 from typing import Any
 
+import torch
 from torch import nn
 
 from privbench.attacks.base import Attack
@@ -38,6 +40,9 @@ class Labels(MessageGame):
         view = LabelView.from_test_split(target, data.test.images, data.test.labels,
                                          count=int(getattr(p.attack, "public", 2000)), seed=p.seed,
                                          mean=data.train.mean, std=data.train.std)
+        if getattr(p.attack, "labels", None) == "oracle":  # a control row: the evaluator hands its truth over
+            true = data.train.labels.cpu()[torch.tensor(records, dtype=torch.long)]
+            view.oracle_counts = torch.bincount(true.long(), minlength=data.train.num_classes)
         return Play(payload, view, records)
 
 
