@@ -15,8 +15,9 @@ logit-scaled confidence ``phi = log p_y / (1 - p_y)`` under the shadows:
 Population records are test-split records of the candidates' classes that are not candidates, drawn with the
 candidates' class proportions. With few shadows, ``fixed_variance`` uses one variance for all records (the
 paper's recommendation below 64 shadows). A learnGene upload is scored as the model the server can form: the
-base with the uploaded layers in place, for the target and for each shadow alike. The paper queries
-augmented copies of each record; this version queries the record alone.
+base with the uploaded layers in place, for the target and for each shadow alike (``attack.complete=base``), or
+with the layers nobody sent fitted on the population (``attack.complete=public``, ``completion.py``). The paper
+queries augmented copies of each record; this version queries the record alone.
 """
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from typing import Any, ClassVar, Literal
 import torch
 
 from privbench.attacks.base import Attack
+from privbench.attacks.membership.completion import COMPLETIONS, completed
 from privbench.attacks.membership.findings import MembershipScores
 from privbench.attacks.membership.shadows import ShadowTraining, train_shadows
 from privbench.attacks.membership.views import MembershipView
@@ -36,7 +38,7 @@ from privbench.errors import AttackNotApplicableError
 from privbench.payloads import kind as payload_kind
 from privbench.payloads.kinds import Carries
 from privbench.progress import phase
-from privbench.schema import Candidates, ScoringBatch, Shadows, Switch
+from privbench.schema import Candidates, Iterations, ScoringBatch, Shadows, Switch
 
 Variant = Literal["online", "offline"]
 VARIANTS: tuple[Variant, ...] = ("online", "offline")
@@ -98,6 +100,9 @@ class LiRA(Attack[MembershipView, MembershipScores]):
         fixed_variance: one variance for all records instead of one per record.
         max_candidates: most candidate records (members and as many class-matched non-members).
         batch_size: candidates scored at once.
+        complete: how the server forms a model from an upload that lacks layers: ``base`` (the layers as the client
+            started from) or ``public`` (fitted on the population, ``completion.py``); shadows alike.
+        complete_steps: Adam steps of that fit.
     """
 
     name = "lira"
@@ -105,14 +110,17 @@ class LiRA(Attack[MembershipView, MembershipScores]):
     view: ClassVar[ViewKind] = "membership"
 
     def __init__(self, *, variant: Variant = "online", shadows: Shadows = 64, fixed_variance: Switch = False,
-                 max_candidates: Candidates = 1000, batch_size: ScoringBatch = 256) -> None:
-        if variant not in VARIANTS:
-            raise ValueError(f"attack.variant={variant!r}: allowed {', '.join(VARIANTS)}")
+                 max_candidates: Candidates = 1000, batch_size: ScoringBatch = 256, complete: str = "base",
+                 complete_steps: Iterations = 100) -> None:
+        if variant not in VARIANTS or complete not in COMPLETIONS:
+            raise ValueError(f"attack.variant={variant!r}, attack.complete={complete!r}: allowed "
+                             f"{', '.join(VARIANTS)}; {', '.join(COMPLETIONS)}")
         if shadows < 2 or max_candidates < 2 or batch_size < 1:
             raise ValueError("attack.shadows and attack.max_candidates must be >= 2 and attack.batch_size >= 1")
         self.variant, self.fixed_variance = variant, fixed_variance
         self.shadows = shadows + shadows % 2 if variant == "online" else shadows
         self.max_candidates, self.batch_size = max_candidates, batch_size
+        self.complete, self.complete_steps = complete, complete_steps
 
     def cannot_read(self, kind: str) -> str | None:
         reason = super().cannot_read(kind)
@@ -136,7 +144,9 @@ class LiRA(Attack[MembershipView, MembershipScores]):
         return {"shadows": self.shadows, "variant": self.variant,
                 "variance": "pooled over records" if self.fixed_variance else "per record",
                 "shadow_training": "the victim's declared local training, from the weights it started from",
-                "queries": "the record alone (no augmentations)"}
+                "queries": "the record alone (no augmentations)",
+                "unsent_layers": (f"fitted on the population, {self.complete_steps} Adam steps, target and shadows "
+                                  "alike" if self.complete == "public" else "as the client started from")}
 
     def attack(self, view: MembershipView, *, seed: int) -> MembershipScores:
         """One score per candidate, in the pool's order; shadows' data and batch orders drawn from ``seed``."""
@@ -175,6 +185,12 @@ class LiRA(Attack[MembershipView, MembershipScores]):
         released = {n: t if n in visible else view.base[n].to(t).unsqueeze(0).expand_as(t)
                     for n, t in trained.items()}
         target = at_weights(view.model, view.weights).eval()
+        completion: dict[str, float] = {}
+        if self.complete == "public" and len(pool) and set(released) - visible:
+            state, released, completion = completed(view.model, dict(target.named_parameters()), released, visible,
+                                                    pool, pool_labels.long(), steps=self.complete_steps,
+                                                    generator=generator)
+            target = at_weights(view.model, state).eval()
         stack = StackedModel.from_stacked(view.model, released)
         stack.module.eval()
         queried = len(view.candidates) + min(population, len(pool))
@@ -191,7 +207,7 @@ class LiRA(Attack[MembershipView, MembershipScores]):
                 shadow_phi.append(logit_confidence(out, y.unsqueeze(0).expand(self.shadows, -1)).double())
                 bar.update(1)
         info = {"candidates": len(view.candidates), "shadows": self.shadows, "shadow_samples": samples,
-                "shadow_steps": plan.steps(samples), "population": int(len(pool))}
+                "shadow_steps": plan.steps(samples), "population": int(len(pool)), **completion}
         return Confidences(torch.cat(phi), torch.cat(shadow_phi, dim=1), inside.to(device), info)
 
 

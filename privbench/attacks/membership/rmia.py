@@ -25,7 +25,7 @@ from privbench.attacks.membership.findings import MembershipScores
 from privbench.attacks.membership.lira import VARIANTS, LiRA, Variant
 from privbench.attacks.membership.views import MembershipView
 from privbench.errors import AttackNotApplicableError
-from privbench.schema import Candidates, ScoringBatch, Shadows
+from privbench.schema import Candidates, Iterations, ScoringBatch, Shadows
 
 
 def rmia_scores(target: torch.Tensor, references: torch.Tensor, inside: torch.Tensor | None, *, candidates: int,
@@ -69,19 +69,20 @@ class RMIA(LiRA):
         population: population records ``z`` each candidate is compared with.
         gamma: the pairwise likelihood-ratio threshold.
         offline_a: the offline approximation's ``a``.
-        max_candidates, batch_size: as LiRA's.
+        max_candidates, batch_size, complete, complete_steps: as LiRA's.
     """
 
     name = "rmia"
 
     def __init__(self, *, variant: Variant = "online", shadows: Shadows = 64, population: int = 1000,
                  gamma: float = 1.0, offline_a: float = 0.3, max_candidates: Candidates = 1000,
-                 batch_size: ScoringBatch = 256) -> None:
+                 batch_size: ScoringBatch = 256, complete: str = "base", complete_steps: Iterations = 100) -> None:
         if variant not in VARIANTS:
             raise ValueError(f"attack.variant={variant!r}: allowed {', '.join(VARIANTS)}")
         if population < 1 or not gamma > 0 or not 0 <= offline_a <= 1:
             raise ValueError("attack.population must be >= 1, attack.gamma > 0 and attack.offline_a in [0, 1]")
-        super().__init__(variant=variant, shadows=shadows, max_candidates=max_candidates, batch_size=batch_size)
+        super().__init__(variant=variant, shadows=shadows, max_candidates=max_candidates, batch_size=batch_size,
+                         complete=complete, complete_steps=complete_steps)
         self.population, self.gamma, self.offline_a = population, gamma, offline_a
 
     def budget(self) -> dict[str, Any]:
