@@ -313,6 +313,11 @@ def test_oracle_labels_are_the_true_counts_and_are_refused_where_no_evaluator_ha
         with_counted_labels(view(torch.tensor([4] + [0] * 9)), "oracle", seed=0)
     with pytest.raises(AttackNotApplicableError, match="only privbench's label game hands over"):
         with_counted_labels(view(counts).target, "oracle", seed=0)  # a plain gradient view (a file's message)
+    for rule in ("sign", "auto"):  # the truth a view carries is read only when the oracle is asked for
+        assert "oracle" not in with_counted_labels(view(counts), rule, seed=0).knowledge
+    from privbench.attacks.reconstruction.ig import InvertingGradients
+    assert "averages several clients'" in InvertingGradients(labels="oracle").cannot_read("cluster_model")
+    assert InvertingGradients(labels="oracle").cannot_read("update") is None
 
 
 def test_an_oracle_row_hands_the_inversion_the_batch_s_true_labels_and_says_so(compose_cfg, tmp_path):

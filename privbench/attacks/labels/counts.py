@@ -93,9 +93,14 @@ def with_true_counts(target: AttackTarget, counts: torch.Tensor | None) -> Attac
         raise AttackNotApplicableError("attack.labels=oracle needs the evaluator's truth, which only privbench's "
                                        "label game hands over (not a message read from a file or an app)")
     counts = counts.long().cpu()
-    if int(counts.sum()) != target.num_images or bool((counts < 0).any()):
+    if bool((counts < 0).any()):
+        raise AttackNotApplicableError("attack.labels=oracle: a true count below zero")
+    if int(counts.sum()) != target.num_images:
         raise AttackNotApplicableError(f"attack.labels=oracle: the true counts add up to {int(counts.sum())} "
                                        f"images, not the batch's {target.num_images}")
+    if target.unroll is not None and len(target.unroll.parts) > 1:
+        raise AttackNotApplicableError("attack.labels=oracle hands over one batch's true counts; an aggregate "
+                                       "replayed member by member needs each member's")
     target.labels = torch.repeat_interleave(torch.arange(len(counts)), counts).to(target.device)
     target.knowledge["labels"] = target.knowledge["oracle"] = ORACLE
     return target

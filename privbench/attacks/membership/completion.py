@@ -3,21 +3,26 @@
 A learnGene carries only some layers; the server forms a model from it by putting them in the model the client
 started from, so the layers nobody sent score at their old values (``attack.complete=base``). A server that wants
 the upload's membership signal through a working model can instead fit the unsent layers on records it holds
-(``attack.complete=public``: the attacker's population, test-split records no client holds and no candidate is),
-the sent layers frozen. Shadow models are completed the same way, so LiRA and RMIA compare like with like.
+(``attack.complete=public``: the attacker's population records that no shadow trained on, test-split records no
+client holds and no candidate is), the sent layers frozen. Shadow models are completed the same way, so LiRA and
+RMIA compare like with like. RMIA's population records ``z`` may be among the fit's: every candidate is compared
+with the same ``z``, so its ranking (the AUC) is unchanged, though ties grow.
 
 Every model (the target and ``K`` shadows) is fitted at once as one stacked model: the loss is the sum of each
 member's mean batch loss, and Adam acts elementwise, so each member follows the path it would alone.
 """
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from privbench.attacks.reconstruction.stacked import StackedModel
+from privbench.errors import AttackNotApplicableError
 from privbench.progress import phase
 
 #: How the server forms a model from an upload that lacks layers.
@@ -83,3 +88,29 @@ def completed(model: nn.Module, target: Mapping[str, torch.Tensor], shadows: Map
     return ({n: t[0] for n, t in fitted.items()}, {n: t[1:] for n, t in fitted.items()},
             {"completed_target_public_accuracy": round(float(accuracy[0]), 4),
              "completed_shadows_public_accuracy": round(float(accuracy[1:].mean()), 4)})
+
+
+def complete_upload(model: nn.Module, target: nn.Module, shadows: Mapping[str, torch.Tensor], sent: set[str],
+                    images: torch.Tensor, labels: torch.Tensor, datasets: torch.Tensor, candidates: int, *,
+                    steps: int, generator: torch.Generator) -> tuple[nn.Module, dict[str, torch.Tensor], dict[str, Any]]:
+    """LiRA's target and shadows with the layers the upload lacks fitted (``completed``) on the population rows of
+    ``images`` (those after the first ``candidates``) that no shadow's dataset (``datasets``, ``[K, N]``) holds;
+    unchanged where the upload carries every layer. Refused in one line when no such record is left."""
+    unsent = [n for n, _ in model.named_parameters() if n not in sent]
+    if not unsent:
+        return target, dict(shadows), {"completion": "nothing unsent: the upload carries every layer"}
+    drawn = torch.zeros(len(labels), dtype=torch.bool, device=datasets.device)
+    drawn[datasets.flatten()] = True
+    free = (~drawn).nonzero().flatten()
+    free = free[free >= candidates].to(images.device)
+    if len(free) == 0:
+        raise AttackNotApplicableError(
+            f"attack.complete=public fits the {len(unsent)} unsent tensors on population records no shadow trained on, "
+            f"and the shadows drew all {len(labels) - candidates} (offline shadows, or a pool under twice the "
+            "victim's samples): use attack.complete=base")
+    state, fitted, info = completed(model, dict(target.named_parameters()), shadows, sent, images[free],
+                                    labels[free], steps=steps, generator=generator)
+    local = copy.deepcopy(target)
+    local.load_state_dict({**local.state_dict(), **state})
+    return local.eval(), fitted, {"completion": f"{len(unsent)} unsent tensors fitted on {len(free)} population "
+                                                "records no shadow trained on", **info}

@@ -28,7 +28,7 @@ from typing import Any, ClassVar, Literal
 import torch
 
 from privbench.attacks.base import Attack
-from privbench.attacks.membership.completion import COMPLETIONS, completed
+from privbench.attacks.membership.completion import COMPLETIONS, complete_upload
 from privbench.attacks.membership.findings import MembershipScores
 from privbench.attacks.membership.shadows import ShadowTraining, train_shadows
 from privbench.attacks.membership.views import MembershipView
@@ -112,9 +112,10 @@ class LiRA(Attack[MembershipView, MembershipScores]):
     def __init__(self, *, variant: Variant = "online", shadows: Shadows = 64, fixed_variance: Switch = False,
                  max_candidates: Candidates = 1000, batch_size: ScoringBatch = 256, complete: str = "base",
                  complete_steps: Iterations = 100) -> None:
-        if variant not in VARIANTS or complete not in COMPLETIONS:
-            raise ValueError(f"attack.variant={variant!r}, attack.complete={complete!r}: allowed "
-                             f"{', '.join(VARIANTS)}; {', '.join(COMPLETIONS)}")
+        if variant not in VARIANTS:
+            raise ValueError(f"attack.variant={variant!r}: allowed {', '.join(VARIANTS)}")
+        if complete not in COMPLETIONS:
+            raise ValueError(f"attack.complete={complete!r}: allowed {', '.join(COMPLETIONS)}")
         if shadows < 2 or max_candidates < 2 or batch_size < 1:
             raise ValueError("attack.shadows and attack.max_candidates must be >= 2 and attack.batch_size >= 1")
         self.variant, self.fixed_variance = variant, fixed_variance
@@ -145,8 +146,9 @@ class LiRA(Attack[MembershipView, MembershipScores]):
                 "variance": "pooled over records" if self.fixed_variance else "per record",
                 "shadow_training": "the victim's declared local training, from the weights it started from",
                 "queries": "the record alone (no augmentations)",
-                "unsent_layers": (f"fitted on the population, {self.complete_steps} Adam steps, target and shadows "
-                                  "alike" if self.complete == "public" else "as the client started from")}
+                "unsent_layers": (f"where the upload lacks layers, fitted on population records no shadow trained on, "
+                                  f"{self.complete_steps} Adam steps, target and shadows alike"
+                                  if self.complete == "public" else "as the client started from")}
 
     def attack(self, view: MembershipView, *, seed: int) -> MembershipScores:
         """One score per candidate, in the pool's order; shadows' data and batch orders drawn from ``seed``."""
@@ -185,12 +187,11 @@ class LiRA(Attack[MembershipView, MembershipScores]):
         released = {n: t if n in visible else view.base[n].to(t).unsqueeze(0).expand_as(t)
                     for n, t in trained.items()}
         target = at_weights(view.model, view.weights).eval()
-        completion: dict[str, float] = {}
-        if self.complete == "public" and len(pool) and set(released) - visible:
-            state, released, completion = completed(view.model, dict(target.named_parameters()), released, visible,
-                                                    pool, pool_labels.long(), steps=self.complete_steps,
-                                                    generator=generator)
-            target = at_weights(view.model, state).eval()
+        completion: dict[str, Any] = {}
+        if self.complete == "public":
+            target, released, completion = complete_upload(view.model, target, released, visible, images, labels,
+                                                           datasets.to(device), len(view.candidates),
+                                                           steps=self.complete_steps, generator=generator)
         stack = StackedModel.from_stacked(view.model, released)
         stack.module.eval()
         queried = len(view.candidates) + min(population, len(pool))

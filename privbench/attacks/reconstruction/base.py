@@ -12,6 +12,7 @@ from privbench.attacks.base import Attack
 from privbench.attacks.reconstruction.findings import Reconstruction
 from privbench.attacks.target import AttackTarget
 from privbench.errors import AttackNotApplicableError
+from privbench.payloads import kind as payload_kind
 from privbench.payloads.kinds import Carries
 from privbench.schema import Count, Fraction, Iterations, NonNegative, PositiveInt, Restarts, Switch
 
@@ -68,6 +69,13 @@ class GradientInversion(Attack[AttackTarget, Reconstruction]):
             if attempt.status == "converged":
                 break
         return self.result(target, attempts, evaluations)
+
+    def cannot_read(self, kind: str) -> str | None:
+        reason = super().cannot_read(kind)
+        if reason is None and getattr(self, "labels", None) == "oracle" and payload_kind(kind).aggregate:
+            return (f"attack.labels=oracle hands over one batch's true counts; a {kind} averages several clients', "
+                    "whose batches the counts would not say apart")
+        return reason
 
     def budget(self) -> dict[str, Any]:
         """Restarts and optimiser steps per restart (the attack's own settings added by subclasses)."""

@@ -27,7 +27,7 @@ class IDLG(DLG):
     optimisation, which the result records as ``label_source = "unknown: optimised jointly"``.
 
     Args:
-        labels: ``auto``, ``counts`` or ``sign`` (``labels.counts.LABEL_RULES``).
+        labels: ``auto``, ``counts``, ``sign`` or ``oracle`` (a control; ``labels.counts.LABEL_RULES``).
         public: labelled test-split images (no client holds them) the counts are estimated with.
     """
 

@@ -45,7 +45,7 @@ class InvertingGradients(GradientInversion):
         batched: run all restarts as one optimisation (equal to one by one,
             within float tolerance) where the target allows it: no unrolled training and no
             batch-norm buffers in the model.
-        labels: ``auto``, ``counts`` or ``sign`` (``labels.counts.LABEL_RULES``).
+        labels: ``auto``, ``counts``, ``sign`` or ``oracle`` (a control; ``labels.counts.LABEL_RULES``).
         public: labelled test-split images (no client holds them) the counts are estimated with.
     """
 

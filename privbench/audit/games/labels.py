@@ -40,7 +40,7 @@ class Labels(MessageGame):
         view = LabelView.from_test_split(target, data.test.images, data.test.labels,
                                          count=int(getattr(p.attack, "public", 2000)), seed=p.seed,
                                          mean=data.train.mean, std=data.train.std)
-        if getattr(p.attack, "labels", None) == "oracle":  # a control row: the evaluator hands its truth over
+        if getattr(p.attack, "labels", None) == "oracle" and records:  # a control row: the evaluator's truth
             true = data.train.labels.cpu()[torch.tensor(records, dtype=torch.long)]
             view.oracle_counts = torch.bincount(true.long(), minlength=data.train.num_classes)
         return Play(payload, view, records)

@@ -167,7 +167,7 @@ def score_membership(finding: MembershipScores, view: Any, attack: Attack, truth
         out[MIA_TPR_1_INFORMED.key] = tpr_at_fpr(informed, members, 0.01)[0]
     if "level" in finding.info:
         out["mia_level"] = finding.info["level"]
-    out |= {k: v for k, v in finding.info.items() if k.startswith("completed_")}  # attack.complete=public's fit
+    out |= {k: v for k, v in finding.info.items() if k.startswith("complet")}  # attack.complete=public's fit
     how.out.mkdir(parents=True, exist_ok=True)
     fprs, tprs = roc(scores, members)
     np.savez(how.out / "membership.npz", scores=scores, members=members, fpr=fprs, tpr=tprs)
