@@ -37,6 +37,8 @@ ROWS: dict[str, tuple[str, str]] = {
     "dlg_batch": ("dlg_batch", "attack.labels=sign,seed=0"),
     "dp_curve": ("dp_curve", "+experiment/dp_curve/arm=none,+experiment/dp_curve/read=gradient_idlg,seed=0"),
     "fedavg_leakage": ("fedavg_leakage", "+experiment/fedavg_leakage=mean_prior,seed=0"),
+    "learngene_completion": ("learngene_completion", "+experiment/learngene_completion/attack=rmia_online,"
+                                                     "attack.complete=public,seed=0"),
     "loki": ("loki", "+experiment/loki/attack=imprint,+experiment/loki=one_step,model=lenet,seed=0"),
     "loki_victim": ("adaptive_server", "+experiment/adaptive_server/attack=loki,+experiment/adaptive_server="
                                        "fedavg_secagg,seed=0,victim.num_images=8"),
