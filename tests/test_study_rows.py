@@ -36,7 +36,7 @@ ROWS: dict[str, tuple[str, str]] = {
                                                "fedavg,+experiment/client_dp_uploads/read=source,seed=0"),
     "dlg_batch": ("dlg_batch", "attack.labels=sign,seed=0"),
     "dp_curve": ("dp_curve", "+experiment/dp_curve/arm=none,+experiment/dp_curve/read=gradient_idlg,seed=0"),
-    "fedavg_leakage": ("fedavg_leakage", "+experiment/fedavg_leakage=mean_prior,seed=0"),
+    "fedavg_leakage": ("fedavg_leakage", "+experiment/fedavg_leakage=ig_unroll,seed=0"),
     "learngene_completion": ("learngene_completion", "+experiment/learngene_completion/attack=rmia_online,"
                                                      "attack.complete=public,seed=0"),
     "loki": ("loki", "+experiment/loki/attack=imprint,+experiment/loki=one_step,model=lenet,seed=0"),
@@ -105,7 +105,7 @@ def test_the_results_page_gives_each_committed_reports_command() -> None:
         assert f"--out docs/studies/{report} " in block, f"docs/results.md gives no command that writes {report}"
 
 
-@pytest.mark.slow  # one run each, 1 s to 7 min (fedavg_leakage)
+@pytest.mark.slow  # one run each, 1 s to 6 min (fedavg_leakage)
 @pytest.mark.parametrize("report", [pytest.param(r, marks=pytest.mark.xfail(strict=True, raises=AssertionError,
                                                                                     reason=f"stale: {STALE[r]}"))
                                     if r in STALE else r for r in sorted(ROWS)])
