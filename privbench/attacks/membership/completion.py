@@ -13,7 +13,6 @@ member's mean batch loss, and Adam acts elementwise, so each member follows the 
 """
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping
 from typing import Any
 
@@ -22,6 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from privbench.attacks.reconstruction.stacked import StackedModel
+from privbench.attacks.views import at_weights
 from privbench.errors import AttackNotApplicableError
 from privbench.progress import phase
 
@@ -110,7 +110,5 @@ def complete_upload(model: nn.Module, target: nn.Module, shadows: Mapping[str, t
             "victim's samples): use attack.complete=base")
     state, fitted, info = completed(model, dict(target.named_parameters()), shadows, sent, images[free],
                                     labels[free], steps=steps, generator=generator)
-    local = copy.deepcopy(target)
-    local.load_state_dict({**local.state_dict(), **state})
-    return local.eval(), fitted, {"completion": f"{len(unsent)} unsent tensors fitted on {len(free)} population "
+    return at_weights(target, state).eval(), fitted, {"completion": f"{len(unsent)} unsent tensors fitted on {len(free)} population "
                                                 "records no shadow trained on", **info}

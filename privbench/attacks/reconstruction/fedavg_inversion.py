@@ -158,10 +158,7 @@ class FedAvgInversion(GradientInversion):
         counted = len(target.unroll.parts) == 1 and f"{target.head}.bias" in target.gradient
         target.knowledge["labels"] = ("per-class counts recovered from the head's bias along the update" if counted
                                       else "optimised jointly")
-        if self.labels == "oracle":
-            if len(target.unroll.parts) != 1:
-                raise AttackNotApplicableError("attack.labels=oracle lays one client's true counts out epoch by "
-                                               "epoch: an aggregate replayed member by member has no one batch")
+        if self.labels == "oracle":  # with_true_counts refuses an aggregate replayed member by member
             true = with_true_counts(target, view.oracle_counts).labels
             assert true is not None
             self._counts, target.labels = np.bincount(true.cpu().numpy(), minlength=target.num_classes), None
