@@ -189,13 +189,12 @@ def test_every_sweep_value_of_an_experiment_plans(compose_cfg, option):
 
     params = (yaml.safe_load((_config_root(option) / "experiment" / f"{option}.yaml").read_text()) or {}).get(
         "hydra", {}).get("sweeper", {}).get("params", {})
-    for key, spec in params.items():
-        if key == "seed":
-            continue  # any integer plans
-        values = _sweep_values(spec, key)
-        assert values, f"{key}: nothing to sweep"
-        for value in values:
-            assert plan(compose_cfg(f"experiment={option}", f"{key}={value}")).seed >= 0
+    swept = {key: _sweep_values(spec, key) for key, spec in params.items() if key != "seed"}  # any seed plans
+    assert all(swept.values()), f"nothing to sweep in {[k for k, v in swept.items() if not v]}"
+    for key, values in swept.items():
+        for value in values:  # each value beside the other keys' first (an option may exist only in one arm)
+            overrides = [f"{k}={value if k == key else vs[0]}" for k, vs in swept.items()]
+            assert plan(compose_cfg(f"experiment={option}", *overrides)).seed >= 0
 
 
 def test_a_glob_sweep_on_the_command_line_is_expanded_and_checked():
