@@ -32,3 +32,7 @@ NUM_RECONSTRUCTED = privacy("num_reconstructed", "rebuilt images", fmt="{}", bou
 NUM_TRUE = privacy("num_true", "true images", fmt="{}", bounds="nonnegative")
 LABEL_ACCURACY = privacy("label_accuracy", "label accuracy", fmt="{:.2f}", leak="higher", bounds="unit")
 PROJECTION_PSNR_MEAN = privacy("projection_psnr_mean", "projection PSNR (dB)", unit="dB", fmt="{:.2f}", leak="higher", bounds="psnr")
+#: An exact attack's certificate (``attack=spear``): rebuilt images it certifies as inputs, and of those the ones
+#: whose matched true image is further than 40 dB PSNR away (must be 0: a certificate that is wrong is a defect).
+CERTIFIED = privacy("certified_fraction", "images certified", fmt="{:.3f}", leak="higher", bounds="unit")
+CERTIFIED_WRONG = privacy("certified_wrong", "certified but wrong", fmt="{}", bounds="nonnegative")

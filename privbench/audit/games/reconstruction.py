@@ -15,6 +15,8 @@ from privbench.audit.output import write_gallery, write_grid
 from privbench.audit.score import Scoring, Truth, register_scorer
 from privbench.figures import (
     ATTRIBUTED_FRACTION,
+    CERTIFIED,
+    CERTIFIED_WRONG,
     CRAFTED_UPLOADED,
     LABEL_ACCURACY,
     LPIPS_CHANCE,
@@ -39,6 +41,9 @@ from privbench.metrics.chance import chance_baseline, gains
 from privbench.metrics.reconstruction import Recovered, score
 from privbench.pixels import denormalise
 from privbench.progress import phase
+
+#: A certified image further than this PSNR from its matched true image is a wrong certificate.
+EXACT_DB = 40.0
 
 
 def score_reconstruction(recon: torch.Tensor, labels: torch.Tensor, truth: torch.Tensor, truth_labels: torch.Tensor,
@@ -90,7 +95,17 @@ def score_reconstructed(finding: Reconstruction, view: Any, attack: Attack, trut
                                             non_member_labels=truth.non_member_labels, recovered=how.recovered))
         if finding.label_source == "none":
             privacy[LABEL_ACCURACY.key] = float("nan")  # no labels were inferred
+        if "certified" in finding.info:
+            privacy.update(certificate_figures(finding.info["certified"], privacy["matched"], len(truth.images)))
     return privacy
+
+
+def certificate_figures(certified: list[bool], matched: list[dict[str, Any]], true: int) -> dict[str, Any]:
+    """An exact attack's certificate scored: the share of the true images it certified, and how many certified
+    images are not their matched true image (PSNR below ``EXACT_DB``)."""
+    by_recon = {int(m["recon"]): float(m["psnr"]) for m in matched}
+    wrong = sum(1 for r, ok in enumerate(certified) if ok and by_recon.get(r, float("-inf")) < EXACT_DB)
+    return {CERTIFIED.key: sum(map(bool, certified)) / max(true, 1), CERTIFIED_WRONG.key: wrong}
 
 
 @register_summary(10)
@@ -114,6 +129,9 @@ def leakage_lines(privacy: dict[str, Any], threat: dict[str, Any]) -> list[tuple
                     if isinstance(bar, dict) and {"psnr", "ssim"} <= set(bar) else "")
             lines.append(("", f"recovered {RECOVERED_FRACTION.shown(privacy)} of the true images"
                               f"{rule} (chance {RECOVERED_FRACTION_CHANCE.shown(privacy)})"))
+        if CERTIFIED.key in privacy:
+            lines.append(("", f"certified {CERTIFIED.shown(privacy)} of the true images as exact inputs "
+                              f"({CERTIFIED_WRONG.shown(privacy)} of them wrong)"))
         if ATTRIBUTED_FRACTION.key in privacy:
             lines.append(("", f"attributed {ATTRIBUTED_FRACTION.shown(privacy)} to their client "
                               f"(the victim's {VICTIM_ATTRIBUTED.shown(privacy)}), "
