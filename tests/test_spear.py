@@ -52,7 +52,6 @@ def test_a_one_step_update_is_inverted_as_its_gradient():
     images, labels = batch(5, offset=40)
     t, net = target(images, labels, seed=1)
     before = {n: p.detach().clone() for n, p in net.named_parameters()}
-    torch.optim.SGD(net.parameters(), lr=0.05).zero_grad()
     loss = torch.nn.functional.cross_entropy(net(images), labels)
     for p, g in zip(net.parameters(), torch.autograd.grad(loss, list(net.parameters()))):
         p.data -= 0.05 * g
@@ -103,13 +102,21 @@ def test_what_it_cannot_invert_is_refused_in_one_line():
         SPEAR(max_images=2).attack(t, seed=0)
     with pytest.raises(ValueError, match="attack.prior"):
         SPEAR(prior="gaussian")
+    narrow, _ = target(*batch(6), hidden=(4, 4))
+    with pytest.raises(AttackNotApplicableError, match=r"at most as many images as body.1 has units \(4\)"):
+        SPEAR().attack(narrow, seed=0)
+    scaled, net = target(images, labels)
+    net.register_forward_pre_hook(lambda _m, inputs: (inputs[0] * 0.5 + 0.1,))  # e.g. a raw-pixel wrapper
+    with pytest.raises(AttackNotApplicableError, match="changes its input before body.1"):
+        SPEAR().attack(scaled, seed=0)
 
 
-def test_the_certificate_is_scored_against_the_matched_truth():
-    matched = [{"recon": 0, "truth": 1, "psnr": 120.0}, {"recon": 1, "truth": 0, "psnr": 31.0},
-               {"recon": 2, "truth": 2, "psnr": 12.0}]
-    assert certificate_figures([True, True, False], matched, 4) == {"certified_fraction": 0.5, "certified_wrong": 1}
-    assert certificate_figures([False, False, False], matched, 3) == {"certified_fraction": 0.0, "certified_wrong": 0}
+def test_the_certificate_is_scored_against_the_nearest_true_image():
+    truth = torch.stack([torch.full((1, 2, 2), v) for v in (0.1, 0.5, 0.9)])
+    recon = torch.stack([truth[2], truth[0] + 0.02, truth[1] + 0.3])  # exact, 34 dB off, 10 dB off
+    assert certificate_figures([True, True, False], recon, truth) == {"certified_fraction": 2 / 3,
+                                                                      "certified_wrong": 1}
+    assert certificate_figures([True, False, False], recon, truth[:2])["certified_wrong"] == 1  # its truth absent
 
 
 @pytest.mark.slow  # one FedAvg round on the 2NN and the attack: about 15 s

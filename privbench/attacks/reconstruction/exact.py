@@ -6,9 +6,9 @@ column of ``L^T`` is zero on the units the ReLU switched off for that input. Wri
 ``G = A V`` (``A = U S``, ``[m, B]``); then ``L^T = A Q`` and ``X = Q^-1 V`` for one invertible ``Q``. A column
 ``q`` of ``Q`` is the 1-D null space of ``B - 1`` rows of ``A`` on which its input's ReLU was off; SPEAR samples
 such row sets, keeps the ``q`` whose ``A q`` is sparse, fixes their scales with the bias gradient and solves for
-``X``. Two tests separate true directions from spurious ones: ``A q``'s zero pattern must be an activation pattern
-some input in ``G``'s row space produces (a linear programme, ``pattern_margin``), and each recovered input must
-switch on exactly the units its column of ``L`` says (``certify``).
+``X``. A linear programme (``pattern_margin``) discards a ``q`` whose zero pattern no direction in ``G``'s row
+space produces (a loose filter: the row space is not bounded to images); ``certify`` then requires each recovered
+input to switch on the units its column of ``L`` marks and to give, alone, that column's values.
 """
 from __future__ import annotations
 
@@ -23,8 +23,8 @@ def factor(weight_grad: torch.Tensor, rank: int) -> tuple[torch.Tensor, torch.Te
     """``(A, V, gap)``: the rank-``rank`` factors of ``weight_grad`` (``[m, n]``, float64) and the ratio of its
     next singular value to its ``rank``-th (near 0 when the gradient holds ``rank`` inputs; near 1 when more)."""
     u, s, vh = torch.linalg.svd(weight_grad.double(), full_matrices=False)
-    if len(s) < rank or s[rank - 1] <= 0:
-        raise ValueError(f"the layer's gradient has rank below {rank}: fewer inputs than declared, or none")
+    if len(s) < rank or s[rank - 1] <= 1e-10 * s[0]:
+        raise ValueError(f"the layer's gradient has rank below {rank}: fewer distinct inputs than declared, or none")
     gap = s[rank] / s[rank - 1] if len(s) > rank else torch.tensor(0.0, dtype=torch.float64)
     return u[:, :rank] * s[:rank], vh[:rank], gap
 
@@ -119,3 +119,23 @@ def value_error(out_grad: torch.Tensor, backprop: torch.Tensor) -> torch.Tensor:
     scale = (out_grad * backprop).sum(0) / (backprop * backprop).sum(0).clamp(min=1e-300)
     error = (out_grad - scale * backprop).norm(dim=0) / out_grad.norm(dim=0).clamp(min=1e-300)
     return torch.where(scale > 0, error, torch.full_like(error, float("inf")))
+
+
+def ranked(pool: list[tuple[torch.Tensor, torch.Tensor]]) -> list[torch.Tensor]:
+    """The directions, those no other direction dominates first, each group by most zeros. ``d`` dominates ``c`` when
+    it zeroes more units and all but at most one of ``c``'s: a direction mixed from two inputs whose ReLU patterns
+    nearly agree zeroes their common off units (and one more), so one of the two true directions dominates it.
+
+    Example:
+        >>> z = lambda *bits: torch.tensor(bits, dtype=torch.bool)
+        >>> pool = [(torch.tensor([1.0]), z(1, 1, 0, 0, 0)), (torch.tensor([2.0]), z(1, 1, 1, 1, 0)),
+        ...         (torch.tensor([3.0]), z(0, 1, 1, 0, 1))]
+        >>> [float(d) for d in ranked(pool)]
+        [2.0, 3.0, 1.0]
+    """
+    offs = torch.stack([off for _, off in pool])
+    counts = offs.sum(1)
+    outside = (offs[:, None, :] & ~offs[None, :, :]).sum(2)  # [c, d]: units c zeroes and d does not
+    dominated = ((counts[None, :] > counts[:, None]) & (outside <= 1)).any(1)
+    order = sorted(range(len(pool)), key=lambda i: (bool(dominated[i]), -int(counts[i])))
+    return [pool[i][0] for i in order]

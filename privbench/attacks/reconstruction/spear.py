@@ -31,6 +31,25 @@ SWAPS = 4
 LABELS = "recovered: the class whose loss gradient at the rebuilt input matches its column of the layer's"
 
 
+def sees_input(target: AttackTarget, layer: nn.Linear, name: str) -> None:
+    """Refuse a model that changes the image before ``layer`` (a pre-hook, a scaling): the attack would rebuild the
+    layer's input, not the image."""
+    probe = torch.randn(2, *target.image_shape, generator=torch.Generator().manual_seed(0))
+    seen: list[torch.Tensor] = []
+    handle = layer.register_forward_hook(lambda _m, inputs, _o: seen.append(inputs[0].detach()))
+    training = target.model.training
+    target.model.eval()  # the probe must not move running statistics
+    try:
+        with torch.no_grad():
+            target.model(probe.to(layer.weight.device, layer.weight.dtype))
+    finally:
+        handle.remove()
+        target.model.train(training)
+    if not seen or not torch.allclose(seen[0].cpu().double().flatten(1), probe.double().flatten(1), atol=1e-6):
+        raise AttackNotApplicableError(f"attack spear: the model changes its input before {name} (a pre-hook or a "
+                                       "scaling), so the layer's gradient does not hold the images")
+
+
 def first_linear(model: nn.Module, image_shape: tuple[int, ...]) -> tuple[str, nn.Linear]:
     """The model's first module with parameters, when it is a ``nn.Linear`` on the flattened input; else refused."""
     for name, module in model.named_modules():
@@ -91,8 +110,15 @@ class SPEAR(Attack[AttackTarget | LabelView, Reconstruction]):
         if grads[0] is None or grads[1] is None:
             raise AttackNotApplicableError(f"attack spear needs the gradient of {name}.weight and {name}.bias; the "
                                            "message does not carry both")
+        if batch > layer.out_features:
+            raise AttackNotApplicableError(f"attack spear needs at most as many images as {name} has units "
+                                           f"({layer.out_features}); this message holds {batch}")
+        sees_input(target, layer, name)
         start = time.perf_counter()
-        a, v, gap = exact.factor(grads[0].detach().cpu(), batch)
+        try:
+            a, v, gap = exact.factor(grads[0].detach().cpu(), batch)
+        except ValueError as error:
+            raise AttackNotApplicableError(f"attack spear: {error}") from None
         live = a.norm(dim=1) > 1e-9 * a.norm(dim=1).max()
         found = Factors(target, layer, a, v, live, grads[1].detach().cpu().double())
         weights = found.off_odds(view.public) if self.prior == "public" and isinstance(view, LabelView) else None
@@ -137,7 +163,7 @@ class SPEAR(Attack[AttackTarget | LabelView, Reconstruction]):
                         pool.append((q[k], off[k]))
                         grew = True
             if grew and len(pool) >= batch:
-                best = select(found, ranked(pool)[:POOL * batch], batch, best)
+                best = select(found, exact.ranked(pool)[:POOL * batch], batch, best)
         return best, len(pool), drawn
 
 
@@ -209,7 +235,7 @@ class Factors:
         q = torch.stack(directions)
         inputs, out_grad = exact.solve_inputs(self.a, q, self.v, self.bias_grad)
         target = self.target
-        images = inputs.float().reshape(len(inputs), *target.image_shape).to(target.device)
+        images = inputs.to(self.layer.weight.dtype).reshape(len(inputs), *target.image_shape).to(target.device)
         backprop = self.backprop(images)  # [m, B, classes]
         errors, labels = exact.value_error(out_grad, backprop).min(1)
         chosen = backprop[:, torch.arange(len(labels)), labels]
@@ -220,7 +246,12 @@ class Factors:
         """``[m, B, classes]``: the loss gradient at the layer's output for each image alone under each label."""
         classes = self.target.num_classes
         captured: list[torch.Tensor] = []
-        handle = self.layer.register_forward_hook(lambda _m, _i, out: captured.append(out))
+
+        def leaf(_m: nn.Module, _i: tuple[torch.Tensor, ...], out: torch.Tensor) -> torch.Tensor:
+            captured.append(out.detach().requires_grad_(True))  # a frozen model's output still has a gradient
+            return captured[-1]
+
+        handle = self.layer.register_forward_hook(leaf)
         try:
             with torch.enable_grad():
                 logits = self.target.model(images.repeat_interleave(classes, 0))
@@ -230,26 +261,6 @@ class Factors:
         finally:
             handle.remove()
         return grad.reshape(len(images), classes, -1).permute(2, 0, 1)
-
-
-def ranked(pool: list[tuple[torch.Tensor, torch.Tensor]]) -> list[torch.Tensor]:
-    """The directions, those no other direction dominates first, each group by most zeros. ``d`` dominates ``c`` when
-    it zeroes more units and all but at most one of ``c``'s: a direction mixed from two inputs whose ReLU patterns
-    nearly agree zeroes their common off units (and one more), so one of the two true directions dominates it.
-
-    Example:
-        >>> z = lambda *bits: torch.tensor(bits, dtype=torch.bool)
-        >>> pool = [(torch.tensor([1.0]), z(1, 1, 0, 0, 0)), (torch.tensor([2.0]), z(1, 1, 1, 1, 0)),
-        ...         (torch.tensor([3.0]), z(0, 1, 1, 0, 1))]
-        >>> [float(d) for d in ranked(pool)]
-        [2.0, 3.0, 1.0]
-    """
-    offs = torch.stack([off for _, off in pool])
-    counts = offs.sum(1)
-    outside = (offs[:, None, :] & ~offs[None, :, :]).sum(2)  # [c, d]: units c zeroes and d does not
-    dominated = ((counts[None, :] > counts[:, None]) & (outside <= 1)).any(1)
-    order = sorted(range(len(pool)), key=lambda i: (bool(dominated[i]), -int(counts[i])))
-    return [pool[i][0] for i in order]
 
 
 def select(found: Factors, pool: list[torch.Tensor], batch: int, best: Solution | None) -> Solution | None:

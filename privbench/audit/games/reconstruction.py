@@ -38,6 +38,7 @@ from privbench.figures import (
     VICTIM_ATTRIBUTED,
 )
 from privbench.metrics.chance import chance_baseline, gains
+from privbench.metrics.image import psnr
 from privbench.metrics.reconstruction import Recovered, score
 from privbench.pixels import denormalise
 from privbench.progress import phase
@@ -96,16 +97,15 @@ def score_reconstructed(finding: Reconstruction, view: Any, attack: Attack, trut
         if finding.label_source == "none":
             privacy[LABEL_ACCURACY.key] = float("nan")  # no labels were inferred
         if "certified" in finding.info:
-            privacy.update(certificate_figures(finding.info["certified"], privacy["matched"], len(truth.images)))
+            privacy.update(certificate_figures(finding.info["certified"], recon, truth.images))
     return privacy
 
 
-def certificate_figures(certified: list[bool], matched: list[dict[str, Any]], true: int) -> dict[str, Any]:
-    """An exact attack's certificate scored: the share of the true images it certified, and how many certified
-    images are not their matched true image (PSNR below ``EXACT_DB``)."""
-    by_recon = {int(m["recon"]): float(m["psnr"]) for m in matched}
-    wrong = sum(1 for r, ok in enumerate(certified) if ok and by_recon.get(r, float("-inf")) < EXACT_DB)
-    return {CERTIFIED.key: sum(map(bool, certified)) / max(true, 1), CERTIFIED_WRONG.key: wrong}
+def certificate_figures(certified: list[bool], recon: torch.Tensor, truth: torch.Tensor) -> dict[str, Any]:
+    """An exact attack's certificate scored: the share of the true images it certified, and how many certified images
+    (``recon``, ``[N, C, H, W]`` in [0, 1]) are further than ``EXACT_DB`` PSNR from every true image."""
+    wrong = sum(1 for r, ok in enumerate(certified) if ok and max(psnr(recon[r], t) for t in truth) < EXACT_DB)
+    return {CERTIFIED.key: sum(map(bool, certified)) / max(len(truth), 1), CERTIFIED_WRONG.key: wrong}
 
 
 @register_summary(10)
