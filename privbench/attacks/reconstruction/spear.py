@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, ClassVar
 
 import torch
@@ -203,12 +204,14 @@ class Factors:
     live: torch.Tensor
     bias_grad: torch.Tensor
 
-    @property
+    @cached_property
     def weight(self) -> torch.Tensor:
+        """The layer's weight, float64 on the CPU (copied once: every solve reads it)."""
         return self.layer.weight.detach().double().cpu()
 
-    @property
+    @cached_property
     def bias(self) -> torch.Tensor:
+        """The layer's bias, float64 on the CPU."""
         return self.layer.bias.detach().double().cpu()
 
     def off_odds(self, public: torch.Tensor) -> torch.Tensor:
