@@ -97,6 +97,21 @@ class IntList:
 
 
 @dataclass(frozen=True)
+class FractionList:
+    """A non-empty list of numbers strictly between 0 and 1."""
+
+    def allowed(self) -> str:
+        return "a non-empty list of numbers in (0, 1)"
+
+    def problem(self, value: Any) -> str | None:
+        if not isinstance(value, list) or not value or any(isinstance(v, bool) or not isinstance(v, (int, float))
+                                                           for v in value):
+            return "must be a non-empty list of numbers, e.g. [0.05, 0.1]"
+        bad = [v for v in value if not 0 < v < 1]
+        return f"{bad[0]} is out of range (0, 1)" if bad else None
+
+
+@dataclass(frozen=True)
 class Gamma:
     """GENE-FL's gamma: a whole count of layers (``2``) or a fraction in (0, 1) (``0.5``)."""
 

@@ -27,14 +27,14 @@ def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 def test_help_lists_groups_and_options(tmp_path):
     out = cli("--help", cwd=tmp_path)
     assert out.returncode == 0
-    for line in ("attack: class_set, dlg, fedavg_inversion, idlg, ig, ig_paper, imprint, labels, lira, loki, membership, mia_ladder, none, one_run, participation, projection, rmia, source, spear, trap_behind_pca, trap_weights",
+    for line in ("attack: class_set, cpa, dlg, fedavg_inversion, idlg, ig, ig_paper, imprint, labels, lira, loki, membership, mia_ladder, none, one_run, participation, projection, rmia, source, spear, trap_behind_pca, trap_weights",
                  "payload: aggregate, cluster_gene, cluster_model, gene_gradient, global_model, gradient, learngene, "
                  "masked_upload, secagg_forwarded_shares, secagg_key_shares, secagg_neighbour_keys, secagg_public_keys, "
                  "secagg_unmask_request, secagg_unmask_shares, subspace, update",
                  "aggregation: dpfedavg, dpfedavg_secagg, plain, secagg",
                  "model: convnet, lenet, mlp, resnet18, torchvision", "fl: cluster_fedavg, fedavg, genefl, local",
                  "defense: dpsgd, noise, none, prune, quantize, topk",
-                 "experiment: active_genefl, active_server, adaptive_server, bytes_curve, client_dp, client_dp_lira, client_dp_uploads, comm_accounting, dlg_batch, dlg_paper, dp_coverage, dp_curve, exact_batch, fedavg_leakage, idlg_paper, learngene_completion, loki, "
+                 "experiment: active_genefl, active_server, adaptive_server, bytes_curve, client_dp, client_dp_lira, client_dp_uploads, cohort_separation, comm_accounting, dlg_batch, dlg_paper, dp_coverage, dp_curve, exact_batch, fedavg_leakage, idlg_paper, learngene_completion, loki, "
                  "membership_ladder, membership_leakage, "
                  "paper_cifar10, "
                  "privacy_tradeoff, secure_aggregation, server_threat, threat_grid, threat_grid2, trap_weights, victim_settings, xi_direction",
@@ -79,7 +79,7 @@ def test_every_key_of_every_option_has_a_description():
 
 @pytest.mark.slow  # each case starts a process; tests/test_invalid_corpus.py checks the messages in-process
 @pytest.mark.parametrize("args, message", [
-    (["attack=nope"], "attack=nope: unknown option (did you mean attack=none?); allowed: class_set, dlg, fedavg_inversion, idlg, ig, ig_paper, imprint, labels, lira, loki, membership, mia_ladder, none, one_run, participation, projection, rmia, source"),
+    (["attack=nope"], "attack=nope: unknown option (did you mean attack=none?); allowed: class_set, cpa, dlg, fedavg_inversion, idlg, ig, ig_paper, imprint, labels, lira, loki, membership, mia_ladder, none, one_run, participation, projection, rmia, source"),
     (["bogus=1"], "bogus: unknown key; allowed keys:"),
     (["fl.lr=-1"], "fl.lr=-1: must be a number > 0"),
     (["fl.participants=11"], "fl.participants=11 exceeds data.num_clients=10"),

@@ -34,6 +34,8 @@ ROWS: dict[str, tuple[str, str]] = {
     "client_dp_lira": ("client_dp_lira", "+experiment/client_dp=plain,seed=0"),
     "client_dp_uploads": ("client_dp_uploads", "+experiment/client_dp=eps4,+experiment/client_dp_uploads/protocol="
                                                "fedavg,+experiment/client_dp_uploads/read=source,seed=0"),
+    "cohort_separation": ("cohort_separation", "+experiment/cohort_separation/attack=peeled,"
+                                               "+experiment/cohort_separation/protocol=plain,seed=0"),
     "dlg_batch": ("dlg_batch", "attack.labels=sign,seed=0"),
     "dp_curve": ("dp_curve", "+experiment/dp_curve/arm=none,+experiment/dp_curve/read=gradient_idlg,seed=0"),
     "exact_batch": ("exact_batch", "seed=0,victim.num_images=8"),

@@ -94,6 +94,11 @@ def _server(run: dict[str, Any], privacy: dict[str, Any], threat: dict[str, Any]
         how = f" ({spent['optimiser']})" if spent.get("optimiser") else ""
         lines.append(("budget", f"{spent['attack']}: {restarts} restart{'s' if restarts != 1 else ''} x "
                                 f"{spent['iterations']:,} steps{how}"))
+    elif spent and "unmixing" in spent:
+        how = (f"{spent['starts']:,} starts x {spent['fixed_point_iterations']:,} fixed-point iterations"
+               if spent["unmixing"] == "fixed_point" else f"the paper's unmixing, {spent['adam_steps']:,} Adam steps")
+        lines.append(("budget", f"{spent['attack']}: {how}, " + (f"up to {spent['rounds']} rounds of peeling"
+                                                                if spent.get("peel") else "one separation")))
     return lines
 
 

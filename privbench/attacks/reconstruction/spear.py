@@ -15,6 +15,7 @@ from privbench.attacks.base import Attack
 from privbench.attacks.labels.views import LabelView
 from privbench.attacks.reconstruction import exact
 from privbench.attacks.reconstruction.findings import Reconstruction
+from privbench.attacks.reconstruction.first_layer import first_linear, layer_gradients, sees_input
 from privbench.attacks.target import AttackTarget
 from privbench.attacks.views import ViewKind
 from privbench.errors import AttackNotApplicableError
@@ -30,37 +31,6 @@ SAME = 1 - 1e-6
 SWAPS = 4
 #: How the rebuilt inputs are labelled.
 LABELS = "recovered: the class whose loss gradient at the rebuilt input matches its column of the layer's"
-
-
-def sees_input(target: AttackTarget, layer: nn.Linear, name: str) -> None:
-    """Refuse a model that changes the image before ``layer`` (a pre-hook, a scaling): the attack would rebuild the
-    layer's input, not the image."""
-    probe = torch.randn(2, *target.image_shape, generator=torch.Generator().manual_seed(0))
-    seen: list[torch.Tensor] = []
-    handle = layer.register_forward_hook(lambda _m, inputs, _o: seen.append(inputs[0].detach()))
-    training = target.model.training
-    target.model.eval()  # the probe must not move running statistics
-    try:
-        with torch.no_grad():
-            target.model(probe.to(layer.weight.device, layer.weight.dtype))
-    finally:
-        handle.remove()
-        target.model.train(training)
-    if not seen or not torch.allclose(seen[0].cpu().double().flatten(1), probe.double().flatten(1), atol=1e-6):
-        raise AttackNotApplicableError(f"attack spear: the model changes its input before {name} (a pre-hook or a "
-                                       "scaling), so the layer's gradient does not hold the images")
-
-
-def first_linear(model: nn.Module, image_shape: tuple[int, ...]) -> tuple[str, nn.Linear]:
-    """The model's first module with parameters, when it is a ``nn.Linear`` on the flattened input; else refused."""
-    for name, module in model.named_modules():
-        if any(True for _ in module.parameters(recurse=False)):
-            if isinstance(module, nn.Linear) and module.in_features == math.prod(image_shape):
-                return name, module
-            raise AttackNotApplicableError(
-                f"attack spear inverts a first layer that is fully connected on the flattened image (model=mlp); "
-                f"this model's first layer is {type(module).__name__} {name!r}")
-    raise AttackNotApplicableError("attack spear: the model has no parameters")
 
 
 class SPEAR(Attack[AttackTarget | LabelView, Reconstruction]):
@@ -98,11 +68,11 @@ class SPEAR(Attack[AttackTarget | LabelView, Reconstruction]):
                 "zero": exact.ZERO}
 
     def check_model(self, model: nn.Module, image_shape: tuple[int, ...]) -> None:
-        first_linear(model, image_shape)
+        first_linear(model, image_shape, attack=self.name)
 
     def attack(self, view: AttackTarget | LabelView, *, seed: int) -> Reconstruction:
         target = view.target if isinstance(view, LabelView) else view
-        name, layer = first_linear(target.model, target.image_shape)
+        name, layer = first_linear(target.model, target.image_shape, attack=self.name)
         batch = target.num_images
         if batch > self.max_images or batch < 1:
             raise AttackNotApplicableError(f"attack spear rebuilds 1 to attack.max_images={self.max_images} images; "
@@ -114,7 +84,7 @@ class SPEAR(Attack[AttackTarget | LabelView, Reconstruction]):
         if batch > layer.out_features:
             raise AttackNotApplicableError(f"attack spear needs at most as many images as {name} has units "
                                            f"({layer.out_features}); this message holds {batch}")
-        sees_input(target, layer, name)
+        sees_input(target, layer, name, attack=self.name)
         start = time.perf_counter()
         try:
             a, v, gap = exact.factor(grads[0].detach().cpu(), batch)
@@ -247,23 +217,7 @@ class Factors:
 
     def backprop(self, images: torch.Tensor) -> torch.Tensor:
         """``[m, B, classes]``: the loss gradient at the layer's output for each image alone under each label."""
-        classes = self.target.num_classes
-        captured: list[torch.Tensor] = []
-
-        def leaf(_m: nn.Module, _i: tuple[torch.Tensor, ...], out: torch.Tensor) -> torch.Tensor:
-            captured.append(out.detach().requires_grad_(True))  # a frozen model's output still has a gradient
-            return captured[-1]
-
-        handle = self.layer.register_forward_hook(leaf)
-        try:
-            with torch.enable_grad():
-                logits = self.target.model(images.repeat_interleave(classes, 0))
-                labels = torch.arange(classes, device=logits.device).repeat(len(images))
-                loss = nn.functional.cross_entropy(logits, labels, reduction="sum")
-                grad = torch.autograd.grad(loss, captured[0])[0].detach().cpu().double()
-        finally:
-            handle.remove()
-        return grad.reshape(len(images), classes, -1).permute(2, 0, 1)
+        return layer_gradients(self.target.model, self.layer, images, self.target.num_classes)
 
 
 def select(found: Factors, pool: list[torch.Tensor], batch: int, best: Solution | None) -> Solution | None:
