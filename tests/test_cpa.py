@@ -73,7 +73,7 @@ def test_peeling_a_known_input_leaves_the_others_mixture_exactly():
     a = torch.randn(40, 5, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
     low = torch.full((784,), float(bounds(TRAIN.mean, TRAIN.std)[0]), dtype=torch.float64)
     mixture = Mixture(a @ xs, a.sum(1), 5, low)
-    rest = mixture.peel(xs[1:3], 0.3 * a[:, 1:3])  # any positive scale of the output gradients
+    rest = mixture.peel(xs[1:3], a[:, 1:3] * torch.tensor([0.3, -2.0], dtype=torch.float64))  # any scale or sign
     assert rest.rank == 3
     keep = [0, 3, 4]
     assert torch.allclose(rest.weight_grad, a[:, keep] @ xs[keep], atol=1e-9)
@@ -105,6 +105,7 @@ def test_a_mixture_that_is_not_exact_certifies_nothing():
     t.gradient = {n: g + 0.02 * g.abs().mean() * torch.randn(g.shape, generator=noise) for n, g in t.gradient.items()}
     found = CocktailParty(starts=200, patience=1).attack(t, seed=0)
     assert not any(found.info["certified"])  # noise 2 % of the gradient: no rebuilt image is exact
+    assert len(found.info["rounds"]) == 2  # patience 1: one empty round tolerated, the second stops the search
     assert found.images.shape == images.shape  # the uncertified candidates are still scored
 
 
@@ -114,7 +115,8 @@ def test_without_peeling_the_candidates_are_returned_uncertified():
     found = CocktailParty(starts=200, peel=False).attack(t, seed=0)
     assert found.info["certified"] == [False] * 8 and found.info["rounds"] == []
     paper = CocktailParty(unmixing="paper", steps=50, peel=False).attack(t, seed=0)
-    assert paper.images.shape == images.shape
+    assert paper.images.shape == images.shape and paper.info["certified"] == [False] * 8
+    assert paper.info["rounds"] == []
 
 
 def test_inputs_it_cannot_separate_are_refused_in_one_line():
@@ -123,7 +125,7 @@ def test_inputs_it_cannot_separate_are_refused_in_one_line():
         attack.check_model(LeNet(in_channels=1, image_size=28, num_classes=10), (1, 28, 28))
     images, labels = batch(4)
     t, _ = cohort([(images, labels, 1.0)], drop="body.1.bias")
-    with pytest.raises(AttackNotApplicableError, match="bias"):
+    with pytest.raises(AttackNotApplicableError, match="the bias fixes each input's scale"):
         attack.attack(t, seed=0)
     t, _ = cohort([(images, labels, 1.0)])
     t.num_images = 101  # more images than the layer's 100 units

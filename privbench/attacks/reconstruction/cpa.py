@@ -41,7 +41,8 @@ class CocktailParty(Attack[AttackTarget, Reconstruction]):
         contrast: ``gauss`` or ``logcosh`` (fixed-point).
         steps, lr, temperature, decorrelation, total_variation, negentropy: the paper's unmixing.
         peel: pin the candidates to their black backgrounds, certify them and peel the certified off, for up to
-            ``rounds`` rounds, stopping after ``patience`` rounds that certify nothing; off: one separation.
+            ``rounds`` rounds; ``patience`` rounds in a row that certify nothing are tolerated, the next one stops it;
+            off: one separation.
         shares: each candidate is pinned once per share: its pixels within that share of its range of black are
             taken for its background.
         max_images: refuse messages holding more images.
