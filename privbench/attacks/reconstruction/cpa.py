@@ -176,12 +176,11 @@ class CocktailParty(Attack[AttackTarget, Reconstruction]):
 
     def fill(self, view: AttackTarget, layer: torch.nn.Linear, mixture: Mixture, candidates: torch.Tensor,
              count: int) -> tuple[torch.Tensor, list[int]]:
-        """``count`` uncertified inputs from the last round's candidates (repeated when too few), each labelled by
-        the class whose gradient lies nearest the span."""
+        """``count`` uncertified inputs from the last round's candidates (repeated when too few; a mixture of rank
+        1 or more always gives one), each labelled by the class whose gradient lies nearest the span."""
         if count <= 0:
             return candidates[:0], []
-        picked = candidates[torch.arange(count) % max(len(candidates), 1)] if len(candidates) else \
-            torch.zeros(count, candidates.shape[1], dtype=torch.float64)
+        picked = candidates[torch.arange(count) % len(candidates)]
         classes = mixture.residuals(self.layer_gradients(view, layer, picked)).argmin(1)
         return picked, classes.tolist()
 
