@@ -28,6 +28,8 @@ class Victim:
             client indices (each is sampled into the round), or ``"all"`` (every participant
             of the round). Each sends its own audit gradient and is attacked on its own;
             ``client`` stays the headline victim.
+        photos: ``None``, or a set of real photographs (a name in ``privbench.data.photos.PHOTOS``, checked when the data load) that replaces the victim
+            client's data; every other client's images are brought to the photographs' shape.
         data_size: how many of its images the victim client keeps (a seeded subset of its partition; every
             other client's data unchanged); None: all of them.
     """
@@ -38,6 +40,7 @@ class Victim:
     update_data: str = "batch"
     clients: Sequence[int] | str | None = None
     data_size: Annotated[int | None, Number(integer=True, low=1, nullable=True)] = None
+    photos: str | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.clients, str) and self.clients != "all":

@@ -114,9 +114,12 @@ def _truth(indices: list[int], data: FederatedData) -> Truth:
     index = torch.tensor(indices, dtype=torch.long)
     labels = data.train.labels.cpu()
     counts = torch.bincount(labels.long(), minlength=data.train.num_classes).double()
+    outside, outside_labels = data.test.images.cpu(), data.test.labels.cpu()
+    if data.chance_pool is not None:  # victim.photos: the set's other photographs, not the other domain's test split
+        pool = torch.from_numpy(np.setdiff1d(data.chance_pool, indices))
+        outside, outside_labels = data.train.images.cpu()[pool], labels[pool]
     return Truth(images=data.train.images[index.to(data.train.images.device)].cpu().float() / 255.0,
-                 labels=labels[index], non_members=data.test.images.cpu().float() / 255.0,
-                 non_member_labels=data.test.labels.cpu(),
+                 labels=labels[index], non_members=outside.float() / 255.0, non_member_labels=outside_labels,
                  class_frequencies=counts / counts.sum(), mean=data.train.mean, std=data.train.std)
 
 

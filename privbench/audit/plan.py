@@ -13,6 +13,7 @@ from privbench.audit.games import game_for
 from privbench.audit.memory import check_memory, check_unrolled_steps, check_working_set, inversion_bytes
 from privbench.build import build
 from privbench.data import FederatedData
+from privbench.data.photos import with_photos
 from privbench.device import check_threads, make_deterministic
 from privbench.device import resolve as resolve_device
 from privbench.errors import AttackNotApplicableError, ConfigError, did_you_mean
@@ -208,8 +209,11 @@ def prepare(p: Plan) -> tuple[FederatedData, nn.Module, CapturePolicy]:
     cfg = p.cfg
     with phase("data"):
         data: FederatedData = build("data", cfg.data, seed=p.seed)
+        if p.victim.photos is not None:
+            data = with_photos(data, p.victim.client, p.victim.photos)
     if p.victim.data_size is not None:
         data = data.with_client_size(p.victim.client, p.victim.data_size, seed=p.seed)
+    _check_chance_pool(p, data)
     p.protocol.check(data=data, victim=p.victim)
     torch.manual_seed(p.seed)
     c, h, _ = data.train.shape
@@ -232,6 +236,20 @@ def prepare(p: Plan) -> tuple[FederatedData, nn.Module, CapturePolicy]:
     if p.attacking:
         game_for(p.attack.view).check(p, data, model, policy)
     return data, model, policy
+
+
+def _check_chance_pool(p: Plan, data: FederatedData) -> None:
+    """With ``victim.photos``, the chance baselines draw from the set's photographs the attack is not shown: some
+    must be left over."""
+    if data.chance_pool is None:
+        return
+    held = len(data.clients[p.victim.client])
+    attacked = held if p.victim.update_data == "all" else p.victim.num_images
+    if attacked <= held and attacked >= len(data.chance_pool):  # a batch larger than the client's data: Victim says so
+        raise ConfigError(f"victim.photos={p.victim.photos}: the attacked message would be computed from all "
+                          f"{len(data.chance_pool)} photographs of the set, leaving none for the chance baselines "
+                          "(drawn from the set's other photographs); lower victim.num_images, or set "
+                          "victim.data_size with victim.update_data=all")
 
 
 def _check_attack_size(p: Plan, data: FederatedData, model: nn.Module) -> None:

@@ -80,7 +80,7 @@ def run_section(p: Plan, key: str) -> dict[str, Any]:
             "aggregation": p.protocol.aggregation.name,
             "model": _choice(p.cfg, "model"), "data": _choice(p.cfg, "data"), "seed": p.seed,
             "num_images": p.victim.num_images, "victim_client": p.victim.client, "victim_round": p.victim.round,
-            "lpips_backbone": getattr(net, "source", None), "versions": versions()}
+            "victim_photos": p.victim.photos, "lpips_backbone": getattr(net, "source", None), "versions": versions()}
 
 
 def utility(fl: ProtocolResult, agnostic: dict[str, Any], data: FederatedData) -> dict[str, Any]:

@@ -6,6 +6,7 @@ import textwrap
 from typing import Any
 
 from privbench.audit.games import summary_sections
+from privbench.data.photos import PHOTOS
 from privbench.figures import (
     ACCURACY,
     AGNOSTIC_ACCURACY,
@@ -52,6 +53,10 @@ def summary(metrics: dict[str, Any]) -> str:
     else:
         lines = [("run", f"{run.get('fl')}, {what}, defense {run.get('defense')}, seed {run.get('seed')}, "
                          f"victim client{run.get('victim_client')} round {run.get('victim_round')}")]
+        if run.get("victim_photos") in PHOTOS:
+            lines.append(("victim", f"holds {PHOTOS[run['victim_photos']].about} (victim.photos="
+                                    f"{run['victim_photos']}); every other client's {run.get('data')} images are "
+                                    "brought to their shape"))
     lines += _server(run, privacy, threat, defense)
     for family in summary_sections():  # each family's lines, registered beside its game (privbench.audit.games)
         lines += family(privacy, threat)

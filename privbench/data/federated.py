@@ -42,6 +42,8 @@ class FederatedData:
         agnostic_clients: one index array into ``train`` per agnostic client (agnostic
             classes only, split ``shard``-wise like the known clients; empty without them).
         test_agnostic: test samples of the agnostic classes.
+        chance_pool: indices into ``train`` the chance baselines draw their images from, less the attacked ones
+            (``victim.photos``: the photograph set); None: the test split.
     """
 
     train: ImageDataset
@@ -51,6 +53,7 @@ class FederatedData:
     agnostic_classes: list[int]
     agnostic_clients: list[np.ndarray]
     test_agnostic: ImageDataset
+    chance_pool: np.ndarray | None = None
 
     @classmethod
     def build(
