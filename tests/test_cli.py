@@ -36,7 +36,7 @@ def test_help_lists_groups_and_options(tmp_path):
                  "defense: dpsgd, noise, none, prune, quantize, topk",
                  "experiment: active_genefl, active_server, adaptive_server, bytes_curve, client_dp, client_dp_lira, client_dp_uploads, cohort_separation, comm_accounting, dlg_batch, dlg_paper, dp_coverage, dp_curve, exact_batch, fedavg_leakage, idlg_paper, learngene_completion, loki, "
                  "membership_ladder, membership_leakage, "
-                 "paper_cifar10, "
+                 "paper_cifar10, photo_victims, "
                  "privacy_tradeoff, secure_aggregation, server_threat, threat_grid, threat_grid2, trap_weights, victim_settings, xi_direction",
                  "experiment/threat_grid: gradient, learngene, update"):
         assert line in out.stdout

@@ -72,6 +72,8 @@ CORPUS: list[tuple[list[str], str]] = [
     (["model.width=0"], "model.width"), (["victim.client=10"], "victim.client"), (["victim.client=-1"], "victim.client"),
     (["victim.round=10"], "victim.round"), (["victim.round=-2"], "victim.round"),
     (["victim.num_images=0"], "victim.num_images"), (["victim.update_data=some"], "victim.update_data"),
+    (["victim.photos=cifar1"], "did you mean victim.photos=cifar10?"), (["victim.photos=[cifar10]"], "victim.photos"),
+    (["victim.photos=cifar10", "victim.num_images=20"], "leaving none for the chance baselines"),
     (["attack.iterations=0"], "attack.iterations"), (["attack.restarts=0"], "attack.restarts"),
     (["attack.stall_at=-5"], "attack.stall_at"), (["attack.converged=-1"], "attack.converged"),
     (["attack.max_images=0"], "attack.max_images"), (["attack=ig", "attack.tv=-1"], "attack.tv"),

@@ -401,6 +401,19 @@ def test_the_pareto_plot_labels_exactly_the_front():
     assert sorted(drawn.key) == ["defense=a = defense=a", "defense=b = defense=b", "defense=c = defense=c"]
 
 
+def test_the_pareto_plot_draws_bytes_that_span_decades_on_a_log_scale():
+    """LeNet's 0.13 MB against ResNet-18's 89 MB (photo_victims): a log colour scale, whose formatter has no offset
+    (hiding a linear scale's offset there raised)."""
+    from privbench.report.draw import spans_decades
+    from privbench.report.pareto import pareto_figure
+
+    table = pd.DataFrame({"model": ["lenet", "convnet", "resnet18"], "psnr_gain": [5.2, 12.5, -3.0],
+                          "personal_accuracy": [0.5, 0.6, 0.7], "total_bytes": [126_608, 484_432, 89_468_816]})
+    assert spans_decades(table["total_bytes"] / 1e6)
+    drawn = pareto_figure(table, ["model"])
+    assert drawn is not None and drawn.png.startswith(b"\x89PNG") and "total bytes, up + down (MB)" in drawn.axes
+
+
 def test_every_family_s_table_has_a_verdict_from_its_headline_against_chance():
     """Membership (AUC over 0.5), label counts (an error below the prior's: lower leaks), a one-run audit (epsilon
     lower bound over 0) and source inference (over 1 / clients, paired per run): each row's verdict by hand."""

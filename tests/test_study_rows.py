@@ -48,6 +48,7 @@ ROWS: dict[str, tuple[str, str]] = {
     "membership_ladder": ("membership_ladder", "+experiment/membership_ladder/protocol=fedavg,seed=0"),
     "membership_leakage": ("membership_leakage", "+experiment/membership_leakage/attack=loss,"
                                                  "+experiment/membership_leakage/protocol=fedavg,seed=0"),
+    "photo_victims": ("photo_victims", "+experiment/photo_victims/arm=lenet_short,seed=0"),
     "privacy_tradeoff": ("privacy_tradeoff", "attack=idlg,defense=none,payload=gradient,seed=0"),
     "secure_aggregation": ("secure_aggregation", "+experiment/secure_aggregation=no_secagg,fl.participants=2,seed=0"),
     "server_threat": ("server_threat", "+experiment/server_threat/attack=imprint,+experiment/server_threat=fedavg,"

@@ -44,11 +44,11 @@ def _foolbox(files: list[Path]) -> tuple[np.ndarray, np.ndarray]:
     """foolbox's ``{set}_{index}_{label}.{png,jpg}`` files as uint8 ``[N, C, H, W]`` and their labels."""
     images, labels = [], []
     for f in files:
-        with Image.open(f) as im:
-            im = im.convert("RGB" if im.mode not in ("L", "1") else "L")
-            if im.size[0] > IMAGENET_SIDE or im.size[1] > IMAGENET_SIDE:
-                im = _centre_crop(im)
-            array = np.asarray(im, dtype=np.uint8)
+        with Image.open(f) as opened:
+            im: Image.Image = opened.convert("RGB" if opened.mode not in ("L", "1") else "L")
+        if im.size[0] > IMAGENET_SIDE or im.size[1] > IMAGENET_SIDE:
+            im = _centre_crop(im)
+        array = np.asarray(im, dtype=np.uint8)
         images.append(array[None] if array.ndim == 2 else array.transpose(2, 0, 1))
         labels.append(int(f.stem.rsplit("_", 1)[1]))
     return np.stack(images), np.asarray(labels, dtype=np.int64)
@@ -136,7 +136,7 @@ def load_photos(name: str) -> ImageDataset:
         >>> len(ds), ds.shape, ds.num_classes
         (20, (3, 32, 32), 10)
     """
-    if name not in PHOTOS:
+    if not isinstance(name, str) or name not in PHOTOS:
         raise ConfigError(f"victim.photos={name!r} is not one of {', '.join(PHOTOS)} (or null)"
                           + did_you_mean(str(name), PHOTOS, prefix="victim.photos="))
     spec = PHOTOS[name]

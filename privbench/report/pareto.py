@@ -125,8 +125,9 @@ def pareto_figure(table: pd.DataFrame, keys: list[str]) -> Drawn | None:
         points = ax.scatter(data[utility.key], data[PSNR_GAIN.key], c=megabytes, norm=norm, cmap="viridis",
                             s=55, zorder=2, edgecolors="white", linewidths=0.5)
         colourbar = fig.colorbar(points, ax=ax, label="total bytes, up + down (MB)")
-        colourbar.formatter.set_useOffset(False)
-        colourbar.update_ticks()
+        if hasattr(colourbar.formatter, "set_useOffset"):  # a linear scale's; a log scale has no offset to hide
+            colourbar.formatter.set_useOffset(False)
+            colourbar.update_ticks()
     else:
         ax.scatter(data[utility.key], data[PSNR_GAIN.key], s=55, zorder=2, color="C0")
         title += f"\n(every setting sends {lo * 1e6:,.0f} B)"
