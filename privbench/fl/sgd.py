@@ -127,12 +127,12 @@ def client_accuracy(model: nn.Module, test: ImageDataset, classes: list[int]) ->
 def known_accuracy(model: nn.Module, data: FederatedData,
                    state_of: Callable[[int], State]) -> tuple[float, dict[int, float]]:
     """Pooled accuracy over known clients, each scored with ``state_of(client)`` on its own classes,
-    and each client's own accuracy."""
+    and each client's own accuracy (NaN for a client none of whose classes the test split holds: ``victim.photos``)."""
     correct = total = 0.0
     per_client: dict[int, float] = {}
     for c in range(data.num_clients):
         model.load_state_dict(state_of(c))
         acc, n = client_accuracy(model, data.test, data.client_classes(c))
-        per_client[c] = acc
+        per_client[c] = acc if n else math.nan
         correct, total = correct + acc * n, total + n
     return correct / max(total, 1), per_client

@@ -13,7 +13,7 @@ import importlib
 import pkgutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from torch import nn
 
@@ -37,6 +37,11 @@ class Game:
     """The evaluator's side of a family. ``p`` is the audit's ``Plan``; the one-message games (gradient, model,
     basis, labels) read only its ``cfg``, ``attack``, ``choice``, ``victim`` and ``seed``, which a file attack's
     setting gives too (``privbench.file_game``)."""
+
+    #: whether its figures stay honest when the victim holds another domain's photographs (``victim.photos``): the
+    #: message games rebuild or count the victim's own images; a membership, source or canary game would set them
+    #: against the other clients' records, a test of the domain.
+    photographs: ClassVar[bool] = False
 
     def check(self, p: Any, data: FederatedData, model: nn.Module, policy: Any) -> None:
         """Refuse (``ConfigError``, one line) settings this game cannot stage, before training (none by default)."""

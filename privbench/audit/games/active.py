@@ -201,6 +201,8 @@ class Active(Game):
     """The server crafts each audited client's download and the client's round runs on it (its cohort's, through
     secure aggregation); the truth is the images of the member the server isolated, else the client's."""
 
+    photographs = True
+
     def stage(self, p: Plan, store: PayloadStore, model: nn.Module, data: FederatedData, clients: list[int]
               ) -> list[Play]:
         plays = []

@@ -34,6 +34,8 @@ class Labels(MessageGame):
     """The gradient view of each audited client's message with ``attack.public`` test-split images (no client holds
     them) and their labels."""
 
+    photographs = True
+
     def play(self, p: Plan, victim: Victim, payload: Payload, base: Payload | None, records: list[int],
              model: nn.Module, data: FederatedData) -> Play:
         target = gradient_view(p, victim, payload, base, model, data)

@@ -44,6 +44,8 @@ def basis_view(p: Plan, victim: Victim, payload: Payload, base: Payload | None, 
 class OneMessage(MessageGame):
     """Each audited client's message, as the view the attack asks for."""
 
+    photographs = True
+
     builders: dict[str, Any] = {"gradient": gradient_view, "model": model_view, "basis": basis_view}
 
     def play(self, p: Plan, victim: Victim, payload: Payload, base: Payload | None, records: list[int],
