@@ -213,7 +213,7 @@ def prepare(p: Plan) -> tuple[FederatedData, nn.Module, CapturePolicy]:
             data = with_photos(data, p.victim.client, p.victim.photos)
     if p.victim.data_size is not None:
         data = data.with_client_size(p.victim.client, p.victim.data_size, seed=p.seed)
-    _check_chance_pool(p, data)
+    _check_photos(p, data)
     p.protocol.check(data=data, victim=p.victim)
     torch.manual_seed(p.seed)
     c, h, _ = data.train.shape
@@ -238,7 +238,7 @@ def prepare(p: Plan) -> tuple[FederatedData, nn.Module, CapturePolicy]:
     return data, model, policy
 
 
-def _check_chance_pool(p: Plan, data: FederatedData) -> None:
+def _check_photos(p: Plan, data: FederatedData) -> None:
     """With ``victim.photos``, the attack must rebuild images or count labels (a membership, source or property game
     would pair the photographs with the other domain's records: a test of the domain), and the chance baselines,
     drawn from the set's photographs the attack is not shown, need some left over."""
