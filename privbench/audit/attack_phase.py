@@ -115,12 +115,14 @@ def _truth(indices: list[int], data: FederatedData) -> Truth:
     labels = data.train.labels.cpu()
     counts = torch.bincount(labels.long(), minlength=data.train.num_classes).double()
     outside, outside_labels = data.test.images.cpu(), data.test.labels.cpu()
-    photographs = np.isin(indices, data.chance_pool) if data.chance_pool is not None else np.zeros(0, dtype=bool)
-    if photographs.any():  # victim.photos: the set's other photographs; a message of both domains draws from both
-        pool = torch.from_numpy(np.setdiff1d(data.chance_pool, indices))  # type: ignore[arg-type]
-        mixed = not photographs.all()
-        outside = torch.cat([outside, data.train.images.cpu()[pool]]) if mixed else data.train.images.cpu()[pool]
-        outside_labels = torch.cat([outside_labels, labels[pool]]) if mixed else labels[pool]
+    shown = np.isin(indices, data.chance_pool) if data.chance_pool is not None else None
+    if data.chance_pool is not None and shown is not None and shown.any():  # victim.photos: the set's other ones
+        rest = torch.from_numpy(np.setdiff1d(data.chance_pool, indices))
+        photos, photo_labels = data.train.images.cpu()[rest], labels[rest]
+        if shown.all():
+            outside, outside_labels = photos, photo_labels
+        else:  # a message of both domains (an aggregate) draws from both
+            outside, outside_labels = torch.cat([outside, photos]), torch.cat([outside_labels, photo_labels])
     return Truth(images=data.train.images[index.to(data.train.images.device)].cpu().float() / 255.0,
                  labels=labels[index], non_members=outside.float() / 255.0, non_member_labels=outside_labels,
                  class_frequencies=counts / counts.sum(), mean=data.train.mean, std=data.train.std)
