@@ -6,7 +6,8 @@ record's to the bit, so ``psnr_chance`` is now the class-informed 10.89 dB and t
 ``psnr_chance_uninformed``; then the threat model's ``attack_budget``, iDLG's settings; then the median image's PSNR, which at one image is
 the mean, iDLG's ``labels`` rule and the public data its view now brings, unused at one image; then the recovered
 bar, ``privacy.recovered_bar``, and each chance baseline's matched pairs, ``chance.*.matched``, taken from a run of
-the new code whose figures equal the record's): the same keys, messages and bytes; the same numbers."""
+the new code whose figures equal the record's; then the run's ``victim_photos``, null where the victim holds its own
+data): the same keys, messages and bytes; the same numbers."""
 from __future__ import annotations
 
 import json
