@@ -78,10 +78,11 @@ def _client(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor
         train.labels[rows]
 
 
-def test_a_genefl_round_replays_exactly_with_its_fisher_elastic_term():
-    """The client's own GENE-FL round (Fisher on its data, lambda1 and lambda2 penalty, shuffled epochs) is replayed
-    on its true images laid out epoch by epoch in its batch order: the same update to float tolerance; without the
-    elastic term it is not."""
+@pytest.mark.parametrize("step", ["gradient", "proximal"])
+def test_a_genefl_round_replays_exactly_with_its_fisher_elastic_term(step):
+    """The client's own GENE-FL round (Fisher on its data, lambda1 and lambda2 penalty, shuffled epochs; the penalty
+    by its gradient or by its proximal map) is replayed on its true images laid out epoch by epoch in its batch
+    order: the same update to float tolerance; without the elastic term it is not."""
     train = load_fashion_mnist_subset(train=True)
     data = train.subset(torch.from_numpy(np.random.default_rng(0).choice(len(train.labels), 12, replace=False)))
     x, y = data.normalised(), data.labels
@@ -89,7 +90,7 @@ def test_a_genefl_round_replays_exactly_with_its_fisher_elastic_term():
     model = LeNet(in_channels=1, image_size=28, num_classes=10)
     start = {n: p.detach().clone() for n, p in model.named_parameters()}
     fisher = fisher_diagonal(model, data)
-    penalty = GeneRegulariser(anchor=start, fisher=fisher, lambda1=0.01, lambda2=50.0, eps=1e-6)
+    penalty = GeneRegulariser(anchor=start, fisher=fisher, lambda1=0.01, lambda2=50.0, eps=1e-6, step=step)
     client = copy.deepcopy(model)
     generator = torch.Generator().manual_seed(5)
     steps = local_train(client, data, epochs=2, lr=0.1, batch_size=4, generator=generator, regulariser=penalty)
@@ -97,7 +98,7 @@ def test_a_genefl_round_replays_exactly_with_its_fisher_elastic_term():
     again = torch.Generator().manual_seed(5)
     order = torch.cat([torch.randperm(12, generator=again) for _ in range(2)])  # the batches local_train drew
     part = Part(0, 12, steps, 4)
-    spec = Unroll(0.1, steps, proximal=0.01, parts=(part,))
+    spec = Unroll(0.1, steps, proximal=0.01, parts=(part,), proximal_step=step == "proximal")
     target = AttackTarget(model, observed, 12, (1, 28, 28), 10, unroll=spec)
     plain = candidate_gradient(target, x[order], labels=y[order], schedule=[epoch_schedule(part, 0)])
     target.unroll = spec.with_elastic({"lambda2": 50.0, "eps": 1e-6})

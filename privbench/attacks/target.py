@@ -82,6 +82,8 @@ class Unroll:
             participants for a ``cluster_model`` aggregate, averaged per name by weight).
         elastic: ``(lambda2, eps)`` of GENE-FL's Fisher-elastic term, replayed with the Fisher of the candidates
             (None: not replayed; an attack opts in, ``with_elastic``).
+        proximal_step: the penalty is taken by its proximal map after each step (``fl.penalty_step=proximal``),
+            not by its gradient.
     """
 
     lr: float
@@ -90,6 +92,7 @@ class Unroll:
     proximal: float = 0.0
     parts: tuple[Part, ...] = ()
     elastic: tuple[float, float] | None = None
+    proximal_step: bool = False
 
     def with_elastic(self, training: dict[str, Any] | None) -> "Unroll":
         """This replay with the Fisher-elastic term a training record declares (``lambda2`` > 0), else as it is."""
@@ -108,7 +111,7 @@ class Unroll:
         if not parts:  # one client's upload: all candidates are its data
             parts.append(Part(0, num_images, training.steps, training.batch_size))
         return cls(float(training.lr), int(training.steps), float(training.momentum), float(training.proximal),
-                   parts=tuple(parts))
+                   parts=tuple(parts), proximal_step=bool(training.penalty.get("proximal_step", 0.0)))
 
 
 @dataclass

@@ -20,7 +20,7 @@ from privbench.errors import ConfigError
 from privbench.figures import EPSILON_MAX
 from privbench.fl.clustering.subspace import per_class_subspace
 from privbench.fl.reads import AUDIT_GRADIENT, COVERABLE, FISHER, LOCAL_SGD, SUBSPACE, PlannedRead
-from privbench.fl.sgd import per_sample_gradients
+from privbench.fl.sgd import backpropagated_penalty_, per_sample_gradients
 from privbench.fl.trainer import LocalSGD, Regulariser, Trainer
 from privbench.schema import ClipNorm, Number, Probability
 
@@ -31,14 +31,6 @@ MECHANISMS = {
     FISHER: "gaussian: clipped per-sample squared gradients + noise (sample rate 1)",
     SUBSPACE: "dp-pca: analyze gauss on unit-norm images (sample rate 1)",
 }
-
-
-def _add_gradient(model: nn.Module, loss: torch.Tensor) -> None:
-    """Add ``d loss / d theta`` to each parameter's ``.grad`` (after DP-SGD has set it)."""
-    params = [p for p in model.parameters() if p.requires_grad]
-    for p, g in zip(params, torch.autograd.grad(loss, params, allow_unused=True)):
-        if g is not None:
-            p.grad = g if p.grad is None else p.grad + g
 
 
 class DPSGD(Trainer):
@@ -184,8 +176,10 @@ class DPSGD(Trainer):
                         self.canaries.sample(rate=float(getattr(dp_loader, "sample_rate", 1.0 / len(dp_loader))))
                     if dp_optimizer.pre_step():  # clip per sample, add noise, average
                         if regulariser is not None:  # reads no data: outside the clipping
-                            _add_gradient(model, regulariser(model))
+                            backpropagated_penalty_(model, regulariser)
                         dp_optimizer.original_optimizer.step()
+                        if regulariser is not None:
+                            regulariser.after_step_(model, sgd.lr)
                     steps += 1
         module._close()
         return steps

@@ -62,10 +62,32 @@ def per_sample_gradients(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *,
 
 
 class Penalty(Protocol):
-    """A penalty that reads no data and adds its own gradient (GENE-FL's ``GeneRegulariser``)."""
+    """A penalty that reads no data and adds its own gradient (GENE-FL's ``GeneRegulariser``), or with
+    ``step=proximal`` takes its proximal map after each step."""
+
+    @property
+    def step(self) -> str:
+        """``gradient`` or ``proximal``: how SGD takes the penalty."""
+
+    def __call__(self, model: nn.Module) -> torch.Tensor:
+        """The penalty's value at ``model`` (differentiable)."""
 
     def add_gradient_(self, model: nn.Module) -> None:
         """Add the penalty's gradient at ``model`` to each parameter's ``.grad``."""
+
+    def after_step_(self, model: nn.Module, lr: float) -> None:
+        """Take the penalty by its proximal map after an optimiser step of size ``lr`` (where it does so)."""
+
+
+def backpropagated_penalty_(model: nn.Module, penalty: Penalty) -> None:
+    """Add ``d penalty / d theta``, by autograd, to each parameter's ``.grad`` (after DP-SGD has set it), unless
+    the penalty is taken by its proximal map after the step."""
+    if penalty.step != "gradient":
+        return
+    params = [p for p in model.parameters() if p.requires_grad]
+    for p, g in zip(params, torch.autograd.grad(penalty(model), params, allow_unused=True)):
+        if g is not None:
+            p.grad = g if p.grad is None else p.grad + g
 
 
 def local_steps(num_samples: int, *, epochs: int, batch_size: int) -> int:
@@ -102,6 +124,8 @@ def local_train(
             if regulariser is not None:
                 regulariser.add_gradient_(model)
             optimizer.step()
+            if regulariser is not None:
+                regulariser.after_step_(model, lr)
             steps += 1
     return steps
 

@@ -43,6 +43,8 @@ def why_not_stacked(jobs: Sequence[LocalJob]) -> str | None:
     shapes = [(n, p.shape) for n, p in first.named_parameters()]
     if any([(n, p.shape) for n, p in job.model.named_parameters()] != shapes for job in jobs[1:]):
         return "the clients' models differ in architecture"
+    if any(getattr(job.regulariser, "step", "gradient") != "gradient" for job in jobs):
+        return "a penalty taken by its proximal map (fl.penalty_step=proximal) trains one client at a time"
     if len({type(job.regulariser) for job in jobs}) > 1:
         return "the clients' regularisers differ"
     with_reg = [job.regulariser for job in jobs if job.regulariser is not None]

@@ -108,8 +108,8 @@ def elastic_weights(target: AttackTarget, start: dict[str, torch.Tensor], images
 
 def _replay(target: AttackTarget, spec: Unroll, start: dict[str, torch.Tensor], images: torch.Tensor,
             labels: torch.Tensor | None, label_logits: torch.Tensor | None, batches: list[slice]) -> dict[str, torch.Tensor]:
-    """SGD (with momentum, the smooth-update term and, where declared, the Fisher-elastic term) over ``batches``
-    of the candidates, differentiably."""
+    """SGD (with momentum, the smooth-update term and, where declared, the Fisher-elastic term: by its gradient or,
+    with ``proximal_step``, its proximal map after each step) over ``batches`` of the candidates, differentiably."""
     params = {n: p.clone().requires_grad_(True) for n, p in start.items()}
     velocity = {n: torch.zeros_like(p) for n, p in params.items()}
     names = list(params)
@@ -125,22 +125,25 @@ def _replay(target: AttackTarget, spec: Unroll, start: dict[str, torch.Tensor], 
         sub_logits = label_logits[batch] if label_logits is not None else None
         if target.clip is None:
             loss = _loss(functional_call(target.model, params, (images[batch],)), sub_labels, sub_logits)
-            if spec.proximal:
+            if spec.proximal and not spec.proximal_step:
                 loss = loss + spec.proximal * sum(((params[n] - start[n]) ** 2).sum() for n in names)
             grads = torch.autograd.grad(loss, [params[n] for n in names], create_graph=True, allow_unused=True)
         else:  # DP-SGD: per-sample clipped mean; the data-independent penalty is added outside the clipping
             current = params
             mean = clipped_mean_gradient(lambda x: functional_call(target.model, current, (x,)), params,
                                          images[batch], sub_labels, sub_logits, target.clip)
-            grads = tuple(mean[n] + (2 * spec.proximal * (params[n] - start[n]) if spec.proximal else 0)
-                          for n in names)
+            grads = tuple(mean[n] + (2 * spec.proximal * (params[n] - start[n])
+                                     if spec.proximal and not spec.proximal_step else 0) for n in names)
         new = {}
         for n, g in zip(names, grads):
             g = torch.zeros_like(params[n]) if g is None else g
-            if elastic:  # data-dependent, so DP-SGD would add it after clipping too
+            if elastic and not spec.proximal_step:  # data-dependent, so DP-SGD would add it after clipping too
                 g = g + 2 * lambda2 * elastic[n] * (params[n] - start[n])
             velocity[n] = spec.momentum * velocity[n] + g if spec.momentum else g
             new[n] = params[n] - spec.lr * velocity[n]
+            if spec.proximal_step:  # the penalty's proximal map, as GeneRegulariser.after_step_ takes it
+                scale = 2 * spec.lr * (spec.proximal + (lambda2 * elastic[n] if elastic else 0))
+                new[n] = (new[n] + scale * start[n]) / (1 + scale)
         params = new
     return params
 

@@ -8,6 +8,12 @@ from functools import cached_property
 import torch
 from torch import nn
 
+from privbench.errors import ConfigError
+
+#: How a client takes the penalty each SGD step: ``gradient`` (the paper: its gradient joins the loss's) or
+#: ``proximal`` (after the loss's step, the penalty's exact proximal map, stable at any learning rate).
+PENALTY_STEPS = ("gradient", "proximal")
+
 
 def elastic_weight(fisher: Mapping[str, torch.Tensor], eps: float) -> dict[str, torch.Tensor]:
     """``1[F_j >= eps] F_j``: the per-parameter weight of GENE-FL's elastic term."""
@@ -55,6 +61,7 @@ class GeneRegulariser:
     lambda1: float
     lambda2: float
     eps: float
+    step: str = "gradient"
 
     @cached_property
     def _tensors(self) -> dict[str, dict[str, torch.Tensor]]:
@@ -86,8 +93,9 @@ class GeneRegulariser:
         return self.penalty(dict(model.named_parameters()), self.tensors())
 
     def settings(self) -> dict[str, float]:
-        """The declared weights: ``lambda1``, ``lambda2`` and the Fisher threshold ``eps``."""
-        return {"lambda1": float(self.lambda1), "lambda2": float(self.lambda2), "eps": float(self.eps)}
+        """The declared weights: ``lambda1``, ``lambda2`` and the Fisher threshold ``eps`` (and ``proximal_step``
+        1.0 where the penalty is taken by its proximal map)."""
+        return penalty_settings(self.lambda1, self.lambda2, self.eps, self.step)
 
     def proximal(self) -> float:
         """``lambda1``: the smooth-update term ``lambda1 ||theta - Theta||^2`` reads no data."""
@@ -100,9 +108,40 @@ class GeneRegulariser:
         step gets the same bits as backpropagating ``loss + self(model)``, without building the
         penalty's graph of some fifty small operations every step.
         """
-        if not (self.lambda1 or self.lambda2):
+        if not (self.lambda1 or self.lambda2) or self.step != "gradient":
             return
         with torch.no_grad():
             for name, p in model.named_parameters():
                 grad = self._coefficient[name] * (2.0 * (p - self.anchor[name]))
                 p.grad = grad if p.grad is None else p.grad + grad
+
+    def after_step_(self, model: nn.Module, lr: float) -> None:
+        """With ``step=proximal``: move each parameter to the penalty's proximal point after the loss's step,
+        ``theta <- (theta + 2 lr c Theta) / (1 + 2 lr c)`` with ``c = lambda1 + lambda2 w`` (the minimiser of
+        ``c (theta' - Theta)^2 + (theta' - theta)^2 / (2 lr)``); nothing with ``step=gradient``."""
+        if not (self.lambda1 or self.lambda2) or self.step != "proximal":
+            return
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                scale = 2.0 * lr * self._coefficient[name]
+                p.copy_((p + scale * self.anchor[name]) / (1.0 + scale))
+
+    def check_stable(self, *, lr: float, momentum: float, client: str) -> None:
+        """Refuse, in one line, a gradient step that diverges on the penalty alone: its curvature ``2 c`` makes
+        heavy-ball SGD multiply a parameter's distance from the anchor by more than 1 each step where
+        ``lr c >= 1 + momentum`` (plain SGD: ``|1 - 2 lr c| > 1``), whatever the loss does."""
+        if self.step != "gradient" or not (self.lambda1 or self.lambda2):
+            return
+        name, top = max(((n, float(c.max())) for n, c in self._coefficient.items()), key=lambda t: t[1])
+        if lr * top >= 1.0 + momentum:
+            raise ConfigError(
+                f"fl.lr={lr:g}: {client}'s penalty has curvature 2 (lambda1 + lambda2 F) = {2 * top:.3g} on {name} "
+                f"(its Fisher on the received model), and SGD on that quadratic alone diverges where lr (lambda1 + "
+                f"lambda2 F) >= 1 + momentum ({lr * top:.3g} here); set fl.penalty_step=proximal (the penalty's exact "
+                f"proximal map, stable at any lr), or lower fl.lr below {(1.0 + momentum) / top:.3g} or fl.lambda2")
+
+
+def penalty_settings(lambda1: float, lambda2: float, eps: float, step: str) -> dict[str, float]:
+    """The penalty's declared settings as a training record holds them (``proximal_step`` only where 1.0)."""
+    declared = {"lambda1": float(lambda1), "lambda2": float(lambda2), "eps": float(eps)}
+    return {**declared, "proximal_step": 1.0} if step == "proximal" else declared

@@ -12,7 +12,7 @@ from torch import nn
 from privbench.data import FederatedData, ImageDataset
 from privbench.errors import ConfigError
 from privbench.fl.engine import ClientSide, ClientTask
-from privbench.fl.genefl.fisher import GeneRegulariser
+from privbench.fl.genefl.fisher import PENALTY_STEPS, GeneRegulariser, penalty_settings
 from privbench.fl.genefl.learngene import adapt_gamma, cluster_gene, gene_size, select_by_size, select_layers, xi_scores
 from privbench.fl.genefl.settings import GeneSettings
 from privbench.fl.layers import layers, state_names
@@ -50,6 +50,9 @@ class GeneFL(ClusteredProtocol):
         lambda1: weight of the smooth-update term.
         lambda2: weight of the Fisher-elastic term.
         eps: Fisher threshold of the elastic term.
+        penalty_step: ``gradient`` (the paper: the penalty's gradient joins the loss's; refused where SGD on the
+            penalty alone diverges, ``GeneRegulariser.check_stable``) or ``proximal`` (its exact proximal map after
+            each step).
         gene: ``GeneSettings`` (``gamma``, ``select``, ``score``).
         downlink: ``full`` (the paper: the whole cluster model each round) or ``gene``
             (after a client's first round, only the cluster learnGene's layers; the client
@@ -65,17 +68,19 @@ class GeneFL(ClusteredProtocol):
     replays_own_data = True
 
     def __init__(self, *, lambda1: Weight = 0.01, lambda2: Weight = 1.0, eps: NonNegative = 1e-6,
-                 gene: Annotated[dict[str, Any] | None, Nested(GeneSettings)] = None, downlink: str = "full",
-                 unsent: str = "theta0", **kwargs: Any) -> None:
+                 penalty_step: str = "gradient", gene: Annotated[dict[str, Any] | None, Nested(GeneSettings)] = None,
+                 downlink: str = "full", unsent: str = "theta0", **kwargs: Any) -> None:
         super().__init__(**kwargs)
         if lambda1 < 0 or lambda2 < 0 or eps < 0:
             raise ConfigError("fl.lambda1, fl.lambda2 and fl.eps must be >= 0")
         if downlink not in DOWNLINKS:
             raise ConfigError(f"fl.downlink={downlink!r} is not one of {', '.join(DOWNLINKS)}")
+        if penalty_step not in PENALTY_STEPS:
+            raise ConfigError(f"fl.penalty_step={penalty_step!r} is not one of {', '.join(PENALTY_STEPS)}")
         if unsent not in UNSENT:
             raise ConfigError(f"fl.unsent={unsent!r} is not one of {', '.join(UNSENT)}")
         self.lambda1, self.lambda2, self.eps, self.downlink_mode = lambda1, lambda2, eps, downlink
-        self.unsent = unsent
+        self.unsent, self.penalty_step = unsent, penalty_step
         self.gene = settings(GeneSettings, gene, key="fl.gene")
         #: a recorded round replayed with its recorded layer choice (an audit's rerun; None: GENE-FL chooses)
         self.replayed_layers: tuple[str, ...] | None = None
@@ -121,8 +126,7 @@ class GeneFL(ClusteredProtocol):
 
     def planned_penalty(self) -> tuple[dict[str, float], float]:
         """The Fisher-elastic penalty's weights (``GeneRegulariser.settings``) and ``lambda1``."""
-        return {"lambda1": float(self.lambda1), "lambda2": float(self.lambda2), "eps": float(self.eps)}, \
-            float(self.lambda1)
+        return penalty_settings(self.lambda1, self.lambda2, self.eps, self.penalty_step), float(self.lambda1)
 
     def upload_layers(self, upload: Payload | None, side: ClientSide) -> list[str]:
         """The learnGene's layers, as its condensation names them."""
@@ -173,7 +177,10 @@ class GeneFL(ClusteredProtocol):
         anchor = {n: p.detach().clone() for n, p in local.named_parameters()}
         fisher_noise = torch.Generator().manual_seed(at.batch_generator().initial_seed() + 101)
         fisher = self.trainer.fisher(local, data, client=at.name, generator=fisher_noise) if self.lambda2 else {}
-        return GeneRegulariser(anchor=anchor, fisher=fisher, lambda1=self.lambda1, lambda2=self.lambda2, eps=self.eps)
+        penalty = GeneRegulariser(anchor=anchor, fisher=fisher, lambda1=self.lambda1, lambda2=self.lambda2,
+                                  eps=self.eps, step=self.penalty_step)
+        penalty.check_stable(lr=self.sgd.lr, momentum=self.sgd.momentum, client=at.name)
+        return penalty
 
     def end_round(self, pending: PendingUpload, training: LocalTraining, state: ClusterRun) -> Upload:
         at, step, received = pending.at, pending.step, pending.received
