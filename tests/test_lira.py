@@ -75,15 +75,18 @@ def test_stacked_shadows_train_as_plain_pytorch_does(lambda2):
     assert moved > 0.05  # the shadows did train
 
 
-def test_a_shadow_on_the_client_s_data_is_the_client_s_genefl_round():
-    """GENE-FL's own client round (its trainer, its Fisher on its data, lambda1 and lambda2, momentum), full-batch so
-    the order does not matter, against a shadow given the same 12 records and the round's record."""
+@pytest.mark.parametrize(("step", "lambda2"), [("gradient", 1.0), ("proximal", 20.0)])
+def test_a_shadow_on_the_client_s_data_is_the_client_s_genefl_round(step, lambda2):
+    """GENE-FL's own client round (its trainer, its Fisher on its data, lambda1 and lambda2, momentum; the penalty by
+    its gradient or its proximal map), full-batch so the order does not matter, against a shadow given the same 12
+    records and the round's record."""
     train = load_fashion_mnist_subset(train=True)
     data = train.subset(torch.from_numpy(np.random.default_rng(0).choice(len(train.labels), 12, replace=False)))
     torch.manual_seed(0)
     model = LeNet(in_channels=1, image_size=28, num_classes=10)
     start = {n: p.detach().clone() for n, p in model.named_parameters()}
-    penalty = GeneRegulariser(anchor=start, fisher=fisher_diagonal(model, data), lambda1=0.01, lambda2=1.0, eps=1e-6)
+    penalty = GeneRegulariser(anchor=start, fisher=fisher_diagonal(model, data), lambda1=0.01, lambda2=lambda2,
+                              eps=1e-6, step=step)
     client = copy.deepcopy(model)
     steps = local_train(client, data, epochs=3, lr=0.1, batch_size=12, momentum=0.5,
                         generator=torch.Generator().manual_seed(5), regulariser=penalty)

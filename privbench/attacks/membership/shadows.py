@@ -50,6 +50,7 @@ class ShadowTraining:
         lambda1: weight of the data-independent ``||theta - Theta||^2`` term (GENE-FL's smooth update; 0: none).
         lambda2: weight of GENE-FL's Fisher-elastic term (0: none).
         eps: the elastic term's Fisher threshold.
+        proximal_step: the penalty is taken by its proximal map after each step (``fl.penalty_step=proximal``).
     """
 
     lr: float
@@ -59,6 +60,7 @@ class ShadowTraining:
     lambda1: float = 0.0
     lambda2: float = 0.0
     eps: float = 0.0
+    proximal_step: bool = False
 
     @classmethod
     def of(cls, training: LocalTraining) -> "ShadowTraining":
@@ -69,12 +71,13 @@ class ShadowTraining:
         if training.clip is not None:
             raise AttackNotApplicableError("the record declares DP-SGD (clip norm C): shadows do not repeat its "
                                            "sampling and noise; use attack=membership")
-        known = {"lambda1", "lambda2", "eps"}
+        known = {"lambda1", "lambda2", "eps", "proximal_step"}
         if set(training.penalty) - known:
             raise AttackNotApplicableError(f"the record's penalty {sorted(training.penalty)} is not one shadows repeat")
         lambda1 = float(training.penalty.get("lambda1", training.proximal))
         return cls(float(training.lr), int(training.epochs), int(training.batch_size), float(training.momentum),
-                   lambda1, float(training.penalty.get("lambda2", 0.0)), float(training.penalty.get("eps", 0.0)))
+                   lambda1, float(training.penalty.get("lambda2", 0.0)), float(training.penalty.get("eps", 0.0)),
+                   bool(training.penalty.get("proximal_step", 0.0)))
 
     def steps(self, samples: int) -> int:
         """Optimiser steps on ``samples`` records: ``epochs * ceil(samples / batch_size)``."""
@@ -83,7 +86,7 @@ class ShadowTraining:
     def describe(self) -> dict[str, Any]:
         """JSON-ready settings."""
         return {"lr": self.lr, "epochs": self.epochs, "batch_size": self.batch_size, "momentum": self.momentum,
-                "lambda1": self.lambda1, "lambda2": self.lambda2, "eps": self.eps}
+                "lambda1": self.lambda1, "lambda2": self.lambda2, "eps": self.eps, "proximal_step": self.proximal_step}
 
 
 def train_shadows(model: nn.Module, base: Mapping[str, torch.Tensor], plan: ShadowTraining, images: torch.Tensor,
@@ -118,11 +121,14 @@ def train_shadows(model: nn.Module, base: Mapping[str, torch.Tensor], plan: Shad
                 with torch.no_grad():
                     for n, g in zip(names, grads):
                         p = params[n].detach()
-                        if penalised:
+                        if penalised and not plan.proximal_step:
                             g = g + coefficient[n] * (2.0 * (p - start[n]))
                         if plan.momentum:
                             g = velocity[n] = g if n not in velocity else plan.momentum * velocity[n] + g
                         params[n] = p - plan.lr * g
+                        if penalised and plan.proximal_step:  # as GeneRegulariser.after_step_ takes it
+                            scale = 2.0 * plan.lr * coefficient[n]
+                            params[n] = (params[n] + scale * start[n]) / (1.0 + scale)
                 bar.update(1)
     return {n: p.detach() for n, p in params.items()}
 
