@@ -78,8 +78,8 @@ def _client(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor
         train.labels[rows]
 
 
-@pytest.mark.parametrize("step", ["gradient", "proximal"])
-def test_a_genefl_round_replays_exactly_with_its_fisher_elastic_term(step):
+@pytest.mark.parametrize(("step", "lambda2"), [("gradient", 5.0), ("proximal", 50.0)])  # the first below the bound
+def test_a_genefl_round_replays_exactly_with_its_fisher_elastic_term(step, lambda2):
     """The client's own GENE-FL round (Fisher on its data, lambda1 and lambda2 penalty, shuffled epochs; the penalty
     by its gradient or by its proximal map) is replayed on its true images laid out epoch by epoch in its batch
     order: the same update to float tolerance; without the elastic term it is not."""
@@ -90,7 +90,8 @@ def test_a_genefl_round_replays_exactly_with_its_fisher_elastic_term(step):
     model = LeNet(in_channels=1, image_size=28, num_classes=10)
     start = {n: p.detach().clone() for n, p in model.named_parameters()}
     fisher = fisher_diagonal(model, data)
-    penalty = GeneRegulariser(anchor=start, fisher=fisher, lambda1=0.01, lambda2=50.0, eps=1e-6, step=step)
+    penalty = GeneRegulariser(anchor=start, fisher=fisher, lambda1=0.01, lambda2=lambda2, eps=1e-6, step=step)
+    penalty.check_stable(lr=0.1, momentum=0.0, client="client0")  # a round the client takes
     client = copy.deepcopy(model)
     generator = torch.Generator().manual_seed(5)
     steps = local_train(client, data, epochs=2, lr=0.1, batch_size=4, generator=generator, regulariser=penalty)
@@ -101,7 +102,7 @@ def test_a_genefl_round_replays_exactly_with_its_fisher_elastic_term(step):
     spec = Unroll(0.1, steps, proximal=0.01, parts=(part,), proximal_step=step == "proximal")
     target = AttackTarget(model, observed, 12, (1, 28, 28), 10, unroll=spec)
     plain = candidate_gradient(target, x[order], labels=y[order], schedule=[epoch_schedule(part, 0)])
-    target.unroll = spec.with_elastic({"lambda2": 50.0, "eps": 1e-6})
+    target.unroll = spec.with_elastic({"lambda2": lambda2, "eps": 1e-6})
     replayed = candidate_gradient(target, x[order], labels=y[order], schedule=[epoch_schedule(part, 0)])
     for n in observed:
         assert torch.allclose(replayed[n], observed[n], atol=2e-5, rtol=1e-4), n

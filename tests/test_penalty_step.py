@@ -76,6 +76,28 @@ def test_a_gradient_step_is_refused_where_sgd_on_the_penalty_alone_diverges(top,
     assert (abs(param) > 0.5) == refused
 
 
+def test_the_smooth_term_alone_can_pass_the_bound_and_the_message_names_it():
+    penalty = GeneRegulariser(anchor={"fc.bias": torch.zeros(3)}, fisher={}, lambda1=10.5, lambda2=0.0, eps=1e-6)
+    with pytest.raises(ConfigError, match=r"= 21 on fc.bias.*\(1.05 here\).*below 0.09524, fl.lambda1 or fl.lambda2"):
+        penalty.check_stable(lr=0.1, momentum=0.0, client="client0")
+
+
+def test_the_record_names_the_proximal_step_and_the_replays_read_it():
+    """A client's record declares ``proximal_step`` only where it took the map; the attacker's replay and LiRA's
+    shadows read it from there (and a record of the paper's step leaves both on the gradient)."""
+    from privbench.attacks.membership.shadows import ShadowTraining
+    from privbench.attacks.target import Unroll
+    from privbench.fl.trainer import LocalTraining
+
+    for step, declared in (("proximal", True), ("gradient", False)):
+        penalty = _penalty(_Linear(), {}, step=step, lambda1=0.01)
+        assert ("proximal_step" in penalty.settings()) == declared
+        record = LocalTraining(lr=0.1, steps=4, batch_size=8, num_samples=32, epochs=1, penalty=penalty.settings(),
+                               proximal=penalty.proximal())
+        assert Unroll.from_training(record, 32).proximal_step == declared
+        assert ShadowTraining.of(record).proximal_step == declared
+
+
 def _lenet_job(seed: int = 0) -> tuple[nn.Module, FederatedData]:
     data = FederatedData.build(source="fashion_mnist_subset", num_clients=5, partition="shard", classes_per_client=2,
                                seed=seed)

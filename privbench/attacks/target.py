@@ -190,7 +190,9 @@ class AttackTarget:
             "training": payload.training.hyperparameters() if payload.training else None,
             "matching": "unrolled local training" if spec else ("gradient" if payload.spec.carries == "gradient"
                                                                  else "pseudo-gradient -(delta)/(lr*steps)"),
-            "replayed_regularisers": ([f"{spec.proximal:g} * ||theta - Theta||^2"] if spec and spec.proximal else []),
+            "replayed_regularisers": ([f"{spec.proximal:g} * ||theta - Theta||^2"
+                                       + (" (by its proximal map)" if spec.proximal_step else "")]
+                                      if spec and spec.proximal else []),
             "visible_names": list(gradient),
             "visible_fraction": visible / total,
         }

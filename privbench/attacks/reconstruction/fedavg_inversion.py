@@ -154,7 +154,8 @@ class FedAvgInversion(GradientInversion):
             target.knowledge["replayed_regularisers"] = [
                 *target.knowledge.get("replayed_regularisers", []),
                 f"{target.unroll.elastic[0]:g} * sum_j 1[F_j >= {target.unroll.elastic[1]:g}] F_j (theta_j - Theta_j)^2, "
-                "F the candidates' Fisher"]
+                "F the candidates' Fisher" + (" (by its proximal map)" if target.unroll.proximal_step else ""),
+            ]
         counted = len(target.unroll.parts) == 1 and f"{target.head}.bias" in target.gradient
         target.knowledge["labels"] = ("per-class counts recovered from the head's bias along the update" if counted
                                       else "optimised jointly")

@@ -127,18 +127,19 @@ class GeneRegulariser:
                 p.copy_((p + scale * self.anchor[name]) / (1.0 + scale))
 
     def check_stable(self, *, lr: float, momentum: float, client: str) -> None:
-        """Refuse, in one line, a gradient step that diverges on the penalty alone: its curvature ``2 c`` makes
-        heavy-ball SGD multiply a parameter's distance from the anchor by more than 1 each step where
-        ``lr c >= 1 + momentum`` (plain SGD: ``|1 - 2 lr c| > 1``), whatever the loss does."""
+        """Refuse, in one line, a gradient step that does not converge on the penalty alone: with its curvature
+        ``2 c``, heavy-ball SGD's iteration on a parameter's distance from the anchor has a root of modulus at least 1
+        where ``lr c >= 1 + momentum`` (plain SGD: ``|1 - 2 lr c| >= 1``), whatever the loss does."""
         if self.step != "gradient" or not (self.lambda1 or self.lambda2):
             return
         name, top = max(((n, float(c.max())) for n, c in self._coefficient.items()), key=lambda t: t[1])
         if lr * top >= 1.0 + momentum:
             raise ConfigError(
                 f"fl.lr={lr:g}: {client}'s penalty has curvature 2 (lambda1 + lambda2 F) = {2 * top:.3g} on {name} "
-                f"(its Fisher on the received model), and SGD on that quadratic alone diverges where lr (lambda1 + "
-                f"lambda2 F) >= 1 + momentum ({lr * top:.3g} here); set fl.penalty_step=proximal (the penalty's exact "
-                f"proximal map, stable at any lr), or lower fl.lr below {(1.0 + momentum) / top:.3g} or fl.lambda2")
+                f"(its Fisher on the received model), and SGD on that quadratic alone does not converge where lr "
+                f"(lambda1 + lambda2 F) >= 1 + momentum ({lr * top:.4g} here); set fl.penalty_step=proximal (the "
+                f"penalty's exact proximal map, stable at any lr), or lower fl.lr below {(1.0 + momentum) / top:.4g}, "
+                f"fl.lambda1 or fl.lambda2")
 
 
 def penalty_settings(lambda1: float, lambda2: float, eps: float, step: str) -> dict[str, float]:
