@@ -23,14 +23,13 @@ import numpy as np
 import torch
 from scipy.optimize import linear_sum_assignment
 
-from privbench.attacks.labels.bias import estimate_counts
-from privbench.attacks.labels.counts import with_true_counts
 from privbench.attacks.labels.views import LabelView
 from privbench.attacks.reconstruction.base import Attempt, GradientInversion
 from privbench.attacks.reconstruction.findings import Reconstruction
 from privbench.attacks.reconstruction.ig import signed_adam_step
 from privbench.attacks.reconstruction.matching import candidate_gradient
 from privbench.attacks.reconstruction.objectives import cosine_distance, total_variation
+from privbench.attacks.reconstruction.update_labels import LABELS, laid_out, update_counts
 from privbench.attacks.target import AttackTarget, Part
 from privbench.attacks.views import ViewKind
 from privbench.errors import AttackNotApplicableError
@@ -101,8 +100,6 @@ def merge_copies(copies: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
 
 #: The order-invariant priors that tie an image's copies across epochs.
 TIES = ("mean", "matched")
-#: Where the labels come from: the update's recovered counts, or the batch's true counts (``labels.counts.ORACLE``).
-LABELS = ("counts", "oracle")
 
 
 class FedAvgInversion(GradientInversion):
@@ -156,16 +153,7 @@ class FedAvgInversion(GradientInversion):
                 f"{target.unroll.elastic[0]:g} * sum_j 1[F_j >= {target.unroll.elastic[1]:g}] F_j (theta_j - Theta_j)^2, "
                 "F the candidates' Fisher" + (" (by its proximal map)" if target.unroll.proximal_step else ""),
             ]
-        counted = len(target.unroll.parts) == 1 and f"{target.head}.bias" in target.gradient
-        target.knowledge["labels"] = ("per-class counts recovered from the head's bias along the update" if counted
-                                      else "optimised jointly")
-        if self.labels == "oracle":  # with_true_counts refuses an aggregate replayed member by member
-            true = with_true_counts(target, view.oracle_counts).labels
-            assert true is not None
-            self._counts, target.labels = np.bincount(true.cpu().numpy(), minlength=target.num_classes), None
-        else:
-            self._counts = (estimate_counts(target, view.public, view.public_labels, points=self.points) if counted
-                            else None)
+        self._counts = update_counts(view, labels=self.labels, points=self.points)
         found = super().attack(target, seed=seed)
         found.info["label_counts"] = ({int(c): int(n) for c, n in enumerate(self._counts) if n}
                                       if self._counts is not None else None)
@@ -193,8 +181,7 @@ class FedAvgInversion(GradientInversion):
         base_labels = torch.zeros(0, dtype=torch.long)
         base_logits = torch.zeros(0)
         if self._counts is not None:  # the counts in one random order, the same in every epoch
-            order = np.repeat(np.arange(len(self._counts)), self._counts)
-            order = order[torch.randperm(len(order), generator=generator).numpy()]
+            order = laid_out(self._counts, generator)
             labels = torch.from_numpy(np.tile(order, epochs[0])).to(target.device)
             base_labels = torch.from_numpy(order).to(target.device)
         else:  # one label per client image, shared by its copies

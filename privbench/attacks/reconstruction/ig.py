@@ -215,7 +215,7 @@ class InvertingGradients(GradientInversion):
         """The same step by ``torch.func.vmap`` over a functional model (any model without buffers)."""
         from torch.func import functional_call, grad_and_value, vmap
 
-        from privbench.attacks.reconstruction.matching import _loss
+        from privbench.attacks.reconstruction.matching import candidate_loss
 
         watched = list(observed)
         params = {k: torch.stack([p[k].detach() for p in named]) for k, _ in model.named_parameters()}
@@ -223,7 +223,7 @@ class InvertingGradients(GradientInversion):
         def objective(x: torch.Tensor, soft: torch.Tensor | None, named: dict[str, torch.Tensor],
                       seen: dict[str, torch.Tensor], labels: torch.Tensor | None) -> torch.Tensor:
             def loss_of(p: dict[str, torch.Tensor]) -> torch.Tensor:
-                return _loss(functional_call(model, {**named, **p}, (x,)), labels, soft)
+                return candidate_loss(functional_call(model, {**named, **p}, (x,)), labels, soft)
 
             grads = torch.func.grad(loss_of)({k: named[k] for k in watched})
             return cosine_distance(grads, seen) + self.tv * total_variation(x)

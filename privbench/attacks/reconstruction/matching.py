@@ -19,7 +19,8 @@ TOLERANCE = 1e-9
 PLATEAU = 0.01
 
 
-def _loss(out: torch.Tensor, labels: torch.Tensor | None, label_logits: torch.Tensor | None) -> torch.Tensor:
+def candidate_loss(out: torch.Tensor, labels: torch.Tensor | None, label_logits: torch.Tensor | None) -> torch.Tensor:
+    """Mean cross-entropy of ``out`` against hard ``labels``, or DLG's soft-label one against ``label_logits``."""
     if labels is not None:
         return F.cross_entropy(out, labels)
     assert label_logits is not None, "either labels or label_logits"
@@ -45,7 +46,7 @@ def candidate_gradient(target: AttackTarget, images: torch.Tensor, *, labels: to
             mean = clipped_mean_gradient(lambda x: target.model(x), every, images, labels, label_logits, target.clip)
             return {n: mean[n] for n in target.gradient}
         params = target.params()
-        loss = _loss(target.model(images), labels, label_logits)
+        loss = candidate_loss(target.model(images), labels, label_logits)
         grads = torch.autograd.grad(loss, list(params.values()), create_graph=True)
         return dict(zip(params, grads))
     spec = target.unroll
@@ -73,7 +74,7 @@ def clipped_mean_gradient(forward: Callable[[torch.Tensor], torch.Tensor], param
     names, total = list(params), None
     for i in range(len(images)):
         one = slice(i, i + 1)
-        loss = _loss(forward(images[one]), None if labels is None else labels[one],
+        loss = candidate_loss(forward(images[one]), None if labels is None else labels[one],
                      None if label_logits is None else label_logits[one])
         grads = torch.autograd.grad(loss, [params[n] for n in names], create_graph=True, allow_unused=True)
         grads = tuple(torch.zeros_like(params[n]) if g is None else g for n, g in zip(names, grads))
@@ -95,7 +96,7 @@ def elastic_weights(target: AttackTarget, start: dict[str, torch.Tensor], images
     target.model.eval()  # the client's Fisher pass runs in eval mode
     for i in range(len(images)):
         one = slice(i, i + 1)
-        loss = _loss(functional_call(target.model, params, (images[one],)), None if labels is None else labels[one],
+        loss = candidate_loss(functional_call(target.model, params, (images[one],)), None if labels is None else labels[one],
                      None if label_logits is None else label_logits[one])
         grads = torch.autograd.grad(loss, [params[n] for n in names], create_graph=True, allow_unused=True)
         squared = [torch.zeros_like(params[n]) if g is None else g * g for n, g in zip(names, grads)]
@@ -124,7 +125,7 @@ def _replay(target: AttackTarget, spec: Unroll, start: dict[str, torch.Tensor], 
         sub_labels = labels[batch] if labels is not None else None
         sub_logits = label_logits[batch] if label_logits is not None else None
         if target.clip is None:
-            loss = _loss(functional_call(target.model, params, (images[batch],)), sub_labels, sub_logits)
+            loss = candidate_loss(functional_call(target.model, params, (images[batch],)), sub_labels, sub_logits)
             if spec.proximal and not spec.proximal_step:
                 loss = loss + spec.proximal * sum(((params[n] - start[n]) ** 2).sum() for n in names)
             grads = torch.autograd.grad(loss, [params[n] for n in names], create_graph=True, allow_unused=True)
