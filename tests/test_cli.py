@@ -37,7 +37,8 @@ def test_help_lists_groups_and_options(tmp_path):
                  "experiment: active_genefl, active_server, adaptive_server, bytes_curve, client_dp, client_dp_lira, client_dp_uploads, cohort_separation, comm_accounting, dlg_batch, dlg_paper, dp_coverage, dp_curve, exact_batch, fedavg_leakage, idlg_paper, learngene_completion, loki, "
                  "membership_ladder, membership_leakage, "
                  "paper_cifar10, photo_victims, "
-                 "privacy_tradeoff, secure_aggregation, server_threat, threat_grid, threat_grid2, trap_weights, victim_settings, xi_direction",
+                 "privacy_tradeoff, secure_aggregation, server_threat, sme_leakage, threat_grid, threat_grid2, trap_weights, victim_settings, "
+                 "xi_direction",
                  "experiment/threat_grid: gradient, learngene, update"):
         assert line in out.stdout
     for line in ("  lr: 0.1  # [a number > 0 and <= 100] local SGD learning rate.",

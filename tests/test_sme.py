@@ -83,6 +83,7 @@ def test_alpha_is_learned_inside_the_segment_and_stays_at_an_end():
     inside = SME(iterations=30, labels="oracle").attack(view, seed=0)
     assert len(inside.info["alpha"]) == 1 and 0.0 <= inside.info["alpha"][0] <= 1.0
     assert inside.info["alpha"][0] != 0.5  # Adam moved it (about 1e-3 a step)
+    assert inside.attempts[0]["alpha"] == inside.info["alpha"][0]
     view, _, _ = _update(4, 2, 2, 0.004)
     assert SME(iterations=30, alpha=0.0, labels="oracle").attack(view, seed=0).info["alpha"] == [0.0]
 

@@ -53,6 +53,7 @@ ROWS: dict[str, tuple[str, str]] = {
     "secure_aggregation": ("secure_aggregation", "+experiment/secure_aggregation=no_secagg,fl.participants=2,seed=0"),
     "server_threat": ("server_threat", "+experiment/server_threat/attack=imprint,+experiment/server_threat=fedavg,"
                                        "seed=0,victim.num_images=8"),
+    "sme_leakage": ("sme_leakage", "+experiment/sme_leakage=sme,seed=0"),
     "threat_grid": ("threat_grid", "+experiment/threat_grid=gradient,seed=0,victim.num_images=1,victim.round=0,"
                                    "victim.update_data=batch"),
     "threat_grid2": ("threat_grid2", "+experiment/threat_grid2/setting=n8_e1_b4,+experiment/threat_grid2=gradient_ig,"

@@ -87,6 +87,8 @@ class SME(GradientInversion):
         found.info["label_counts"] = ({int(c): int(n) for c, n in enumerate(self._counts) if n}
                                       if self._counts is not None else None)
         found.info["alpha"] = self._alphas
+        for entry, alpha in zip(found.attempts, self._alphas):  # each attempt's learned alpha, in the run's metrics
+            entry["alpha"] = alpha
         return found
 
     def label_source(self, target: AttackTarget) -> str:
@@ -130,6 +132,7 @@ class SME(GradientInversion):
                 value = float(loss.detach())
                 bar.update(1, objective=value)
                 if not math.isfinite(value) or not torch.isfinite(images).all():
+                    self._alphas.append(float(alpha.detach()))
                     return Attempt(images.detach(), torch.zeros(n, dtype=torch.long), math.nan, "nan", it)
         self._alphas.append(float(alpha.detach()))
         found = labels if labels is not None else logits.detach().argmax(1)  # type: ignore[union-attr]
