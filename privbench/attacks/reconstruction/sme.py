@@ -7,9 +7,11 @@ surrogate model on the segment, ``theta_0 + alpha (theta_T - theta_0)``, and lea
 objective is ``1 - cos`` between that gradient and ``theta_0 - theta_T`` over every carried parameter, plus total
 variation. No replay of the local steps, so no batch order and one gradient per step of the attack.
 
-As the reference code (github.com/JunyiZhu-AI/surrogate_model_extension): Adam on the images (lr 1) and on
-``alpha`` (lr 1e-3, from 0.5, kept in [0, 1]; ``alpha=0`` is Inverting Gradients at ``theta_0``, the paper's
-baseline), the step decayed tenfold at 3/8, 5/8 and 7/8 of the iterations, images kept in the valid pixel box. Ours:
+As the reference code's CNN configs (github.com/JunyiZhu-AI/surrogate_model_extension): Adam on the images (lr 1)
+and on ``alpha`` (lr 1e-3, from 0.5, kept in [0, 1]; ``alpha=0`` is Inverting Gradients at ``theta_0``, the paper's
+baseline), both steps divided by ten at ``iterations // 2.667``, ``// 1.6`` and ``// 1.142``, its total variation at
+weight 0.01, images kept in the valid pixel box. Ours too: under a DP-SGD record (clip norm C) the surrogate's
+gradient is DP-SGD's noiseless view, each candidate's gradient clipped to C before the mean. Ours:
 the labels are the per-class counts the update's head bias gives away (the paper assumes them recovered separately;
 ``attack.labels=oracle`` hands the true ones over as a control); parameters the message does not carry stay at
 ``theta_0`` in the surrogate.
@@ -26,7 +28,7 @@ from torch.func import functional_call
 from privbench.attacks.labels.views import LabelView
 from privbench.attacks.reconstruction.base import Attempt, GradientInversion
 from privbench.attacks.reconstruction.findings import Reconstruction
-from privbench.attacks.reconstruction.matching import candidate_loss
+from privbench.attacks.reconstruction.matching import candidate_loss, clipped_mean_gradient
 from privbench.attacks.reconstruction.objectives import cosine_distance, total_variation
 from privbench.attacks.reconstruction.update_labels import LABELS, laid_out, update_counts
 from privbench.attacks.target import AttackTarget
@@ -35,8 +37,8 @@ from privbench.errors import AttackNotApplicableError
 from privbench.payloads.kinds import Carries
 from privbench.schema import Fraction, Iterations, Number, PositiveInt, PublicImages, Rate, Restarts, Switch, Weight
 
-#: Fractions of the iterations where the reference code divides both steps by ten (``iters // 2.667`` etc.).
-DECAY_AT = (1 / 2.667, 1 / 1.6, 1 / 1.142)
+#: The reference code's divisors of the iterations where both steps are divided by ten (``iters // 2.667`` etc.).
+DECAY_AT = (2.667, 1.6, 1.142)
 
 
 class SME(GradientInversion):
@@ -110,7 +112,7 @@ class SME(GradientInversion):
         alpha = torch.tensor(float(self.alpha), device=target.device, requires_grad=True)  # the surrogate's leaf
         optimisers = [torch.optim.Adam([images] + ([logits] if logits is not None else []), lr=self.lr)]
         optimisers += [torch.optim.Adam([alpha], lr=self.alpha_lr)] if 0 < self.alpha < 1 else []  # else fixed
-        milestones = [int(self.iterations * f) for f in DECAY_AT] if self.decay else []
+        milestones = [int(self.iterations // d) for d in DECAY_AT] if self.decay else []
         schedulers = [torch.optim.lr_scheduler.MultiStepLR(o, milestones=milestones, gamma=0.1) for o in optimisers]
         start = {k: p.detach() for k, p in target.model.named_parameters()}
         names = list(target.gradient)
@@ -142,15 +144,22 @@ class SME(GradientInversion):
                   logits: torch.Tensor | None, alpha: torch.Tensor, start: dict[str, torch.Tensor], names: list[str],
                   scale: float) -> torch.Tensor:
         """``1 - cos`` between the candidates' full-batch gradient at the surrogate ``theta_0 + alpha (theta_T -
-        theta_0)`` and the update's direction, plus ``tv`` times total variation; differentiable in the images,
-        the label logits and ``alpha``."""
+        theta_0)`` and the update's direction, plus ``tv`` times the reference code's total variation (the mean of
+        the two directions' mean absolute neighbour differences); differentiable in the images, the label logits and
+        ``alpha``."""
         target.evaluations += 1
         surrogate = {k: p - alpha * scale * target.gradient[k] if k in target.gradient else p for k, p in start.items()}
-        for k in names:  # differentiable where alpha is not (a fixed end of the segment)
+        for k in names:  # a surrogate given a constant alpha (not the attempt's leaf) is still differentiated
             surrogate[k] = surrogate[k] if surrogate[k].requires_grad else surrogate[k].detach().requires_grad_(True)
-        loss = candidate_loss(functional_call(target.model, surrogate, (images,)), labels, logits)
-        grads = torch.autograd.grad(loss, [surrogate[k] for k in names], create_graph=True)
-        return cosine_distance(dict(zip(names, grads)), target.gradient) + self.tv * total_variation(images)
+        if target.clip is not None:  # DP-SGD's view: each candidate's gradient clipped, then the mean (no noise)
+            mean = clipped_mean_gradient(lambda x: functional_call(target.model, surrogate, (x,)), surrogate, images,
+                                         labels, logits, target.clip)
+            grads = tuple(mean[k] for k in names)
+        else:
+            loss = candidate_loss(functional_call(target.model, surrogate, (images,)), labels, logits)
+            grads = torch.autograd.grad(loss, [surrogate[k] for k in names], create_graph=True)
+        # the reference code's TV is half privbench's (the mean of the two directions' mean absolute differences)
+        return cosine_distance(dict(zip(names, grads)), target.gradient) + self.tv * total_variation(images) / 2
 
     def budget(self) -> dict[str, Any]:
         """The attack's budget and settings, for ``threat_model.json``."""
