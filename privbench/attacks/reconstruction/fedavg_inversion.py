@@ -29,7 +29,13 @@ from privbench.attacks.reconstruction.findings import Reconstruction
 from privbench.attacks.reconstruction.ig import signed_adam_step
 from privbench.attacks.reconstruction.matching import candidate_gradient
 from privbench.attacks.reconstruction.objectives import cosine_distance, total_variation
-from privbench.attacks.reconstruction.update_labels import LABELS, laid_out, update_counts
+from privbench.attacks.reconstruction.update_labels import (
+    LABELS,
+    counts_shown,
+    counts_source,
+    laid_out,
+    update_counts,
+)
 from privbench.attacks.target import AttackTarget, Part
 from privbench.attacks.views import ViewKind
 from privbench.errors import AttackNotApplicableError
@@ -155,14 +161,11 @@ class FedAvgInversion(GradientInversion):
             ]
         self._counts = update_counts(view, labels=self.labels, points=self.points)
         found = super().attack(target, seed=seed)
-        found.info["label_counts"] = ({int(c): int(n) for c, n in enumerate(self._counts) if n}
-                                      if self._counts is not None else None)
+        found.info["label_counts"] = counts_shown(self._counts)
         return found
 
     def label_source(self, target: AttackTarget) -> str:
-        if self._counts is None:
-            return "optimised"
-        return "given: true counts (oracle)" if self.labels == "oracle" else "recovered counts"
+        return counts_source(self._counts, self.labels)
 
     def attempt(self, target: AttackTarget, *, generator: torch.Generator) -> Attempt:
         assert target.unroll is not None

@@ -30,7 +30,13 @@ from privbench.attacks.reconstruction.base import Attempt, GradientInversion
 from privbench.attacks.reconstruction.findings import Reconstruction
 from privbench.attacks.reconstruction.matching import candidate_loss, clipped_mean_gradient
 from privbench.attacks.reconstruction.objectives import cosine_distance, total_variation
-from privbench.attacks.reconstruction.update_labels import LABELS, laid_out, update_counts
+from privbench.attacks.reconstruction.update_labels import (
+    LABELS,
+    counts_shown,
+    counts_source,
+    laid_out,
+    update_counts,
+)
 from privbench.attacks.target import AttackTarget
 from privbench.attacks.views import ViewKind
 from privbench.errors import AttackNotApplicableError
@@ -86,17 +92,14 @@ class SME(GradientInversion):
                                            f"{target.knowledge.get('payload')} averages {len(target.unroll.parts)}")
         self._counts, self._alphas = update_counts(view, labels=self.labels, points=self.points), []
         found = super().attack(target, seed=seed)
-        found.info["label_counts"] = ({int(c): int(n) for c, n in enumerate(self._counts) if n}
-                                      if self._counts is not None else None)
+        found.info["label_counts"] = counts_shown(self._counts)
         found.info["alpha"] = self._alphas
         for entry, alpha in zip(found.attempts, self._alphas):  # each attempt's learned alpha, in the run's metrics
             entry["alpha"] = alpha
         return found
 
     def label_source(self, target: AttackTarget) -> str:
-        if self._counts is None:
-            return "optimised"
-        return "given: true counts (oracle)" if self.labels == "oracle" else "recovered counts"
+        return counts_source(self._counts, self.labels)
 
     def attempt(self, target: AttackTarget, *, generator: torch.Generator) -> Attempt:
         assert target.unroll is not None

@@ -33,3 +33,15 @@ def laid_out(counts: np.ndarray, generator: torch.Generator) -> np.ndarray:
     """The labels of ``counts`` in one random order (drawn with ``generator``)."""
     order = np.repeat(np.arange(len(counts)), counts)
     return order[torch.randperm(len(order), generator=generator).numpy()]
+
+
+def counts_shown(counts: np.ndarray | None) -> dict[int, int] | None:
+    """The laid-out counts as the finding's ``info`` holds them (class: images, classes present only)."""
+    return {int(c): int(n) for c, n in enumerate(counts) if n} if counts is not None else None
+
+
+def counts_source(counts: np.ndarray | None, labels: str) -> str:
+    """The finding's label source: optimised (no counts), the oracle's true counts, or the recovered ones."""
+    if counts is None:
+        return "optimised"
+    return "given: true counts (oracle)" if labels == "oracle" else "recovered counts"
