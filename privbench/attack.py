@@ -36,8 +36,8 @@ from privbench.tensor_files import check_names, model_bound
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m privbench.attack", description=__doc__.splitlines()[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
-                                epilog="overrides: model=..., attack=... (dlg, idlg, ig, ig_paper, fedavg_inversion, sme: "
-                                       "the inversions "
+                                epilog="overrides: model=..., attack=... (dlg, idlg, ig, ig_paper, fedavg_inversion, "
+                                       "sme: the inversions "
                                        "that read one message), data=... and their keys, e.g. attack.iterations=300 (see "
                                        "python -m privbench --help).\n\nexample: python -m privbench.attack gradient.pt "
                                        "--kind gradient --base start.pt --batch-size 1 --truth truth.pt model=lenet "

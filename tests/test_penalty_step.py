@@ -39,7 +39,8 @@ def test_the_proximal_map_is_the_minimiser_of_the_penalty_plus_the_distance_to_t
     """After ``after_step_`` each parameter zeroes the derivative of ``c (t - Theta)^2 + (t - theta)^2 / (2 lr)``:
     ``2 c (t - Theta) + (t - theta) / lr``, with ``c = lambda1 + lambda2 F`` (0 below eps), by hand."""
     model = _Linear()
-    fisher = {"fc.weight": torch.tensor([[4.0, 1e-8], [0.5, 12.0], [2.0, 0.0]]), "fc.bias": torch.tensor([1.0, 3.0, 1e-9])}
+    fisher = {"fc.weight": torch.tensor([[4.0, 1e-8], [0.5, 12.0], [2.0, 0.0]]),
+              "fc.bias": torch.tensor([1.0, 3.0, 1e-9])}
     penalty = _penalty(model, fisher, step="proximal", lambda1=0.25, lambda2=2.0)
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     penalty.after_step_(model, 0.3)
@@ -63,7 +64,8 @@ def test_a_gradient_step_is_refused_where_sgd_on_the_penalty_alone_diverges(top,
               "fc.bias": torch.ones(3)}
     penalty = _penalty(model, fisher, step="gradient")
     if refused:
-        with pytest.raises(ConfigError, match=r"fl.lr=0.1: client4's penalty .* on fc.weight .*fl.penalty_step=proximal"):
+        with pytest.raises(ConfigError,
+                           match=r"fl.lr=0.1: client4's penalty .* on fc.weight .*fl.penalty_step=proximal"):
             penalty.check_stable(lr=0.1, momentum=momentum, client="client4")
     else:
         penalty.check_stable(lr=0.1, momentum=momentum, client="client4")

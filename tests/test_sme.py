@@ -111,6 +111,8 @@ def test_a_gradient_an_aggregate_or_an_update_without_training_is_refused_in_one
 
     with pytest.raises(AttackNotApplicableError, match="cannot attack payload=gradient"):
         plan(compose_cfg("attack=sme", "fl=fedavg", "payload=gradient"))
+    with pytest.raises(AttackNotApplicableError, match="reads one client's update; a cluster_model averages"):
+        plan(compose_cfg("attack=sme", "fl=genefl", "payload=cluster_model"))
     model = MLP(in_channels=1, image_size=28, num_classes=10)
     bare = AttackTarget(model, {"fc.bias": torch.zeros(10)}, 2, (1, 28, 28), 10, knowledge={"payload": "p"})
     public, labels = torch.zeros(1, 1, 28, 28), torch.zeros(1, dtype=torch.long)

@@ -115,9 +115,10 @@ def _truth(indices: list[int], data: FederatedData) -> Truth:
     labels = data.train.labels.cpu()
     counts = torch.bincount(labels.long(), minlength=data.train.num_classes).double()
     outside, outside_labels = data.test.images.cpu(), data.test.labels.cpu()
-    shown = np.isin(indices, data.chance_pool) if data.chance_pool is not None else None
-    if data.chance_pool is not None and shown is not None and shown.any():  # victim.photos: the set's other ones
-        rest = torch.from_numpy(np.setdiff1d(data.chance_pool, indices))
+    pool = data.chance_pool
+    shown = np.isin(indices, pool) if pool is not None else np.zeros(0, dtype=bool)
+    if pool is not None and shown.any():  # victim.photos: the set's other ones
+        rest = torch.from_numpy(np.setdiff1d(pool, indices))
         photos, photo_labels = data.train.images.cpu()[rest], labels[rest]
         if shown.all():
             outside, outside_labels = photos, photo_labels

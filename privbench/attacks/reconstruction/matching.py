@@ -75,7 +75,7 @@ def clipped_mean_gradient(forward: Callable[[torch.Tensor], torch.Tensor], param
     for i in range(len(images)):
         one = slice(i, i + 1)
         loss = candidate_loss(forward(images[one]), None if labels is None else labels[one],
-                     None if label_logits is None else label_logits[one])
+                              None if label_logits is None else label_logits[one])
         grads = torch.autograd.grad(loss, [params[n] for n in names], create_graph=True, allow_unused=True)
         grads = tuple(torch.zeros_like(params[n]) if g is None else g for n, g in zip(names, grads))
         norm = torch.sqrt(torch.stack([(g * g).sum() for g in grads]).sum())
@@ -96,8 +96,9 @@ def elastic_weights(target: AttackTarget, start: dict[str, torch.Tensor], images
     target.model.eval()  # the client's Fisher pass runs in eval mode
     for i in range(len(images)):
         one = slice(i, i + 1)
-        loss = candidate_loss(functional_call(target.model, params, (images[one],)), None if labels is None else labels[one],
-                     None if label_logits is None else label_logits[one])
+        loss = candidate_loss(functional_call(target.model, params, (images[one],)),
+                              None if labels is None else labels[one],
+                              None if label_logits is None else label_logits[one])
         grads = torch.autograd.grad(loss, [params[n] for n in names], create_graph=True, allow_unused=True)
         squared = [torch.zeros_like(params[n]) if g is None else g * g for n, g in zip(names, grads)]
         total = squared if total is None else [t + g for t, g in zip(total, squared)]

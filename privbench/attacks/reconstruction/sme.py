@@ -10,11 +10,11 @@ variation. No replay of the local steps, so no batch order and one gradient per 
 As the reference code's CNN configs (github.com/JunyiZhu-AI/surrogate_model_extension): Adam on the images (lr 1)
 and on ``alpha`` (lr 1e-3, from 0.5, kept in [0, 1]; ``alpha=0`` is Inverting Gradients at ``theta_0``, the paper's
 baseline), both steps divided by ten at ``iterations // 2.667``, ``// 1.6`` and ``// 1.142``, its total variation at
-weight 0.01, images kept in the valid pixel box. Ours too: under a DP-SGD record (clip norm C) the surrogate's
-gradient is DP-SGD's noiseless view, each candidate's gradient clipped to C before the mean. Ours:
-the labels are the per-class counts the update's head bias gives away (the paper assumes them recovered separately;
-``attack.labels=oracle`` hands the true ones over as a control); parameters the message does not carry stay at
-``theta_0`` in the surrogate.
+weight 0.01, images kept in the valid pixel box. Ours, not the reference code's: the labels are the per-class counts
+the update's head bias gives away (the paper assumes them recovered separately; ``attack.labels=oracle`` hands the
+true ones over as a control); parameters the message does not carry stay at ``theta_0`` in the surrogate; under a
+DP-SGD record (clip norm C) the surrogate's gradient is DP-SGD's noiseless view, each candidate's gradient clipped
+to C before the mean; an aggregate (several clients' updates) is refused before training.
 """
 from __future__ import annotations
 
@@ -40,6 +40,7 @@ from privbench.attacks.reconstruction.update_labels import (
 from privbench.attacks.target import AttackTarget
 from privbench.attacks.views import ViewKind
 from privbench.errors import AttackNotApplicableError
+from privbench.payloads import kind as payload_kind
 from privbench.payloads.kinds import Carries
 from privbench.schema import Fraction, Iterations, Number, PositiveInt, PublicImages, Rate, Restarts, Switch, Weight
 
@@ -58,7 +59,7 @@ class SME(GradientInversion):
             learned only strictly between 0 and 1, as the reference code.
         alpha_lr: Adam learning rate on ``alpha``.
         tv: weight of total variation.
-        decay: divide both learning rates by ten at 3/8, 5/8 and 7/8 of the iterations.
+        decay: divide both learning rates by ten at ``iterations // 2.667``, ``// 1.6`` and ``// 1.142``.
         points: models along the update at which the label counts' prior is estimated (1: the received model).
         public: labelled test-split images (no client holds them) for the label counts.
         max_images: most client images rebuilt at once.
@@ -97,6 +98,12 @@ class SME(GradientInversion):
         for entry, alpha in zip(found.attempts, self._alphas):  # each attempt's learned alpha, in the run's metrics
             entry["alpha"] = alpha
         return found
+
+    def cannot_read(self, kind: str) -> str | None:
+        reason = super().cannot_read(kind)
+        if reason is None and payload_kind(kind).aggregate:
+            return f"attack={self.name} reads one client's update; a {kind} averages several clients'"
+        return reason
 
     def label_source(self, target: AttackTarget) -> str:
         return counts_source(self._counts, self.labels)
