@@ -125,7 +125,7 @@ def test_genefls_layer_choice_decides_whether_the_trapped_layer_goes_up(tmp_path
     import privbench
 
     common = ["attack=trap_weights", "model=mlp", "payload=learngene", "metrics.lpips=false", "fl.rounds=1",
-              "victim.num_images=8"]
+              "victim.num_images=8", "fl.penalty_step=proximal"]  # the paper's gradient step diverges on the trap
     top = privbench.run([*common, "fl.gene.select=top"], results_dir=tmp_path / "top")
     threat = json.loads((top.run_dir / "threat_model.json").read_text())
     assert threat["crafted_layer_uploaded"] is False and top.metrics["privacy"]["recovered_fraction"] == 0.0

@@ -30,7 +30,7 @@ from privbench.audit.plan import Plan
 from privbench.audit.score import Scoring, Truth, register_scorer
 from privbench.data import FederatedData
 from privbench.defenses.detector import inspect_download
-from privbench.errors import AttackNotApplicableError
+from privbench.errors import AttackNotApplicableError, ConfigError
 from privbench.figures import (
     ATTRIBUTED_FRACTION,
     CRAFTED_UPLOADED,
@@ -141,9 +141,12 @@ def _gene_client(p: Plan, crafted: nn.Module, sent: dict[str, torch.Tensor], rec
                  data: FederatedData, *, recorded: Payload) -> tuple[Replay, dict[str, Any]]:
     """``recorded``'s client's round on the crafted download by its own client code (``replay_round``: GENE-FL's
     Fisher pass, penalty, xi and layer choice over the crafted model's layers), and its check of the download."""
-    replay = p.protocol.replay_round(fresh_trainer(p), crafted, data, recorded=recorded, images=None,
-                                     generator=torch.Generator(), seed=p.seed, victim=p.victim,
-                                     base_id=f"{recorded.base}-crafted", transform=p.transform)
+    try:
+        replay = p.protocol.replay_round(fresh_trainer(p), crafted, data, recorded=recorded, images=None,
+                                         generator=torch.Generator(), seed=p.seed, victim=p.victim,
+                                         base_id=f"{recorded.base}-crafted", transform=p.transform)
+    except ConfigError as refused:  # the client's stability check, on the server's model rather than the run's
+        raise ConfigError(f"on the server's crafted download (the honest rounds trained): {refused}") from refused
     return replay, _client_check(crafted, sent, received, replay.images.normalised())
 
 
