@@ -90,13 +90,20 @@ def _sweep_values(override: Any) -> list[str]:
     return list(override.sweep_string_iterator())
 
 
-def check_overrides(args: list[str]) -> None:
+def check_overrides(args: list[str]) -> DictConfig:
+    """Raise a one-line ``ConfigError`` for an unknown group option or key, or a parse error (``checked``); return
+    the first job's composed config."""
+    return checked(args)[0]
+
+
+def checked(args: list[str]) -> tuple[DictConfig, list[str]]:
     """Raise a one-line ``ConfigError`` for an unknown group option or key, or a parse error.
 
     The overrides are composed by Hydra itself, ``hydra.searchpath`` included, so config
     options a user adds through the search path are accepted. Sweeps (``a=x,y``) are
     composed with the first value of each, and again for every other value of a group.
-    Values themselves are checked later, per job (``privbench.values``).
+    Values themselves are checked later, per job (``privbench.values``). Returns the first job's composed config
+    and the overrides it was composed from (each sweep at its first value).
     """
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
@@ -119,13 +126,12 @@ def check_overrides(args: list[str]) -> None:
         first.append(f"{o.get_key_element()}={values[0]}" if values else o.get_key_element())
         if not o.is_delete():
             alternatives += [(len(first) - 1, f"{o.get_key_element()}={v}") for v in values[1:]]
-    for position, override in [(-1, ""), *alternatives]:
+    composed = _check_composes(list(first))
+    for position, override in alternatives:  # every value of a sweep, not only the first job's, before any job runs
         overrides = list(first)
-        if position >= 0:
-            overrides[position] = override
-        cfg = _check_composes(overrides)
-        if position >= 0:  # every value of a sweep, not only the first job's, is checked before any job runs
-            _check_values(cfg)
+        overrides[position] = override
+        _check_values(_check_composes(overrides))
+    return composed, first
 
 
 def _check_composes(overrides: list[str]) -> DictConfig:
@@ -260,8 +266,10 @@ def tree_targets() -> frozenset[str]:
 
 
 def compose_full(overrides: Sequence[str]) -> DictConfig:
-    check_overrides(list(overrides))
-    return compose_with_hydra(list(overrides))
+    """``overrides`` checked and composed by Hydra (its ``hydra`` node included), a fresh copy."""
+    composed, first = checked(list(overrides))
+    # the checked composition is the one asked for where no value was rewritten (no sweep, no respelling)
+    return composed if first == list(overrides) else compose_with_hydra(list(overrides))
 
 
 def compose(overrides: Sequence[str] = ()) -> DictConfig:

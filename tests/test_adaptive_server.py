@@ -311,6 +311,7 @@ def test_an_agreed_download_digest_stops_per_client_downloads(tmp_path, attack):
     assert "4 members saw another download's digest: round abandoned" in " ".join(summary(run.metrics).split())
 
 
+@pytest.mark.slow  # over 1.5 s: the quick suite's 4-minute goal
 def test_sybils_hold_the_agreed_digest_and_still_read_the_victim(tmp_path):
     """The attack that knows the digest check: one download for all, three sybils (who say they received it too);
     no member abandons, and the read is the one without the check (seed 0: 0.5 of 8)."""

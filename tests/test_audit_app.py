@@ -340,6 +340,7 @@ def test_an_upload_of_one_image_is_inverted_and_scored_against_chance(tmp_path):
                     {"batch-size": 32}, max_images=0, iterations=1, seed=0, out=tmp_path)
 
 
+@pytest.mark.slow  # over 1.5 s: the quick suite's 4-minute goal
 def test_opacus_steps_are_counted_once_with_the_outermost_call_s_targets():
     import warnings
 

@@ -252,6 +252,7 @@ def test_local_dp_noise_is_on_the_wire_and_the_run_reports_its_accountant(tmp_pa
     assert "local DP-FedAvg" in (update.protection or "")
 
 
+@pytest.mark.slow  # over 1.5 s: the quick suite's 4-minute goal
 def test_budget_stop_ends_training_and_says_so(tmp_path) -> None:
     from privbench import api
 

@@ -82,6 +82,7 @@ def test_every_compression_composes_with_every_uplink_kind(defense, kind):
     assert read.names == ["a", "b", "n"] and all(read.tensors[n].shape == tensors[n].shape for n in tensors)
 
 
+@pytest.mark.slow  # over 1.5 s: the quick suite's 4-minute goal
 def test_a_fedavg_run_with_topk_trains_as_with_dense_pruning_for_a_fifth_of_the_bytes(tmp_path, fmnist):
     finals, ups = {}, {}
     for name, transform in (("topk", TopK(p=0.1)), ("prune", Prune(p=0.1))):

@@ -106,6 +106,7 @@ def test_the_console_shows_privbench_s_lines_and_run_log_keeps_third_party_chatt
         assert any(type(h).__name__ == "ConsoleHandler" for h in flower.handlers)  # Flower's own, put back
 
 
+@pytest.mark.slow  # over 1.5 s: the quick suite's 4-minute goal
 def test_each_job_of_a_sweep_says_which_of_how_many(app, tmp_path, capfd):
     assert app("-m", *TINY, "seed=0,1") == 0
     out = capfd.readouterr().out

@@ -89,6 +89,7 @@ def test_thread_choice_follows_the_run_and_the_overrides():
             choose_threads(bad, step_macs=small, device=cpu)
 
 
+@pytest.mark.slow  # over 1.5 s: the quick suite's 4-minute goal
 def test_the_run_log_says_how_many_threads_and_why(tmp_path, monkeypatch):
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     before = torch.get_num_threads()

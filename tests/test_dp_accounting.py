@@ -82,6 +82,7 @@ def test_reads_not_covered_are_listed_as_uncovered(three_small_clients, tmp_path
     assert covered["local_sgd"] and covered["audit_gradient"]
 
 
+@pytest.mark.slow  # over 1.5 s: the quick suite's 4-minute goal
 def test_calibration_spends_between_98_and_100_percent_of_the_target():
     schedule = events([PlannedRead("local_sgd", 400, 32, 2), PlannedRead("audit_gradient", 1)] * 5)
     assert schedule == [(1 / 13, 130), (1.0, 5)]
@@ -141,6 +142,7 @@ def test_unknown_cover_is_a_config_error():
     assert np.isclose(noise_multiplier([], target_epsilon=1.0, delta=1e-5), 0.0)
 
 
+@pytest.mark.slow  # over 1.5 s: the quick suite's 4-minute goal
 def test_two_victims_audit_gradients_carry_independent_noise(three_small_clients, tmp_path):
     """Released under DP-SGD, two victims' audit gradients differ by noise of std sqrt(2) sigma C per coordinate
     (the same noise on both would cancel, and their difference would reveal their clipped gradients' exactly)."""

@@ -110,6 +110,7 @@ def _round_lines(privacy: dict[str, Any], threat: dict[str, Any]) -> list[tuple[
     return [("round", f"guessed right {privacy['round_guess_right']:.0f} (chance {privacy['round_guess_chance']:.2f})")]
 
 
+@pytest.mark.slow  # over 1.5 s: the quick suite's 4-minute goal
 def test_a_new_family_with_its_own_view_game_and_scorer_runs_through_a_real_audit(tmp_path):
     base = ["fl=fedavg", "payload=update", "attack=none", "data.num_clients=4", "fl.participants=2",
             "victim.num_images=1", f"results_dir={tmp_path}"]

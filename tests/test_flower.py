@@ -92,6 +92,7 @@ def test_a_payload_survives_a_flower_message_exactly(task_identity):
         assert torch.equal(got[0].tensors[name], t)
 
 
+@pytest.mark.slow  # over 1.5 s: the quick suite's 4-minute goal
 def test_no_ground_truth_travels_in_a_flower_message(tmp_path, task_identity):
     """A client's reply carries its uploads, never the indices of the images they were computed from."""
     cfg = api.compose([*SMALL, *CLUSTERED, "engine=flower", "attack=none", "victim.num_images=2"])
@@ -642,6 +643,7 @@ def test_federation_certificates_chain_to_their_ca_and_node_keys_pair_up(tmp_pat
     assert exit_.value.code == 2 and "already exists" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # over 1.5 s: the quick suite's 4-minute goal
 def test_secagg_on_flower_runs_flowers_own_workflow_and_gives_the_inprocess_aggregate(tmp_path, task_identity):
     """aggregation=secagg on the Flower engine: Flower's SecAggPlusWorkflow and secaggplus_mod, every stage recorded;
     the same messages per stage as in process, no upload stored, the same aggregate within quantisation."""

@@ -260,6 +260,7 @@ def test_genefl_messages_and_bytes(tmp_path):
     assert set(agnostic) >= {"accuracy_learngene", "accuracy_random", "accuracy_cluster_model"}
 
 
+@pytest.mark.slow  # over 1.5 s: the quick suite's 4-minute goal
 def test_genefl_gene_downlink_sends_less(tmp_path):
     _, _, wire, _ = _tiny(tmp_path, downlink="gene")
     sizes = [r["nbytes"] for r in wire.store.records(kind="cluster_model", round=1)]
@@ -290,6 +291,7 @@ def test_eval_reports_cluster_personal_or_both(tmp_path):
     assert [h.personal_accuracy for h in both.history] == [h.accuracy for h in personal.history]
 
 
+@pytest.mark.slow  # over 1.5 s: the quick suite's 4-minute goal
 def test_pacfl_variant_runs_end_to_end(tmp_path):
     protocol, result, wire, agnostic = _tiny(tmp_path, subspace="pacfl")
     for rec in wire.store.records(kind="subspace", phase="training"):

@@ -49,6 +49,7 @@ def test_allowed_hydra_keys_still_pass(overrides):
     check_overrides(overrides)
 
 
+@pytest.mark.slow  # over 1.5 s: the quick suite's 4-minute goal
 def test_every_sweep_value_is_planned_before_job_0(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     for overrides, names in [(["attack=none,source"], "job 2/2 (attack=source): attack=source"),

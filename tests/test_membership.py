@@ -45,6 +45,7 @@ def test_auc_and_low_fpr_tpr_by_hand():
     assert auc(np.ones(4), np.array([True, False, True, False])) == 0.5  # ties: chance
 
 
+@pytest.mark.slow  # over 1.5 s: the quick suite's 4-minute goal
 def test_the_game_is_class_matched_shuffled_and_keeps_its_answer(tmp_path):
     from privbench.attacks.membership.views import MembershipView
 

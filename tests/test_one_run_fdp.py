@@ -33,6 +33,7 @@ def test_a_rejected_count_is_rare_under_randomised_response(eps: float, m: int) 
     assert rejected[0] <= int(stats.binom.isf(1e-3, m, p)) + 1
 
 
+@pytest.mark.slow  # over 1.5 s: the quick suite's 4-minute goal
 def test_a_true_mu_gdp_mechanism_is_refuted_in_at_most_tau_of_runs() -> None:
     """Gaussian scores shifted by mu for included canaries (exactly mu-GDP per canary), guessed top and bottom:
     over 400 simulated runs the bound passes the true mu in at most 5 % (allowing for the simulation's error),

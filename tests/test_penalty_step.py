@@ -159,6 +159,7 @@ def _genefl_run(tmp_path, **kwargs):
     return wire
 
 
+@pytest.mark.slow  # over 1.5 s: the quick suite's 4-minute goal
 def test_a_genefl_run_whose_penalty_step_diverges_is_refused_and_runs_with_the_proximal_map(tmp_path):
     """lambda2 = 50 on LeNet at lr 0.1 (its Fisher reaches well above 0.2 at initialisation): refused in round 0
     under the paper's gradient step; with fl.penalty_step=proximal every upload is finite and its training record

@@ -218,6 +218,7 @@ def test_joblib_launcher_runs_the_sweep(tmp_path):
     assert table[3].startswith("report: python -m privbench.report")
 
 
+@pytest.mark.slow  # over 1.5 s: the quick suite's 4-minute goal
 def test_a_second_attack_on_the_same_training_attacks_its_recorded_payloads(compose_cfg, tmp_path):
     """Train once per setting and seed: another attack on the same training reads the recorded store."""
     from privbench.audit.run import run_audit
@@ -360,6 +361,7 @@ def test_a_two_setting_categorical_sweep_gets_a_strip_plot_and_no_pareto(tmp_pat
         "fl.gene.gamma"]
 
 
+@pytest.mark.slow  # over 1.5 s: the quick suite's 4-minute goal
 def test_no_panel_holds_more_than_six_settings_and_names_fit_30_characters():
     from privbench.report.curves import curve
     from privbench.report.naming import LIMIT, MAX_SERIES

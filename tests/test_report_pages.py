@@ -172,6 +172,7 @@ def test_the_check_catches_a_broken_image_and_a_wide_table(tmp_path):
     assert seen["broken"] == ["bad"] and seen["overflowing"] == [0] and int(str(seen["page"])) > WIDTH
 
 
+@pytest.mark.slow  # over 1.5 s: the quick suite's 4-minute goal
 def test_a_fresh_report_renders(tmp_path):
     from test_report import write_runs
 

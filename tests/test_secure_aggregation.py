@@ -185,6 +185,7 @@ def test_fedavg_under_secagg_trains_the_same_model_and_stores_no_upload(tmp_path
     assert len(truth) == 2  # the victim's held upload: trained on its victim batch (update_data=batch)
 
 
+@pytest.mark.slow  # over 1.5 s: the quick suite's 4-minute goal
 def test_genefl_learngenes_are_masked_at_the_full_models_size(tmp_path, fmnist):
     torch.manual_seed(0)
     model = LeNet(in_channels=1, image_size=28, num_classes=10)

@@ -17,6 +17,7 @@ from privbench.app_audit import attacks, inversion, privacy
 from privbench.app_audit.app import FlowerApp
 from privbench.app_audit.gate import Rule
 from privbench.app_audit.model import find_model, legacy
+from privbench.app_audit.participation import participation
 from privbench.app_audit.simulation import AppRun, run_app
 from privbench.app_audit.training import Declared
 from privbench.app_audit.wire import write_wire
@@ -120,12 +121,16 @@ def name_legacy_arrays(run: AppRun, model: Any) -> None:
     a list that does not match is dropped from the attacks (its bytes stay recorded)."""
     state = model().state_dict()
     names, shapes = list(state), [tuple(t.shape) for t in state.values()]
-    for m in run.messages:
-        if not m.arrays or not legacy(m.arrays):
-            continue
-        listed = [m.arrays[str(i)] for i in range(len(m.arrays))]
+
+    def named(arrays: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        listed = [arrays[str(i)] for i in range(len(arrays))]
         matches = len(listed) == len(names) and all(tuple(t.shape) == s for t, s in zip(listed, shapes))
-        m.arrays = dict(zip(names, listed)) if matches else {}
+        return dict(zip(names, listed)) if matches else {}
+
+    for m in run.messages:
+        if m.arrays and legacy(m.arrays):
+            m.arrays = named(m.arrays)
+    run.models = [(k, r, named(a) if legacy(a) else a) for k, r, a in run.models]
 
 
 def _mean(values: list[float], *, bounds: tuple[float, float] = (-math.inf, math.inf)
@@ -142,7 +147,17 @@ def _mean(values: list[float], *, bounds: tuple[float, float] = (-math.inf, math
     return mean, [max(bounds[0], mean - half), min(bounds[1], mean + half)]
 
 
-def gate_figures(uploads: list[dict[str, Any]], found: list[dict[str, Any]]) -> dict[str, Any]:
+def aggregate_attacks(run: AppRun, model: Any, o: Options) -> dict[str, Any]:
+    """Participation inference on each round's aggregate (what secure aggregation leaves), or why not."""
+    torch.manual_seed(o.seed)
+    try:
+        return participation(run, model, seed=o.seed)
+    except AttackNotApplicableError as exc:
+        return {"skipped": f"participation: {exc}"}
+
+
+def gate_figures(uploads: list[dict[str, Any]], found: list[dict[str, Any]], aggregate: dict[str, Any]
+                 ) -> dict[str, Any]:
     """The gated figures: membership and label figures as means over the uploads (one test per upload; the worst
     of many noisy tests would fail a gate by chance), the largest measured epsilon."""
     auc, auc_ci = _mean([u["membership"]["membership_auc"] for u in uploads if "membership" in u], bounds=(0, 1))
@@ -152,7 +167,9 @@ def gate_figures(uploads: list[dict[str, Any]], found: list[dict[str, Any]]) -> 
     gain, gain_ci = _mean([u["labels"][LABEL_COUNT_ERROR_CHANCE.key] - u["labels"][LABEL_COUNT_ERROR.key]
                            for u in uploads if "labels" in u])
     psnr, psnr_ci = _mean([u["reconstruction"][PSNR_GAIN.key] for u in uploads if "reconstruction" in u])
-    return {"membership_auc": auc, "membership_auc_interval": auc_ci, "membership_tpr_at_1pct_fpr": tpr,
+    return {"participation_auc": aggregate.get("participation_auc"),
+            "participation_auc_interval": aggregate.get("participation_auc_interval"),
+            "membership_auc": auc, "membership_auc_interval": auc_ci, "membership_tpr_at_1pct_fpr": tpr,
             "membership_tpr_at_1pct_fpr_interval": tpr_ci, LABEL_SET_EXACT.key: sets, "label_count_error_gain": gain,
             "label_count_error_gain_interval": gain_ci, PSNR_GAIN.key: psnr, f"{PSNR_GAIN.key}_interval": psnr_ci,
             "epsilon_measured": max((m["epsilon_measured"] for m in found if m.get("epsilon_measured") is not None),
@@ -177,7 +194,8 @@ def audit(app: FlowerApp, out: Path, o: Options) -> tuple[dict[str, Any], bool]:
         traffic = write_wire(run, partial)
         found = mechanisms(app, run, o)
         uploads = attack_uploads(run, app, model, o, partial)
-        figures = gate_figures(uploads, found)
+        aggregate = aggregate_attacks(run, model, o)
+        figures = gate_figures(uploads, found, aggregate)
         results = [rule.check(figures) for rule in o.rules]
         summary = {"app": {"name": app.name, "root": str(app.root), "supernodes": app.supernodes, "seed": o.seed,
                            "rounds": max((m.round for m in run.messages), default=0), "run_config": app.run_config,
@@ -185,9 +203,10 @@ def audit(app: FlowerApp, out: Path, o: Options) -> tuple[dict[str, Any], bool]:
                            "mods": [getattr(m, "__name__", type(m).__name__) for m in privacy.client_mods(run.client_app)],
                            "model": f"{model.__module__}:{model.__qualname__}"},
                    "bytes": traffic, "mechanisms": found, "problems": figures["problems"], "uploads": uploads,
+                   "aggregates": aggregate,
                    "notes": [*app.notes, *([] if uploads else [
                        "no client's train reply carries arrays (under secure aggregation they are masked vectors): "
-                       "no upload is attacked; attacking each round's aggregate is not built yet"])],
+                       "no upload is attacked; each round's aggregate is (participation inference, below)"])],
                    "figures": {k: v for k, v in figures.items() if k not in ("problems", "mechanisms")},
                    "gate": [{"rule": r.text, "failed": f, "why": w} for r, (f, w) in zip(o.rules, results)],
                    "command": o.command, "seconds": time.perf_counter() - start}

@@ -18,6 +18,8 @@ from privbench.figures.reconstruction import PSNR_GAIN
 
 #: The figures a rule may read (means over the audited uploads, one test each; the largest epsilon).
 FIGURES = {
+    "participation_auc": "client-level membership AUC (did a client take part in the round an aggregate came from), "
+                         "over every observed (round, client) pair",
     "membership_auc": "record-level membership AUC (loss change) on a client's upload, mean over uploads",
     "membership_tpr_at_1pct_fpr": "its TPR at 1 % FPR, mean over uploads",
     LABEL_SET_EXACT.key: "share of uploads whose exact class set the label attack recovers",

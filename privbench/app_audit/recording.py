@@ -122,6 +122,8 @@ class RecordingGrid(Grid):
         self._rounds: dict[str, int] = {}
         self._asked: dict[str, int] = {}  # message id -> round, so a reply is filed under its message's round
         self._last: dict[tuple[int, str], int] = {}  # (node, type) -> the round last sent there
+        #: the model each batch sent down carried (its first message with arrays), in send order: (type, round, arrays)
+        self.models: list[tuple[str, int, dict[str, torch.Tensor]]] = []
 
     def set_run(self, run: Any) -> None:
         self.grid.set_run(run)
@@ -161,6 +163,13 @@ class RecordingGrid(Grid):
             self._asked[message_id] = round_
             self._last[(int(message.metadata.dst_node_id), message.metadata.message_type)] = round_
             kinds.add(message.metadata.message_type)
+        carrying = next((i for i, m in enumerate(messages)
+                         if any(isinstance(r, ArrayRecord) for r in m.content.values())), None)
+        if carrying is not None:  # the model the batch broadcasts: what a participation attacker reads
+            first = self.messages[len(self.messages) - len(messages) + carrying]
+            arrays = first.arrays or sent(messages[carrying], "down", first.round, keep_arrays=True).arrays
+            if arrays:
+                self.models.append((first.message_type, first.round, arrays))
         for kind in kinds:
             self._rounds[kind] = self._rounds.get(kind, 0) + 1
 

@@ -60,6 +60,18 @@ def tables(summary: dict[str, Any]) -> list[Table]:
                 "along the update, against a prior that knows the class frequencies; reconstruction: the FedAvg-aware inversion "
                 "of the uploads of clients with at most --max-images records, matched one-to-one, chance from the "
                 "client's evaluation records; recovered: the share rebuilt to 20 dB"))
+    agg = summary.get("aggregates", {})
+    out.append(("Attacks on each round's aggregate", ["test", "rounds", "(round, client) pairs (members)",
+                                                     "AUC [95 % CI] (chance 0.5)", "informed chance",
+                                                     "TPR at 1 % FPR [95 % CI] (chance 0.01)", "not run"],
+                [["participation", _f(agg.get("rounds")), f"{_f(agg.get('pairs'))} ({_f(agg.get('members'))})",
+                  f"{_f(agg.get('participation_auc'))} [{_f(agg.get('participation_auc_interval'))}]",
+                  _f(agg.get("participation_auc_informed_chance")),
+                  f"{_f(agg.get('participation_tpr_at_1pct_fpr'))} "
+                  f"[{_f(agg.get('participation_tpr_at_1pct_fpr_interval'))}]", agg.get("skipped", "")]],
+                "the model a round started from and the model made from its uploads (under secure aggregation, the "
+                "server's whole view of the round): each client's loss change on records it trained on; members the "
+                "clients aggregated that round; informed chance: the same test on each client's evaluation records"))
     out.append(("Gate", ["rule", "verdict", "why"],
                 [[g["rule"], "FAIL" if g["failed"] else "pass", g["why"]] for g in summary["gate"]]
                 or [["(no --fail-on rules)", "", ""]], ""))

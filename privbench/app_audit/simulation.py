@@ -28,6 +28,8 @@ class AppRun:
     strategies: list[Any] = field(default_factory=list)
     client_app: Any = None
     partitions: dict[int, int] = field(default_factory=dict)  # node -> partition id
+    #: the model each batch sent down carried, in send order: (message type, round, arrays)
+    models: list[tuple[str, int, dict[str, torch.Tensor]]] = field(default_factory=list)
 
 
 @contextlib.contextmanager
@@ -114,7 +116,7 @@ def run_app(app: FlowerApp, *, seed: int, slots: int = 2, reply_timeout: float =
                        f"{silent[0].message_type} message within {reply_timeout:g} s (Flower's log above says why)")
     legacy_strategy = getattr(server_app, "_strategy", None)  # a ServerApp(server_fn=...) sets it when it runs
     return AppRun(grid.messages, read, [*started, *([legacy_strategy] if legacy_strategy is not None else [])], client_app,
-                  {int(n["node"]): int(n["partition"]) for n in read})
+                  {int(n["node"]): int(n["partition"]) for n in read}, grid.models)
 
 
 def _leave_event() -> Any:

@@ -16,11 +16,12 @@ app = ServerApp()
 def main(grid: Grid, context: Context) -> None:
     torch.manual_seed(9)
     cfg = context.run_config
-    fedavg = FedAvg(fraction_fit=1.0, min_fit_clients=4, min_available_clients=4,
+    sampled = int(cfg["sampled-clients"])  # the DP wrapper's cohort size: fraction-train of the nodes
+    fedavg = FedAvg(fraction_fit=float(cfg["fraction-train"]), min_fit_clients=sampled, min_available_clients=sampled,
                     initial_parameters=ndarrays_to_parameters(weights(TwoLayer())))
     strategy = DifferentialPrivacyClientSideFixedClipping(fedavg, noise_multiplier=float(cfg["noise-multiplier"]),
                                                           clipping_norm=float(cfg["clipping-norm"]),
-                                                          num_sampled_clients=4)
+                                                          num_sampled_clients=sampled)
     legacy = LegacyContext(context=context, config=ServerConfig(num_rounds=int(cfg["num-server-rounds"])),
                            strategy=strategy)
     workflow = DefaultWorkflow(fit_workflow=SecAggPlusWorkflow(num_shares=int(cfg["num-shares"]),

@@ -32,7 +32,7 @@ def shard(pid: int, batch_size: int) -> tuple[DataLoader, DataLoader]:
     raw = resources.files("privbench.data").joinpath("assets", "fashion_mnist_subset.npz").read_bytes()
     with np.load(io.BytesIO(raw)) as d:
         out = []
-        for split, lo, n in (("train", 4000 + 100 * pid, 100), ("test", 800 + 40 * pid, 40)):
+        for split, lo, n in (("train", 4000 + 100 * pid, 100), ("test", (800 + 40 * pid) % 1000, 40)):
             x = torch.from_numpy(d[f"{split}_images"][lo:lo + n]).float().unsqueeze(1) / 255.0
             out.append(DataLoader(TensorDataset(x, torch.from_numpy(d[f"{split}_labels"][lo:lo + n].astype(np.int64))),
                                   batch_size=batch_size, shuffle=split == "train"))
