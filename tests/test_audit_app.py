@@ -430,3 +430,17 @@ def test_the_command_s_help_names_its_rules_and_doc(capsys):
     text = capsys.readouterr().out
     assert done.value.code == 0 and "docs/audit-app.md" in text
     assert all(word in text for word in ("--fail-on", "psnr_gain", "epsilon-above-claim", "--max-images"))
+
+
+def test_the_grid_keeps_the_model_each_batch_broadcast_and_says_when_clients_got_different_ones(task_identity):
+    grid = RecordingGrid(EchoGrid())
+    ones, twos = {"w": np.ones(3, np.float32)}, {"w": np.full(3, 2.0, np.float32)}
+    grid.send_and_receive([_message(ones, **{"server-round": 1}), _message(ones, **{"server-round": 1})])
+    grid.send_and_receive([_message(twos, MessageType.EVALUATE, **{"server-round": 1})])  # not kept in messages
+    grid.send_and_receive([_message(ones, **{"server-round": 2}), _message(twos, **{"server-round": 2})])
+    first, evaluate, mixed = grid.models
+    assert (first.message_type, first.round, first.same, len(first.message_ids)) == ("train", 1, True, 2)
+    assert first.message_ids == [m.message_id for m in grid.messages[:2]]
+    assert evaluate.message_type == "evaluate" and torch.equal(evaluate.arrays["w"], torch.full((3,), 2.0))
+    assert not next(m for m in grid.messages if m.message_type == "evaluate").arrays
+    assert mixed.round == 2 and not mixed.same  # per-client downloads: no one model for the round

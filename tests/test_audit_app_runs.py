@@ -187,19 +187,24 @@ def test_a_failing_client_app_is_one_line_and_no_result(tmp_path):
 
 
 def test_each_rounds_aggregate_tells_which_clients_took_part_even_under_secure_aggregation(tmp_path):
-    """8 SuperNodes, half of them a round, 4 rounds: 32 (round, client) pairs, 16 members. Clients that memorise 16
-    records in 5 epochs are told apart from the aggregates alone (0.90 at seed 0); the SecAgg+ app's aggregates
-    are attacked although its uploads are masked."""
+    """8 SuperNodes, half of them a round, 4 rounds: every (round, client) pair of the clients that trained, the
+    train replies its members. Clients that memorise 16 records in 5 epochs are told apart from the aggregates alone
+    (0.90-0.93 over three audits); the SecAgg+ app's aggregates are attacked although its uploads are masked."""
     sampled = ["--supernodes", "8", "--run-config", "fraction-train=0.5", "--run-config", "num-server-rounds=4"]
     code, stdout, _, folder = audit(EXAMPLES / "quickstart-pytorch", tmp_path / "q", *sampled, "--run-config",
                                     "records-per-client=16", "--run-config", "local-epochs=5", "--fail-on",
                                     "participation_auc>0.75")
     assert code == 1 and folder is not None, stdout  # the gate reads the aggregates' figure
     got = json.loads((folder / "metrics.json").read_text())["aggregates"]
-    assert (got["rounds"], got["pairs"], got["members"]) == (4, 32, 16)
+    # Flower samples among the nodes registered when a round starts: the members are the train replies recorded
+    rows = [json.loads(line) for line in (folder / "messages.jsonl").read_text().splitlines()]
+    replies = {(r["round"], r["client"]) for r in rows if r["direction"] == "up" and r["type"] == "train"}
+    trained = {c for _, c in replies}
+    assert (got["rounds"], got["clients"], got["pairs"]) == (4, len(trained), 4 * len(trained))
+    assert got["members"] == len(replies) and 8 <= len(replies) <= 16
     assert got["participation_auc"] > 0.75 and got["participation_auc_interval"][0] > 0.5
     code, stdout, _, folder = audit(EXAMPLES / "secagg-central-dp", tmp_path / "s", *sampled)
     assert code == 0 and folder is not None, stdout
     summary = json.loads((folder / "metrics.json").read_text())
-    assert summary["uploads"] == [] and summary["aggregates"]["members"] == 16
+    assert summary["uploads"] == [] and 8 <= summary["aggregates"]["members"] <= 16
     assert 0.0 <= summary["aggregates"]["participation_auc"] <= 1.0

@@ -39,6 +39,7 @@ ROWS: dict[str, tuple[str, str]] = {
     "dlg_batch": ("dlg_batch", "attack.labels=sign,seed=0"),
     "dp_curve": ("dp_curve", "+experiment/dp_curve/arm=none,+experiment/dp_curve/read=gradient_idlg,seed=0"),
     "exact_batch": ("exact_batch", "seed=0,victim.num_images=8"),
+    "exact_cpa": ("exact_cpa", "seed=0,victim.num_images=16"),
     "fedavg_leakage": ("fedavg_leakage", "+experiment/fedavg_leakage=ig_unroll,seed=0"),
     "learngene_completion": ("learngene_completion", "+experiment/learngene_completion/attack=rmia_online,"
                                                      "attack.complete=public,seed=0"),

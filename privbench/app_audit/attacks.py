@@ -43,7 +43,7 @@ class ClientRound:
         return upload, base
 
 
-def _unique(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def each_once(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Each record once, in first-seen order (a loader yields a record once per epoch)."""
     seen: dict[bytes, int] = {}
     for i, row in enumerate(x.reshape(len(x), -1).numpy()):
@@ -74,7 +74,7 @@ def client_rounds(run: AppRun) -> list[ClientRound]:
         if note is None or received is None:
             continue
         out.append(ClientRound(f"client{run.partitions.get(reply.node, reply.node)}", reply.round, received, reply,
-                               _unique(note["inputs"], note["labels"]), bool(note.get("capped", False))))
+                               each_once(note["inputs"], note["labels"]), bool(note.get("capped", False))))
     return sorted(out, key=lambda c: (c.round, int(c.client.removeprefix("client"))))
 
 
@@ -93,7 +93,7 @@ def held_out(run: AppRun, client: str) -> tuple[torch.Tensor, torch.Tensor] | No
     rows += [(n["inputs"], n["labels"]) for n in mine if n["type"] == "evaluate" and len(n["labels"])]
     if not rows:
         return None
-    x, y = _unique(torch.cat([x for x, _ in rows]), torch.cat([y for _, y in rows]))
+    x, y = each_once(torch.cat([x for x, _ in rows]), torch.cat([y for _, y in rows]))
     trained = {r for n in mine if n["type"] == "train" and len(n["labels"]) for r in _rows(n["inputs"])}
     keep = torch.tensor([r not in trained for r in _rows(x)], dtype=torch.bool)
     return (x[keep], y[keep]) if bool(keep.any()) else None

@@ -130,7 +130,8 @@ def name_legacy_arrays(run: AppRun, model: Any) -> None:
     for m in run.messages:
         if m.arrays and legacy(m.arrays):
             m.arrays = named(m.arrays)
-    run.models = [(k, r, named(a) if legacy(a) else a) for k, r, a in run.models]
+    for b in run.models:
+        b.arrays = named(b.arrays) if legacy(b.arrays) else b.arrays
 
 
 def _mean(values: list[float], *, bounds: tuple[float, float] = (-math.inf, math.inf)

@@ -109,6 +109,37 @@ def sent(message: Message, direction: str, round_: int, *, keep_arrays: bool, me
                 array_bytes, arrays, config, metrics, message_id=message_id)
 
 
+@dataclass
+class Broadcast:
+    """The model one batch sent down carried (what a participation attacker reads).
+
+    Attributes:
+        message_type: the batch's type; round: its round.
+        arrays: the first message's arrays that carried any.
+        message_ids: the ids of the batch's messages that carried arrays.
+        same: whether every one of them carried these arrays exactly (False: per-client models).
+    """
+
+    message_type: str
+    round: int
+    arrays: dict[str, torch.Tensor] = field(repr=False)
+    message_ids: list[str]
+    same: bool
+
+
+def broadcast(messages: list[Message], recorded: list[Sent]) -> Broadcast | None:
+    """The model a batch of ``messages`` (recorded as ``recorded``, in order) carried, or None when none did."""
+    carrying = [i for i, m in enumerate(messages) if any(isinstance(r, ArrayRecord) for r in m.content.values())]
+    if not carrying:
+        return None
+    each = [recorded[i].arrays or sent(messages[i], "down", recorded[i].round, keep_arrays=True).arrays
+            for i in carrying]
+    first = each[0]
+    same = all(a.keys() == first.keys() and all(torch.equal(a[n], first[n]) for n in first) for a in each[1:])
+    head = recorded[carrying[0]]
+    return Broadcast(head.message_type, head.round, first, [recorded[i].message_id for i in carrying], same)
+
+
 class RecordingGrid(Grid):
     """The app's grid, wrapped: messages pass unchanged, and each is measured on its way (``Sent``).
 
@@ -122,8 +153,8 @@ class RecordingGrid(Grid):
         self._rounds: dict[str, int] = {}
         self._asked: dict[str, int] = {}  # message id -> round, so a reply is filed under its message's round
         self._last: dict[tuple[int, str], int] = {}  # (node, type) -> the round last sent there
-        #: the model each batch sent down carried (its first message with arrays), in send order: (type, round, arrays)
-        self.models: list[tuple[str, int, dict[str, torch.Tensor]]] = []
+        #: the model each batch sent down carried, in send order
+        self.models: list[Broadcast] = []
 
     def set_run(self, run: Any) -> None:
         self.grid.set_run(run)
@@ -163,13 +194,9 @@ class RecordingGrid(Grid):
             self._asked[message_id] = round_
             self._last[(int(message.metadata.dst_node_id), message.metadata.message_type)] = round_
             kinds.add(message.metadata.message_type)
-        carrying = next((i for i, m in enumerate(messages)
-                         if any(isinstance(r, ArrayRecord) for r in m.content.values())), None)
-        if carrying is not None:  # the model the batch broadcasts: what a participation attacker reads
-            first = self.messages[len(self.messages) - len(messages) + carrying]
-            arrays = first.arrays or sent(messages[carrying], "down", first.round, keep_arrays=True).arrays
-            if arrays:
-                self.models.append((first.message_type, first.round, arrays))
+        model = broadcast(messages, self.messages[len(self.messages) - len(messages):])
+        if model is not None:
+            self.models.append(model)
         for kind in kinds:
             self._rounds[kind] = self._rounds.get(kind, 0) + 1
 

@@ -68,10 +68,12 @@ def tables(summary: dict[str, Any]) -> list[Table]:
                   f"{_f(agg.get('participation_auc'))} [{_f(agg.get('participation_auc_interval'))}]",
                   _f(agg.get("participation_auc_informed_chance")),
                   f"{_f(agg.get('participation_tpr_at_1pct_fpr'))} "
-                  f"[{_f(agg.get('participation_tpr_at_1pct_fpr_interval'))}]", agg.get("skipped", "")]],
+                  f"[{_f(agg.get('participation_tpr_at_1pct_fpr_interval'))}]",
+                  agg.get("skipped") or "; ".join(agg.get("rounds_left_out", []))]],
                 "the model a round started from and the model made from its uploads (under secure aggregation, the "
                 "server's whole view of the round): each client's loss change on records it trained on; members the "
-                "clients aggregated that round; informed chance: the same test on each client's evaluation records"))
+                "clients whose replies came back that round; interval: whole clients resampled; informed chance: the "
+                "same test on each client's evaluation records"))
     out.append(("Gate", ["rule", "verdict", "why"],
                 [[g["rule"], "FAIL" if g["failed"] else "pass", g["why"]] for g in summary["gate"]]
                 or [["(no --fail-on rules)", "", ""]], ""))

@@ -14,7 +14,7 @@ import torch
 
 from privbench.app_audit.app import AppError, FlowerApp, load_component
 from privbench.app_audit.client_side import AuditedClientApp
-from privbench.app_audit.recording import RecordingGrid, Sent
+from privbench.app_audit.recording import Broadcast, RecordingGrid, Sent
 from privbench.flower.simulation import environment
 
 
@@ -28,8 +28,8 @@ class AppRun:
     strategies: list[Any] = field(default_factory=list)
     client_app: Any = None
     partitions: dict[int, int] = field(default_factory=dict)  # node -> partition id
-    #: the model each batch sent down carried, in send order: (message type, round, arrays)
-    models: list[tuple[str, int, dict[str, torch.Tensor]]] = field(default_factory=list)
+    #: the model each batch sent down carried, in send order
+    models: list[Broadcast] = field(default_factory=list)
 
 
 @contextlib.contextmanager

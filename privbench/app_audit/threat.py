@@ -24,8 +24,8 @@ def threat_model(summary: dict[str, Any], options: Any) -> dict[str, Any]:
         "participation": {"test": "loss change of a client's records from a round's model to the next one the "
                                   "server sends (client-level membership; what secure aggregation leaves)",
                           "candidates": "every client that trained in some round, in every observed round; members "
-                                        "the clients whose replies to the round's model were aggregated",
-                          "records": "up to 32 of the records each client trained on, by seed",
+                                        "the clients whose replies to the round's model came back without error",
+                          "records": "up to 256 of the records each client trained on, by seed",
                           "budget": "the two models of each round, no shadows"},
         "privacy_mechanisms": "found on the app's objects (ClientApp mods, the strategy started); LocalDpMod "
                               "measured as a black box; epsilons by privbench's RDP accountant, DP-SGD's by "
