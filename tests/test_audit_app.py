@@ -444,3 +444,34 @@ def test_the_grid_keeps_the_model_each_batch_broadcast_and_says_when_clients_got
     assert evaluate.message_type == "evaluate" and torch.equal(evaluate.arrays["w"], torch.full((3,), 2.0))
     assert not next(m for m in grid.messages if m.message_type == "evaluate").arrays
     assert mixed.round == 2 and not mixed.same  # per-client downloads: no one model for the round
+
+
+def test_a_reply_that_is_not_a_model_is_refused_per_upload_and_a_declared_delta_is_read_as_one():
+    from privbench.app_audit.attacks import client_rounds
+
+    torch.manual_seed(0)
+    net = torch.nn.Linear(20, 3)
+    sent = {k: v.detach().clone() for k, v in net.state_dict().items()}
+    torch.optim.SGD(net.parameters(), lr=0.1).zero_grad()
+    torch.nn.functional.cross_entropy(net(torch.randn(8, 20)), torch.randint(0, 3, (8,))).backward()
+    with torch.no_grad():
+        for p in net.parameters():
+            p -= 0.1 * p.grad
+    trained = {k: v.detach().clone() for k, v in net.state_dict().items()}
+    delta = {k: trained[k] - sent[k] for k in sent}
+    notes = [{"node": 7, "type": "train", "message_id": "m", "inputs": torch.randn(8, 20),
+              "labels": torch.randint(0, 3, (8,))}]
+
+    def run(reply: dict[str, torch.Tensor]) -> AppRun:
+        return AppRun([Sent("down", "train", 1, 7, 0, 0, arrays=sent, message_id="m"),
+                       Sent("up", "train", 1, 7, 0, 0, arrays=reply, message_id="m")], notes, partitions={7: 0})
+
+    (as_sent,) = client_rounds(run(trained))  # Flower's examples: the trained model, read as it is
+    assert as_sent.not_a_model is None and torch.equal(as_sent.payloads(None)[0].tensors["weight"], trained["weight"])
+    (guessed,) = client_rounds(run(delta))  # a delta is no model near the one sent: no attack may read it as one
+    assert "not a model trained from it" in guessed.not_a_model and "--reply-kind delta" in guessed.not_a_model
+    (declared,) = client_rounds(run(delta), "delta")
+    assert declared.not_a_model is None
+    torch.testing.assert_close(declared.payloads(None)[0].tensors["weight"], trained["weight"], rtol=0, atol=1e-7)
+    with pytest.raises(ConfigError, match="--reply-kind gradient"):
+        Declared(reply_kind="gradient").check()

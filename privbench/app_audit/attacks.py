@@ -8,7 +8,7 @@ label attack: the other clients' evaluation records (none of them the victim's).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -18,7 +18,7 @@ from torch import nn
 from privbench.app_audit.client_side import MAX_RECORDS
 from privbench.app_audit.recording import Sent
 from privbench.app_audit.simulation import AppRun
-from privbench.app_audit.training import Declared, local_training
+from privbench.app_audit.training import Declared, as_model, local_training
 from privbench.errors import AttackNotApplicableError
 from privbench.payloads import Payload
 
@@ -33,13 +33,16 @@ class ClientRound:
     upload: Sent
     members: tuple[torch.Tensor, torch.Tensor]
     capped: bool = False
+    weights: dict[str, torch.Tensor] = field(default_factory=dict, repr=False)  # the model the upload stands for
+    not_a_model: str | None = None  # why the reply was not read as a model (then no attack runs on it)
 
     def payloads(self, training: Any) -> tuple[Payload, Payload]:
-        """The exchange as privbench payloads: the model received (``global_model``) and the upload (``update``)."""
+        """The exchange as privbench payloads: the model received (``global_model``) and the upload (``update``:
+        the model the reply stands for)."""
         base = Payload.from_tensors(kind="global_model", round=self.round, sender="server", receiver=self.client,
                                     tensors=self.received.arrays)
         upload = Payload.from_tensors(kind="update", round=self.round, sender=self.client, receiver="server",
-                                      tensors=self.upload.arrays, base=base.id, training=training)
+                                      tensors=self.weights or self.upload.arrays, base=base.id, training=training)
         return upload, base
 
 
@@ -61,9 +64,9 @@ def stated_count(cr: ClientRound) -> tuple[int, str]:
     return len(cr.members[1]), "not stated: the records its loaders yielded"
 
 
-def client_rounds(run: AppRun) -> list[ClientRound]:
+def client_rounds(run: AppRun, reply_kind: str = "auto") -> list[ClientRound]:
     """Every train exchange whose reply carries arrays and whose client's loaders yielded records, in round and
-    client order."""
+    client order, each reply read as the model it stands for (``training.as_model``)."""
     notes = {n["message_id"]: n for n in run.notes if n["type"] == "train" and len(n["labels"])}
     sent = {(m.message_id): m for m in run.messages if m.direction == "down" and m.kind == "train"}
     out = []
@@ -73,8 +76,10 @@ def client_rounds(run: AppRun) -> list[ClientRound]:
         note, received = notes.get(reply.message_id), sent.get(reply.message_id)
         if note is None or received is None:
             continue
+        weights, why = as_model(received.arrays, reply.arrays, reply_kind)
         out.append(ClientRound(f"client{run.partitions.get(reply.node, reply.node)}", reply.round, received, reply,
-                               each_once(note["inputs"], note["labels"]), bool(note.get("capped", False))))
+                               each_once(note["inputs"], note["labels"]), bool(note.get("capped", False)), weights,
+                               why))
     return sorted(out, key=lambda c: (c.round, int(c.client.removeprefix("client"))))
 
 

@@ -87,8 +87,12 @@ def attack_uploads(run: AppRun, app: FlowerApp, model: Any, o: Options, folder: 
     for client in held:
         pool = [h for c, h in held.items() if c != client and h is not None]
         publics[client] = (torch.cat([x for x, _ in pool]), torch.cat([y for _, y in pool])) if pool else None
-    for cr in attacks.client_rounds(run):
+    for cr in attacks.client_rounds(run, o.declared.reply_kind):
         row: dict[str, Any] = {"client": cr.client, "round": cr.round, "records": len(cr.members[1]), "skipped": []}
+        if cr.not_a_model is not None:  # no attack reads a reply it cannot take for a model
+            row["skipped"] = [f"{what}: {cr.not_a_model}" for what in ("membership", "labels", "reconstruction")]
+            out.append(row)
+            continue
         outside, public = held.get(cr.client), publics.get(cr.client)
         torch.manual_seed(o.seed)
         try:
@@ -192,7 +196,7 @@ def audit(app: FlowerApp, out: Path, o: Options) -> tuple[dict[str, Any], bool]:
         model = find_model(app, carried, o.model)
         if legacy(carried):
             name_legacy_arrays(run, model)
-        traffic = write_wire(run, partial)
+        traffic = write_wire(run, partial, o.declared.reply_kind)
         found = mechanisms(app, run, o)
         uploads = attack_uploads(run, app, model, o, partial)
         aggregate = aggregate_attacks(run, model, o)

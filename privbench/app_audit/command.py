@@ -31,6 +31,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--epochs", type=int, help="the clients' local epochs, where the app does not state it")
     p.add_argument("--batch-size", type=int, help="the clients' batch size, where the app does not state it")
     p.add_argument("--momentum", type=float, help="the clients' SGD momentum, where the app does not state it")
+    p.add_argument("--reply-kind", choices=("auto", "model", "delta"), default="auto",
+                   help="what a client's train reply carries: its trained model, or the change from the model it "
+                        "received (auto: a model, checked against the model sent)")
     p.add_argument("--reply-timeout", type=float, default=300.0, help="seconds to wait for a batch of replies "
                    "before the audit says which ClientApp did not answer (default 300)")
     p.add_argument("--max-images", type=int, default=8, help="invert uploads of clients that trained on at most this "
@@ -73,7 +76,7 @@ def options(args: argparse.Namespace) -> tuple[Any, Any]:
     if not (math.isfinite(args.delta) and 0 < args.delta < 1):
         raise ConfigError(f"--delta {args.delta}: must be in (0, 1)")
     rules = [Rule.parse(r) for r in args.fail_on]
-    declared = Declared(args.lr, args.epochs, args.batch_size, args.momentum)
+    declared = Declared(args.lr, args.epochs, args.batch_size, args.momentum, args.reply_kind)
     declared.check()
     app = read_app(args.path, overrides=_overrides(args.run_config), supernodes=args.supernodes)
     given = sys.argv[2:] if sys.argv[1:2] == ["audit-app"] else sys.argv[1:]

@@ -30,6 +30,10 @@ def threat_model(summary: dict[str, Any], options: Any) -> dict[str, Any]:
         "privacy_mechanisms": "found on the app's objects (ClientApp mods, the strategy started); LocalDpMod "
                               "measured as a black box; epsilons by privbench's RDP accountant, DP-SGD's by "
                               "the accountant its Opacus engines used",
+        "reply_read_as": {"auto": "the client's trained model (a reply that is no model near the one sent is not "
+                                  "attacked)", "model": "the client's trained model (--reply-kind model)",
+                          "delta": "the model received plus the reply (--reply-kind delta)"
+                          }[options.declared.reply_kind],
         "truth": "the records the clients' data loaders yielded during each message (the evaluator's, never sent)",
         "seed": options.seed, "delta": options.delta,
     }

@@ -18,6 +18,43 @@ KEYS: dict[str, tuple[str, ...]] = {
 }
 
 
+#: What a client's train reply may carry: ``model`` (its trained model, as Flower's examples send), ``delta`` (the
+#: change from the model it received), ``auto`` (a model, refused per upload where it does not look like one).
+REPLY_KINDS = ("auto", "model", "delta")
+#: ``auto``: a reply farther than this share of the sent model's norm from it, and smaller than it by as much, is
+#: not read as a model (a delta or a gradient: near zero, far from the model).
+NOT_A_MODEL = 0.5
+
+
+def as_model(received: dict[str, Any], reply: dict[str, Any], kind: str) -> tuple[dict[str, Any], str | None]:
+    """The model a train reply stands for (``reply`` itself, or ``received + reply`` for a delta), or ``({}, why)``
+    where ``auto`` finds the reply is not a model near the one sent.
+
+    Example:
+        >>> import torch
+        >>> sent = {"w": torch.ones(4)}
+        >>> as_model(sent, {"w": torch.full((4,), 1.1)}, "auto")[1] is None
+        True
+        >>> as_model(sent, {"w": torch.full((4,), 0.01)}, "auto")[1][:33]
+        'its reply is 0.99 of the sent mod'
+        >>> as_model(sent, {"w": torch.full((4,), 0.01)}, "delta")[0]["w"]
+        tensor([1.0100, 1.0100, 1.0100, 1.0100])
+    """
+    if kind == "delta":
+        return {n: received[n] + t if n in received and t.is_floating_point() else t for n, t in reply.items()}, None
+    if kind == "model":
+        return dict(reply), None
+    names = [n for n, t in reply.items() if n in received and t.is_floating_point() and t.shape == received[n].shape]
+    norm = sum(float(received[n].double().norm()) ** 2 for n in names) ** 0.5
+    away = sum(float((reply[n].double() - received[n].double()).norm()) ** 2 for n in names) ** 0.5
+    size = sum(float(reply[n].double().norm()) ** 2 for n in names) ** 0.5
+    if norm > 0 and away > NOT_A_MODEL * norm and size < NOT_A_MODEL * norm:
+        return {}, (f"its reply is {away / norm:.2f} of the sent model's norm away from it and {size / norm:.2g} of "
+                    "it in size: not a model trained from it (a delta or a gradient?); give --reply-kind delta if "
+                    "it is the change from the model sent (gradients: python -m privbench.attack on the message)")
+    return dict(reply), None
+
+
 @dataclass(frozen=True)
 class Declared:
     """The values the audit was given on its command line (None: read from the app)."""
@@ -26,8 +63,11 @@ class Declared:
     epochs: int | None = None
     batch_size: int | None = None
     momentum: float | None = None
+    reply_kind: str = "auto"  # what a train reply carries: auto, model, delta (``REPLY_KINDS``)
 
     def check(self) -> None:
+        if self.reply_kind not in REPLY_KINDS:
+            raise ConfigError(f"--reply-kind {self.reply_kind}: must be one of {', '.join(REPLY_KINDS)}")
         for name, value in (("--lr", self.lr), ("--epochs", self.epochs), ("--batch-size", self.batch_size)):
             if value is not None and not (math.isfinite(value) and value > 0):
                 raise ConfigError(f"{name} {value}: must be a positive number")

@@ -22,8 +22,12 @@ def ordered(run: AppRun) -> list[Any]:
                                                run.partitions.get(m.node, m.node)))
 
 
-def write_wire(run: AppRun, out: Path) -> dict[str, Any]:
-    """Write ``messages.jsonl`` and ``payloads/``; return the byte tallies."""
+def write_wire(run: AppRun, out: Path, reply_kind: str = "auto") -> dict[str, Any]:
+    """Write ``messages.jsonl`` and ``payloads/``; return the byte tallies. Under ``reply_kind=delta`` an upload is
+    stored as the model it stands for (the model received plus the delta sent), as privbench's ``update`` is."""
+    from privbench.app_audit.training import as_model
+
+    down = {m.message_id: m for m in run.messages if m.direction == "down" and m.kind == "train"}
     rows: list[str] = []
     tally: defaultdict[str, dict[str, int]] = defaultdict(lambda: {"messages": 0, "wire_bytes": 0, "array_bytes": 0})
     store = PayloadStore(out / "payloads")
@@ -40,8 +44,11 @@ def write_wire(run: AppRun, out: Path) -> dict[str, Any]:
             sender, receiver = ("server", client) if m.direction == "down" else (client, "server")
             kind = "global_model" if m.direction == "down" else "update"
             base = f"r{m.round:04d}-global_model-server-{client}" if m.direction == "up" else None
+            tensors = m.arrays
+            if m.direction == "up" and reply_kind == "delta" and m.message_id in down:
+                tensors = as_model(down[m.message_id].arrays, m.arrays, "delta")[0]
             store.add(Payload.from_tensors(kind=kind, round=m.round, sender=sender, receiver=receiver,
-                                           tensors=m.arrays, base=base), keep=True)
+                                           tensors=tensors, base=base), keep=True)
     store.flush()
     atomic_write_text(out / "messages.jsonl", "\n".join(rows) + "\n")
     return dict(sorted(tally.items()))
