@@ -199,6 +199,7 @@ def test_an_isolation_or_a_layer_the_model_lacks_is_refused_before_training(tmp_
     assert not list(tmp_path.rglob("payloads"))  # nothing trained, nothing recorded
 
 
+@pytest.mark.slow  # over 1.2 s: the quick suite's 4-minute goal
 def test_model_inconsistency_reads_the_victim_through_secure_aggregation(tmp_path):
     """Four members through SecAgg+: the crafted download to the victim only (the others' trapped rows zeroed);
     the server reads the victim's own images from the sum, the victim's share estimated, and counts both
@@ -258,6 +259,7 @@ def test_model_inconsistency_under_genefls_cluster_secure_aggregation(tmp_path):
     assert privacy["recovered_fraction"] >= 0.25
 
 
+@pytest.mark.slow  # over 1.2 s: the quick suite's 4-minute goal
 def test_an_imprint_block_sent_to_the_victim_only_is_read_through_secure_aggregation(tmp_path):
     """The imprint block (128 bins) to the victim only, the others' bins zeroed: most bins fire for some of the
     victim's images, so its share comes from the few it left unfired (the three closest of the rows' ratios), and

@@ -181,6 +181,7 @@ def _audit(mech: DPFedAvg, *, rounds: int = 4, rate: float = 1.0) -> dict:
     return mech.describe()["canary_estimate"]
 
 
+@pytest.mark.slow  # over 1.2 s: the quick suite's 4-minute goal
 @pytest.mark.parametrize("seed", SEEDS)
 def test_canary_clients_pass_an_honest_mechanism(seed: int) -> None:
     for mode in ("central", "local"):
@@ -419,6 +420,7 @@ def test_a_sampling_rate_misreported_to_the_accountant_is_caught(seed: int) -> N
     assert est["verdict"].startswith("BROKEN") and "sampled more often" in est["verdict"], est["verdict"]
 
 
+@pytest.mark.slow  # over 1.2 s: the quick suite's 4-minute goal
 def test_canaries_that_join_at_the_clients_rate_stay_under_the_amplified_claim() -> None:
     """The test never learns which rounds a canary joined (the adversary of the amplified claim does not either)."""
     est = _audit(DPFedAvg(noise_multiplier=0.8, canary_clients=200, seed=0), rounds=10, rate=0.25)

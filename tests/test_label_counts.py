@@ -320,6 +320,7 @@ def test_oracle_labels_are_the_true_counts_and_are_refused_where_no_evaluator_ha
     assert InvertingGradients(labels="oracle").cannot_read("update") is None
 
 
+@pytest.mark.slow  # over 1.2 s: the quick suite's 4-minute goal
 def test_an_oracle_row_hands_the_inversion_the_batch_s_true_labels_and_says_so(compose_cfg, tmp_path):
     from privbench.audit.summary import summary
 

@@ -53,6 +53,7 @@ def test_a_true_mu_gdp_mechanism_is_refuted_in_at_most_tau_of_runs() -> None:
     assert np.mean(found) > 0.6 * mu
 
 
+@pytest.mark.slow  # over 1.2 s: the quick suite's 4-minute goal
 def test_the_papers_idealised_game_and_the_reference_vectors() -> None:
     """sigma = 1 (mu 1), 100,000 canaries, 1,500 guesses of which 1,429 right (the paper's idealised count): mu
     0.782, epsilon 3.30 at delta 1e-5, where Steinke et al.'s bound on the same guesses gives 2.67. PrivacyGuard's

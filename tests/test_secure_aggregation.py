@@ -168,6 +168,7 @@ def _fedavg(tmp_path, aggregation, fmnist):
     return protocol.run(model=model, data=fmnist, victim=victim, wire=wire, seed=0), wire
 
 
+@pytest.mark.slow  # over 1.2 s: the quick suite's 4-minute goal
 def test_fedavg_under_secagg_trains_the_same_model_and_stores_no_upload(tmp_path, fmnist):
     plain, _ = _fedavg(tmp_path / "plain", None, fmnist)
     secure, wire = _fedavg(tmp_path / "secagg", SecAggPlus(), fmnist)
