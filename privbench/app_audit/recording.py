@@ -78,6 +78,25 @@ def _reason(text: str) -> str:
     return line.strip("'>\" ")[:200]
 
 
+def arrays_of(message: Message, *, keep: bool) -> tuple[dict[str, torch.Tensor], int]:
+    """The named tensors of ``message``'s ``ArrayRecord``s (``{}`` unless ``keep``) and their bytes; with several
+    records each name goes under its record's (no record's tensor hides another's)."""
+    arrays: dict[str, torch.Tensor] = {}
+    array_bytes = 0
+    several = sum(isinstance(r, ArrayRecord) for r in message.content.values()) > 1
+    for key, record in message.content.items():
+        if not isinstance(record, ArrayRecord):
+            continue
+        for name, array in record.items():
+            if not array.data:  # a legacy reply without parameters carries one empty placeholder
+                continue
+            values = _values_of(array)
+            array_bytes += int(values.nbytes)
+            if keep:
+                arrays[f"{key}/{name}" if several else name] = torch.from_numpy(values.copy())
+    return arrays, array_bytes
+
+
 def sent(message: Message, direction: str, round_: int, *, keep_arrays: bool, message_id: str | None = None) -> Sent:
     """What ``message`` carried, measured."""
     meta = message.metadata
@@ -87,21 +106,11 @@ def sent(message: Message, direction: str, round_: int, *, keep_arrays: bool, me
     if message.has_error():
         return Sent(direction, message.metadata.message_type, round_, node, 0, 0,
                     error=_reason(str(message.error.reason)), message_id=message_id)
-    arrays: dict[str, torch.Tensor] = {}
+    arrays, array_bytes = arrays_of(message, keep=keep_arrays)
     config: dict[str, Any] = {}
     metrics: dict[str, Any] = {}
-    array_bytes = 0
-    several = sum(isinstance(r, ArrayRecord) for r in message.content.values()) > 1
-    for key, record in message.content.items():
-        if isinstance(record, ArrayRecord):
-            for name, array in record.items():
-                if not array.data:  # a legacy reply without parameters carries one empty placeholder
-                    continue
-                values = _values_of(array)
-                array_bytes += int(values.nbytes)
-                if keep_arrays:  # several records: each name under its record's (no record's tensor hides another's)
-                    arrays[f"{key}/{name}" if several else name] = torch.from_numpy(values.copy())
-        elif isinstance(record, ConfigRecord):
+    for record in message.content.values():
+        if isinstance(record, ConfigRecord):
             config.update(_values(record))
         elif isinstance(record, MetricRecord):
             metrics.update(_values(record))
@@ -132,8 +141,7 @@ def broadcast(messages: list[Message], recorded: list[Sent]) -> Broadcast | None
     carrying = [i for i, m in enumerate(messages) if any(isinstance(r, ArrayRecord) for r in m.content.values())]
     if not carrying:
         return None
-    each = [recorded[i].arrays or sent(messages[i], "down", recorded[i].round, keep_arrays=True).arrays
-            for i in carrying]
+    each = [recorded[i].arrays or arrays_of(messages[i], keep=True)[0] for i in carrying]  # no second serialising
     first = each[0]
     same = all(a.keys() == first.keys() and all(torch.equal(a[n], first[n]) for n in first) for a in each[1:])
     head = recorded[carrying[0]]

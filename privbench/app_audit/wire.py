@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from privbench.app_audit.simulation import AppRun
+from privbench.app_audit.training import as_model
 from privbench.io import atomic_write_text
 from privbench.payloads import Payload, PayloadStore
 
@@ -25,8 +26,6 @@ def ordered(run: AppRun) -> list[Any]:
 def write_wire(run: AppRun, out: Path, reply_kind: str = "auto") -> dict[str, Any]:
     """Write ``messages.jsonl`` and ``payloads/``; return the byte tallies. Under ``reply_kind=delta`` an upload is
     stored as the model it stands for (the model received plus the delta sent), as privbench's ``update`` is."""
-    from privbench.app_audit.training import as_model
-
     down = {m.message_id: m for m in run.messages if m.direction == "down" and m.kind == "train"}
     rows: list[str] = []
     tally: defaultdict[str, dict[str, int]] = defaultdict(lambda: {"messages": 0, "wire_bytes": 0, "array_bytes": 0})
