@@ -60,6 +60,26 @@ def test_an_audit_counts_the_victims_batch_and_says_what_it_was_given(compose_cf
     assert metrics["threat_model"]["public_data"] == "1000 labelled test-split images"  # the whole test split
 
 
+@pytest.mark.slow  # 4-8 s: a FedAvg round of the default data and the count's public prior
+def test_an_upload_of_all_a_client_s_images_is_counted_over_its_public_sample_count(compose_cfg, tmp_path):
+    """With victim.update_data=all the upload was trained on the client's 24 images (its num_samples, sent in
+    clear), not on victim.num_images: the attack counts 24 (it counted 1 before) and the truth is the 24."""
+    cfg = compose_cfg("attack=labels", "fl=fedavg", "payload=update", "victim.update_data=all", "victim.data_size=24",
+                      "fl.participants=1", "fl.rounds=1", "fl.local_epochs=1", "metrics.lpips=false",
+                      f"results_dir={tmp_path}")
+    metrics = run_audit(cfg, tmp_path / "run")
+    privacy = metrics["privacy"]
+    assert privacy["num_true"] == 24 and sum(privacy["inferred_counts"].values()) == 24
+    assert metrics["threat_model"]["batch_size"] == 24 and metrics["threat_model"]["training"]["num_samples"] == 24
+
+
+def test_the_label_attack_s_points_are_a_config_key():
+    """The docs name `attack.points`; the command line takes it (it was refused as an unknown key)."""
+    from privbench.overrides import check_overrides
+
+    assert check_overrides(["attack=labels", "attack.points=8"]).attack.points == 8
+
+
 def test_a_message_without_the_head_bias_is_refused_in_one_line(compose_cfg, tmp_path):
     from privbench.attacks.labels.counts import LabelCounts
     from privbench.attacks.labels.views import LabelView

@@ -32,13 +32,15 @@ from privbench.victim import Victim
 @register_game("labels")
 class Labels(MessageGame):
     """The gradient view of each audited client's message with ``attack.public`` test-split images (no client holds
-    them) and their labels."""
+    them) and their labels. A model upload's counts are of every image its record says it was trained on (its
+    ``num_samples``, which travels in clear), a gradient's of its batch."""
 
     photographs = True
 
     def play(self, p: Plan, victim: Victim, payload: Payload, base: Payload | None, records: list[int],
              model: nn.Module, data: FederatedData) -> Play:
-        target = gradient_view(p, victim, payload, base, model, data)
+        count = p.choice.images(payload, victim, unroll=payload.spec.carries == "model")
+        target = gradient_view(p, victim, payload, base, model, data, count=count)
         view = LabelView.from_test_split(target, data.test.images, data.test.labels,
                                          count=int(getattr(p.attack, "public", 2000)), seed=p.seed,
                                          mean=data.train.mean, std=data.train.std)

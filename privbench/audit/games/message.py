@@ -17,9 +17,10 @@ from privbench.victim import Victim
 
 
 def gradient_view(p: Plan, victim: Victim, payload: Payload, base: Payload | None, model: nn.Module,
-                  data: FederatedData) -> AttackTarget:
-    """The gradient view of ``payload`` (a pseudo-gradient for a model payload), at ``base``'s weights."""
-    count = p.choice.images(payload, victim, unroll=p.attack.unroll)
+                  data: FederatedData, *, count: int | None = None) -> AttackTarget:
+    """The gradient view of ``payload`` (a pseudo-gradient for a model payload), at ``base``'s weights, for
+    ``count`` images (default: the images the attack rebuilds, ``Choice.images``)."""
+    count = p.choice.images(payload, victim, unroll=p.attack.unroll) if count is None else count
     return AttackTarget.from_payload(payload, base=base, model=model, num_images=count, image_shape=data.train.shape,
                                      num_classes=data.train.num_classes, mean=data.train.mean, std=data.train.std,
                                      unroll=p.attack.unroll)
