@@ -18,6 +18,7 @@ from privbench.app_audit.app import FlowerApp
 from privbench.app_audit.gate import Rule
 from privbench.app_audit.model import find_model, legacy
 from privbench.app_audit.participation import participation
+from privbench.app_audit.reported import reported_metrics
 from privbench.app_audit.simulation import AppRun, run_app
 from privbench.app_audit.training import Declared
 from privbench.app_audit.wire import write_wire
@@ -25,6 +26,8 @@ from privbench.errors import AttackNotApplicableError
 from privbench.figures.labels import LABEL_COUNT_ERROR, LABEL_COUNT_ERROR_CHANCE, LABEL_SET_EXACT
 from privbench.figures.reconstruction import PSNR_GAIN
 from privbench.io import atomic_write_text
+
+Records = tuple[torch.Tensor, torch.Tensor]
 
 
 @dataclass
@@ -73,6 +76,16 @@ def mechanisms(app: FlowerApp, run: AppRun, o: Options) -> list[dict[str, Any]]:
     return found
 
 
+def evaluation_records(run: AppRun) -> tuple[dict[str, Records | None], dict[str, Records | None]]:
+    """Each client's evaluated records once (its non-members), and the other clients' (its public data)."""
+    held = {f"client{p}": attacks.held_out(run, f"client{p}") for p in sorted(set(run.partitions.values()))}
+    publics: dict[str, Records | None] = {}
+    for client in held:
+        pool = [h for c, h in held.items() if c != client and h is not None]
+        publics[client] = (torch.cat([x for x, _ in pool]), torch.cat([y for _, y in pool])) if pool else None
+    return held, publics
+
+
 def attack_uploads(run: AppRun, app: FlowerApp, model: Any, o: Options, folder: Path) -> list[dict[str, Any]]:
     """Membership, label counts and reconstruction on each client's upload, each scored against its truth and
     chance."""
@@ -81,12 +94,7 @@ def attack_uploads(run: AppRun, app: FlowerApp, model: Any, o: Options, folder: 
         scale = inversion.input_scale(run)
     except AttackNotApplicableError as exc:
         scale, no_scale = None, str(exc)
-    # each client's evaluated records once: its non-members, and the other clients' public data
-    held = {f"client{p}": attacks.held_out(run, f"client{p}") for p in sorted(set(run.partitions.values()))}
-    publics: dict[str, tuple[torch.Tensor, torch.Tensor] | None] = {}
-    for client in held:
-        pool = [h for c, h in held.items() if c != client and h is not None]
-        publics[client] = (torch.cat([x for x, _ in pool]), torch.cat([y for _, y in pool])) if pool else None
+    held, publics = evaluation_records(run)
     for cr in attacks.client_rounds(run, o.declared.reply_kind):
         row: dict[str, Any] = {"client": cr.client, "round": cr.round, "records": len(cr.members[1]), "skipped": []}
         if cr.not_a_model is not None:  # no attack reads a reply it cannot take for a model
@@ -161,8 +169,8 @@ def aggregate_attacks(run: AppRun, model: Any, o: Options) -> dict[str, Any]:
         return {"skipped": f"participation: {exc}"}
 
 
-def gate_figures(uploads: list[dict[str, Any]], found: list[dict[str, Any]], aggregate: dict[str, Any]
-                 ) -> dict[str, Any]:
+def gate_figures(uploads: list[dict[str, Any]], found: list[dict[str, Any]], aggregate: dict[str, Any],
+                 reported: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """The gated figures: membership and label figures as means over the uploads (one test per upload; the worst
     of many noisy tests would fail a gate by chance), the largest measured epsilon."""
     auc, auc_ci = _mean([u["membership"]["membership_auc"] for u in uploads if "membership" in u], bounds=(0, 1))
@@ -172,11 +180,14 @@ def gate_figures(uploads: list[dict[str, Any]], found: list[dict[str, Any]], agg
     gain, gain_ci = _mean([u["labels"][LABEL_COUNT_ERROR_CHANCE.key] - u["labels"][LABEL_COUNT_ERROR.key]
                            for u in uploads if "labels" in u])
     psnr, psnr_ci = _mean([u["reconstruction"][PSNR_GAIN.key] for u in uploads if "reconstruction" in u])
+    shares, shares_ci = _mean([r["class_proportion_error_chance"] - r["class_proportion_error"]
+                               for r in reported or [] if "class_proportion_error" in r])
     return {"participation_auc": aggregate.get("participation_auc"),
             "participation_auc_interval": aggregate.get("participation_auc_interval"),
             "membership_auc": auc, "membership_auc_interval": auc_ci, "membership_tpr_at_1pct_fpr": tpr,
             "membership_tpr_at_1pct_fpr_interval": tpr_ci, LABEL_SET_EXACT.key: sets, "label_count_error_gain": gain,
             "label_count_error_gain_interval": gain_ci, PSNR_GAIN.key: psnr, f"{PSNR_GAIN.key}_interval": psnr_ci,
+            "class_proportion_gain": shares, "class_proportion_gain_interval": shares_ci,
             "epsilon_measured": max((m["epsilon_measured"] for m in found if m.get("epsilon_measured") is not None),
                                     default=None),
             "problems": [p for m in found for p in m.get("problems", [])], "mechanisms": found}
@@ -200,7 +211,9 @@ def audit(app: FlowerApp, out: Path, o: Options) -> tuple[dict[str, Any], bool]:
         found = mechanisms(app, run, o)
         uploads = attack_uploads(run, app, model, o, partial)
         aggregate = aggregate_attacks(run, model, o)
-        figures = gate_figures(uploads, found, aggregate)
+        torch.manual_seed(o.seed)
+        reported = reported_metrics(run, model, evaluation_records(run)[1])
+        figures = gate_figures(uploads, found, aggregate, reported)
         results = [rule.check(figures) for rule in o.rules]
         summary = {"app": {"name": app.name, "root": str(app.root), "supernodes": app.supernodes, "seed": o.seed,
                            "rounds": max((m.round for m in run.messages), default=0), "run_config": app.run_config,
@@ -208,7 +221,7 @@ def audit(app: FlowerApp, out: Path, o: Options) -> tuple[dict[str, Any], bool]:
                            "mods": [getattr(m, "__name__", type(m).__name__) for m in privacy.client_mods(run.client_app)],
                            "model": f"{model.__module__}:{model.__qualname__}"},
                    "bytes": traffic, "mechanisms": found, "problems": figures["problems"], "uploads": uploads,
-                   "aggregates": aggregate,
+                   "aggregates": aggregate, "reported_metrics": reported,
                    "notes": [*app.notes, *([] if uploads else [
                        "no client's train reply carries arrays (under secure aggregation they are masked vectors): "
                        "no upload is attacked; each round's aggregate is (participation inference, below)"])],

@@ -74,6 +74,18 @@ def tables(summary: dict[str, Any]) -> list[Table]:
                 "server's whole view of the round): each client's loss change on records it trained on; members the "
                 "clients whose replies came back that round; interval: whole clients resampled; informed chance: the "
                 "same test on each client's evaluation records"))
+    out.append(("Attacks on each client's reported metrics",
+                ["client", "figures read (reports)", "class proportions: TV distance (prior)",
+                 "largest share right (prior)", "misfit (figures)", "not run"],
+                [[r["client"], (", ".join(f"{k} as {v}" for k, v in r["read_as"].items()) + f" ({r['reports']})"
+                                if "read_as" in r else ""),
+                  f"{_f(r.get('class_proportion_error'))} ({_f(r.get('class_proportion_error_chance'))})",
+                  f"{_f(r.get('top_class'))} ({_f(r.get('top_class_chance'))})", f"{_f(r.get('misfit'))} ({_f(r.get('equations'))})",
+                  r.get("skipped", "")] for r in summary.get("reported_metrics", [])] or [["none", "", "", "", "", ""]],
+                "each evaluate reply's loss and accuracy figures are mixtures of the evaluated model's per-class "
+                "figures by the client's class shares: estimated on the other clients' evaluation records and "
+                "fitted on the simplex (nearest the prior where the figures leave it open); scored against the "
+                "records the client evaluated on; TV 0 is exact; prior: the public records' class frequencies"))
     out.append(("Gate", ["rule", "verdict", "why"],
                 [[g["rule"], "FAIL" if g["failed"] else "pass", g["why"]] for g in summary["gate"]]
                 or [["(no --fail-on rules)", "", ""]], ""))

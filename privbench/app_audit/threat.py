@@ -27,6 +27,11 @@ def threat_model(summary: dict[str, Any], options: Any) -> dict[str, Any]:
                                         "the clients whose replies to the round's model came back without error",
                           "records": "up to 256 of the records each client trained on, by seed",
                           "budget": "the two models of each round, no shadows"},
+        "reported_metrics": {"attack": "class proportions from each client's evaluate figures (metrics named "
+                                       "with 'loss' read as a mean cross-entropy, with 'acc' as an accuracy) of the "
+                                       "models sent alike to all, fitted on the simplex",
+                             "public_data": "the other clients' evaluation records, labelled",
+                             "budget": "every evaluate reply of the run, no shadows"},
         "privacy_mechanisms": "found on the app's objects (ClientApp mods, the strategy started); LocalDpMod "
                               "measured as a black box; epsilons by privbench's RDP accountant, DP-SGD's by "
                               "the accountant its Opacus engines used",

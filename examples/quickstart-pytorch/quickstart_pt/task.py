@@ -33,14 +33,23 @@ def _split(name: str) -> tuple[np.ndarray, np.ndarray]:
         return arrays[f"{name}_images"].copy(), arrays[f"{name}_labels"].astype(np.int64)
 
 
-def load_data(partition_id: int, num_partitions: int, batch_size: int, per_client: int = 200
-              ) -> tuple[DataLoader, DataLoader]:
-    """This node's IID share of the train and test splits, normalised to [-1, 1]."""
+def load_data(partition_id: int, num_partitions: int, batch_size: int, per_client: int = 200,
+              dominant_share: float = 0.0) -> tuple[DataLoader, DataLoader]:
+    """This node's share of the train and test splits, normalised to [-1, 1]: IID, or (label skew) with
+    ``dominant_share`` of its records from class ``partition_id % 10``, drawn from records no IID share holds."""
     loaders = []
     for name, size, shuffle in (("train", per_client, True), ("test", max(per_client // 2, 10), False)):
         images, labels = _split(name)
         order = np.random.default_rng(42).permutation(len(images))
-        mine = order[partition_id * size:(partition_id + 1) * size]
+        skew = int(round(dominant_share * size))
+        mine = order[partition_id * size:(partition_id + 1) * size - skew]
+        if skew:
+            spare = order[num_partitions * size:]
+            pool = spare[labels[spare] == partition_id % 10][(partition_id // 10) * skew:][:skew]
+            if len(pool) < skew:
+                raise ValueError(f"dominant-share={dominant_share}: the {name} split has {len(pool)} spare records "
+                                 f"of class {partition_id % 10}, not {skew}")
+            mine = np.concatenate([mine, pool])
         x = (torch.from_numpy(images[mine]).float().unsqueeze(1) / 255.0 - 0.5) / 0.5
         y = torch.from_numpy(labels[mine])
         loaders.append(DataLoader(TensorDataset(x, y), batch_size=batch_size, shuffle=shuffle))
