@@ -18,6 +18,7 @@ from privbench.app_audit.app import FlowerApp
 from privbench.app_audit.gate import Rule
 from privbench.app_audit.model import find_model, legacy
 from privbench.app_audit.participation import participation
+from privbench.app_audit.reported import gain as reported_gain
 from privbench.app_audit.reported import reported_metrics
 from privbench.app_audit.simulation import AppRun, run_app
 from privbench.app_audit.training import Declared
@@ -86,7 +87,8 @@ def evaluation_records(run: AppRun) -> tuple[dict[str, Records | None], dict[str
     return held, publics
 
 
-def attack_uploads(run: AppRun, app: FlowerApp, model: Any, o: Options, folder: Path) -> list[dict[str, Any]]:
+def attack_uploads(run: AppRun, app: FlowerApp, model: Any, o: Options, folder: Path,
+                   records: tuple[dict[str, Records | None], dict[str, Records | None]]) -> list[dict[str, Any]]:
     """Membership, label counts and reconstruction on each client's upload, each scored against its truth and
     chance."""
     out = []
@@ -94,7 +96,7 @@ def attack_uploads(run: AppRun, app: FlowerApp, model: Any, o: Options, folder: 
         scale = inversion.input_scale(run)
     except AttackNotApplicableError as exc:
         scale, no_scale = None, str(exc)
-    held, publics = evaluation_records(run)
+    held, publics = records
     for cr in attacks.client_rounds(run, o.declared.reply_kind):
         row: dict[str, Any] = {"client": cr.client, "round": cr.round, "records": len(cr.members[1]), "skipped": []}
         if cr.not_a_model is not None:  # no attack reads a reply it cannot take for a model
@@ -180,8 +182,8 @@ def gate_figures(uploads: list[dict[str, Any]], found: list[dict[str, Any]], agg
     gain, gain_ci = _mean([u["labels"][LABEL_COUNT_ERROR_CHANCE.key] - u["labels"][LABEL_COUNT_ERROR.key]
                            for u in uploads if "labels" in u])
     psnr, psnr_ci = _mean([u["reconstruction"][PSNR_GAIN.key] for u in uploads if "reconstruction" in u])
-    shares, shares_ci = _mean([r["class_proportion_error_chance"] - r["class_proportion_error"]
-                               for r in reported or [] if "class_proportion_error" in r])
+    gains = reported_gain(reported or [])
+    shares, shares_ci = _mean(gains) if gains is not None else (None, None)
     return {"participation_auc": aggregate.get("participation_auc"),
             "participation_auc_interval": aggregate.get("participation_auc_interval"),
             "membership_auc": auc, "membership_auc_interval": auc_ci, "membership_tpr_at_1pct_fpr": tpr,
@@ -209,10 +211,10 @@ def audit(app: FlowerApp, out: Path, o: Options) -> tuple[dict[str, Any], bool]:
             name_legacy_arrays(run, model)
         traffic = write_wire(run, partial, o.declared.reply_kind)
         found = mechanisms(app, run, o)
-        uploads = attack_uploads(run, app, model, o, partial)
+        records = evaluation_records(run)
+        uploads = attack_uploads(run, app, model, o, partial, records)
         aggregate = aggregate_attacks(run, model, o)
-        torch.manual_seed(o.seed)
-        reported = reported_metrics(run, model, evaluation_records(run)[1])
+        reported = reported_metrics(run, model, records[1])
         figures = gate_figures(uploads, found, aggregate, reported)
         results = [rule.check(figures) for rule in o.rules]
         summary = {"app": {"name": app.name, "root": str(app.root), "supernodes": app.supernodes, "seed": o.seed,

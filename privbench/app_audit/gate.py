@@ -26,8 +26,9 @@ FIGURES = {
     "label_count_error_gain": "the class-frequency prior's count error less the label attack's (per class), mean",
     "epsilon_measured": "the largest measured epsilon of any privacy mechanism",
     PSNR_GAIN.key: "the reconstruction's PSNR over chance (dB), mean over the uploads it ran on",
-    "class_proportion_gain": "the class-frequency prior's total variation from a client's class shares less the "
-                             "one its reported evaluation figures give, mean over clients",
+    "class_proportion_gain": "chance's total variation from a client's class shares less the one its reported "
+                             "evaluation figures give, mean over the clients whose figures are consistent (0 when "
+                             "no client reports a loss or accuracy)",
 }
 WORDS = {"misconfigured": "a privacy mechanism is misconfigured",
          "epsilon-above-claim": "a measured epsilon is above the epsilon its mechanism claims"}

@@ -75,21 +75,31 @@ def tables(summary: dict[str, Any]) -> list[Table]:
                 "clients whose replies came back that round; interval: whole clients resampled; informed chance: the "
                 "same test on each client's evaluation records"))
     out.append(("Attacks on each client's reported metrics",
-                ["client", "figures read (reports)", "class proportions: TV distance (prior)",
-                 "largest share right (prior)", "misfit (figures)", "not run"],
-                [[r["client"], (", ".join(f"{k} as {v}" for k, v in r["read_as"].items()) + f" ({r['reports']})"
-                                if "read_as" in r else ""),
-                  f"{_f(r.get('class_proportion_error'))} ({_f(r.get('class_proportion_error_chance'))})",
-                  f"{_f(r.get('top_class'))} ({_f(r.get('top_class_chance'))})", f"{_f(r.get('misfit'))} ({_f(r.get('equations'))})",
-                  r.get("skipped", "")] for r in summary.get("reported_metrics", [])] or [["none", "", "", "", "", ""]],
+                ["client", "figures read (reports)", "class proportions: TV distance (chance)",
+                 "largest share right (chance)", "misfit (figures)", "not run"],
+                [_reported_row(r) for r in summary.get("reported_metrics", [])] or [["none", "", "", "", "", ""]],
                 "each evaluate reply's loss and accuracy figures are mixtures of the evaluated model's per-class "
                 "figures by the client's class shares: estimated on the other clients' evaluation records and "
-                "fitted on the simplex (nearest the prior where the figures leave it open); scored against the "
-                "records the client evaluated on; TV 0 is exact; prior: the public records' class frequencies"))
+                "fitted on the simplex, each figure weighed by its noise and the fit held to the public class "
+                "frequencies until it explains the figures down to that noise (misfit = figures); scored against the "
+                "records the client evaluated on; TV 0 is exact; chance: the stronger of the public class "
+                "frequencies and uniform shares; a client whose figures no mixture explains is left out of the gate"))
     out.append(("Gate", ["rule", "verdict", "why"],
                 [[g["rule"], "FAIL" if g["failed"] else "pass", g["why"]] for g in summary["gate"]]
                 or [["(no --fail-on rules)", "", ""]], ""))
     return out
+
+
+def _reported_row(r: dict[str, Any]) -> list[str]:
+    """One client's row of the reported-metrics table."""
+    why = [r["skipped"]] if "skipped" in r else [f"{k} not read: {w}" for k, w in r.get("not_read", {}).items()]
+    if r.get("consistent") is False:
+        why.append("its figures are no mixture of the model's per-class figures: left out of the gate")
+    read = ", ".join(f"{k} as {v}" for k, v in r.get("read_as", {}).items())
+    return [r["client"], f"{read} ({r['reports']})" if "reports" in r else "",
+            f"{_f(r.get('class_proportion_error'))} ({_f(r.get('class_proportion_error_chance'))})",
+            f"{_f(r.get('top_class'))} ({_f(r.get('top_class_chance'))})",
+            f"{_f(r.get('misfit'))} ({_f(r.get('equations'))})", "; ".join(why)]
 
 
 def markdown(summary: dict[str, Any]) -> str:

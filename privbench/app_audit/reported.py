@@ -4,11 +4,14 @@ class proportions (``attacks/property/reported_metrics.py``).
 Each client's evaluate replies carry figures of the model its evaluate message carried (the same to every client:
 ``Broadcast.same``); metrics named with ``loss`` are read as a mean cross-entropy, with ``acc`` as an accuracy,
 others are not read. The attacker estimates the per-class figures of each such model on public records (the other
-clients' evaluation records, none of the client's) and fits the proportions, weighing each figure by its noise
-(the public estimates', and the client's own records' given its ``num-examples``) and holding the fit to the
-class-frequency prior as far as that noise allows (``discrepancy_fit``). Scored by the evaluator against the
-classes of the records the client's loaders yielded in the evaluate calls it reported on: total variation (0 exact), and whether
-the largest share is the client's most frequent class, each beside the class-frequency prior of the public records.
+clients' evaluation records, less any the client evaluated on itself) and fits the proportions, weighing each
+figure by its noise (the public estimates', and the client's own records' given its ``num-examples``, else the
+other clients' mean count) and holding the fit to the class-frequency prior as far as that noise allows
+(``discrepancy_fit``). A key whose figures cannot be such means (``off_hull``) is not read; a client whose figures
+no mixture explains (``INCONSISTENT``) is reported so and left out of the gate. Scored by the evaluator against the
+classes of the records the client's loaders yielded in the evaluate calls it reported on: total variation (0
+exact), and whether the largest share is the client's most frequent class, each beside chance (the stronger of the
+public class frequencies and the uniform shares).
 """
 from __future__ import annotations
 
@@ -21,33 +24,40 @@ from torch import nn
 
 from privbench.app_audit.simulation import AppRun
 from privbench.attacks.property.reported_metrics import (
+    INCONSISTENT,
     discrepancy_fit,
     equation_variance,
     figure_of,
+    fit_proportions,
+    off_hull,
     per_class_means,
     total_variation,
 )
 from privbench.errors import AttackNotApplicableError
 
 Records = tuple[torch.Tensor, torch.Tensor]
-
-
-def evaluated(run: AppRun, client: str, message_ids: set[str]) -> torch.Tensor | None:
-    """The labels of the records ``client``'s loaders yielded in the evaluate calls ``message_ids`` answered (each
-    call's records as it yielded them: a reported figure is their mean), the evaluator's truth."""
-    node = next((n for n, p in run.partitions.items() if f"client{p}" == client), None)
-    labels = [torch.cat([n.get("held_labels", n["labels"][:0]), n["labels"]]) for n in run.notes
-              if n["node"] == node and n["type"] == "evaluate" and n.get("message_id") in message_ids]
-    labels = [y for y in labels if len(y)]
-    return torch.cat(labels) if labels else None
-
-
 Report = tuple[str, dict[str, torch.Tensor], dict[str, float], int | None]
+NO_FIGURE = "no evaluate reply with a loss or accuracy figure of a model sent alike to all"
+
+
+def evaluated(run: AppRun, client: str, message_ids: set[str]) -> Records | None:
+    """The records ``client``'s loaders yielded in the evaluate calls ``message_ids`` answered (each call's records
+    as it yielded them: a reported figure is their mean), the evaluator's truth."""
+    node = next((n for n, p in run.partitions.items() if f"client{p}" == client), None)
+    mine = [n for n in run.notes
+            if n["node"] == node and n["type"] == "evaluate" and n.get("message_id") in message_ids]
+    if any(n.get("capped") for n in mine):
+        raise AttackNotApplicableError("its loaders yielded more evaluation records than the audit notes per message: "
+                                       "the truth would be a part")
+    rows = [(torch.cat([n["held_inputs"], n["inputs"]]), torch.cat([n["held_labels"], n["labels"]]))
+            if "held_labels" in n else (n["inputs"], n["labels"]) for n in mine]
+    rows = [(x, y) for x, y in rows if len(y)]
+    return (torch.cat([x for x, _ in rows]), torch.cat([y for _, y in rows])) if rows else None
 
 
 def _count(value: object) -> int | None:
     """A reply's ``num-examples`` where it is a plausible count."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value <= 10**7:
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and 1 <= value <= 10**7:
         return int(value)
     return None
 
@@ -55,7 +65,7 @@ def _count(value: object) -> int | None:
 def reports(run: AppRun, client: str, names: set[str]) -> list[Report]:
     """``(message id, model evaluated, {metric: value}, its num-examples)`` for each of ``client``'s evaluate replies
     that came back with a figure read as a loss or an accuracy, of a model every client received alike (all of
-    ``names``)."""
+    ``names``, and only those kept)."""
     sent = {i: b for b in run.models if b.message_type.split(".")[0] == "evaluate" and b.same
             and names <= b.arrays.keys() for i in b.message_ids}
     out = []
@@ -67,30 +77,30 @@ def reports(run: AppRun, client: str, names: set[str]) -> list[Report]:
                    and isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}
         if figures:
             records = _count(m.metrics.get("num-examples", m.metrics.get("num_examples")))
-            out.append((m.message_id, sent[m.message_id].arrays, figures, records))
+            out.append((m.message_id, {n: sent[m.message_id].arrays[n] for n in names}, figures, records))
     return out
 
 
-def _equations(net: nn.Module, told: list[Report], public: Records, classes: int, prior: torch.Tensor
-               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """One row per reported figure: the public per-class figures of the model it was reported for, the figure,
-    and the standard deviation of its noise at the prior's shares (``equation_variance``)."""
-    rows, values, sigma = [], [], []
+def _equations(net: nn.Module, told: list[Report], public: Records, classes: int, prior: torch.Tensor,
+               fallback: int) -> dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """Per key: one row per reported figure (the public per-class figures of the model it was reported for), the
+    figures, and the standard deviation of each one's noise at the prior's shares (``equation_variance``; the
+    client's own records counted by its ``num-examples``, else ``fallback``)."""
+    out: dict[str, list[tuple[torch.Tensor, float, float]]] = {}
     counts = torch.bincount(public[1].long(), minlength=classes).double()
     for _, arrays, figures, records in told:
         net.load_state_dict({**net.state_dict(), **arrays})
         means = per_class_means(net, public[0], public[1], classes)
         for key, value in sorted(figures.items()):
             kind = figure_of(key) or "loss"  # reports() kept only the figures read as one or the other
-            rows.append(means[kind])
-            values.append(value)
-            sigma.append(max(equation_variance(means[f"{kind}_var"], counts, prior, records), 1e-12) ** 0.5)
-    a = torch.stack(rows)
-    if bool(a.isnan().any()):
-        missing = sorted({c for c in range(classes) if bool(a[:, c].isnan().any())})
+            noise = equation_variance(means[f"{kind}_var"], counts, prior, records or fallback)
+            out.setdefault(key, []).append((means[kind], value, max(noise, 1e-12) ** 0.5))
+    if any(bool(row.isnan().any()) for rows in out.values() for row, _, _ in rows):
+        missing = sorted(set(range(classes)) - set(public[1].long().tolist()))
         raise AttackNotApplicableError(f"the public records hold no record of class(es) {missing}: their figures "
                                        "cannot be estimated")
-    return a, torch.tensor(values, dtype=torch.float64), torch.tensor(sigma, dtype=torch.float64)
+    return {k: (torch.stack([r for r, _, _ in v]), torch.tensor([x for _, x, _ in v], dtype=torch.float64),
+                torch.tensor([s for _, _, s in v], dtype=torch.float64)) for k, v in out.items()}
 
 
 def _top_right(guess: torch.Tensor, true: torch.Tensor) -> float:
@@ -99,44 +109,81 @@ def _top_right(guess: torch.Tensor, true: torch.Tensor) -> float:
     return float(int(true.argmax()) in tied) / len(tied)
 
 
-def client_proportions(run: AppRun, model: Callable[[], nn.Module], client: str, public: Records
-                       ) -> dict[str, Any]:
-    """The proportions ``client``'s reported figures imply, scored; refused, with why, where none can be fitted."""
+def _public_without(public: Records, own: Records) -> Records:
+    """``public`` less the records the client evaluated on itself (clients may share an evaluation set)."""
+    mine = {row.tobytes() for row in own[0].reshape(len(own[0]), -1).numpy()}
+    keep = torch.tensor([row.tobytes() not in mine for row in public[0].reshape(len(public[0]), -1).numpy()])
+    return public[0][keep], public[1][keep]
+
+
+def client_proportions(run: AppRun, model: Callable[[], nn.Module], client: str, public: Records, *,
+                       peers: int = 1) -> dict[str, Any]:
+    """The proportions ``client``'s reported figures imply, scored; refused, with why, where none can be fitted.
+    ``peers``: the clients whose evaluation records make up ``public`` (their mean count stands in for a missing
+    ``num-examples``)."""
     net = model()
     told = reports(run, client, {n for n, t in net.state_dict().items() if t.is_floating_point()})
     if not told:
-        raise AttackNotApplicableError("no evaluate reply with a loss or accuracy figure of a model sent alike to all")
+        raise AttackNotApplicableError(NO_FIGURE)
     truth = evaluated(run, client, {i for i, *_ in told})
     if truth is None:
         raise AttackNotApplicableError("its loaders yielded no evaluation records (no truth to score against)")
+    public = _public_without(public, truth)
     with torch.no_grad():
         classes = int(net.eval()(public[0][:1]).shape[-1])
+    if classes < 2 or int(public[1].max()) >= classes or int(truth[1].max()) >= classes:
+        raise AttackNotApplicableError(f"the model's {classes} output(s) are not one logit per class of the records")
     prior = torch.bincount(public[1].long(), minlength=classes).double() / len(public[1])
-    a, b, sigma = _equations(net, told, public, classes, prior)
+    keys = _equations(net, told, public, classes, prior, fallback=max(1, round(len(public[1]) / max(peers, 1))))
+    not_read = {k: why for k, (a, b, s) in keys.items() if (why := off_hull(a, b, s, figure_of(k) or "loss"))}
+    kept = [v for k, v in keys.items() if k not in not_read]
+    if not kept:
+        raise AttackNotApplicableError("; ".join(f"{k}: {why}" for k, why in not_read.items()))
+    a, b, sigma = (torch.cat(parts) for parts in zip(*kept))
+    best = fit_proportions(a / sigma[:, None], b / sigma, prior)
     p, ridge = discrepancy_fit(a, b, sigma, prior)
-    true = torch.bincount(truth.long(), minlength=classes).double() / len(truth)
+    true = torch.bincount(truth[1].long(), minlength=classes).double() / len(truth[1])
+    uniform = torch.full((classes,), 1.0 / classes, dtype=torch.float64)
+    best_misfit = float((((a @ best - b) / sigma) ** 2).sum())
     return {"client": client, "equations": len(b), "reports": len(told),
-            "read_as": {k: figure_of(k) for k in sorted({k for _, _, f, _ in told for k in f})},
+            "read_as": {k: figure_of(k) for k in keys if k not in not_read}, "not_read": not_read,
             "noise_model": "public estimates and the client's own records (its num-examples)"
-                           if all(r is not None for *_, r in told) else "public estimates only (no num-examples)",
-            "proportions": [round(float(v), 4) for v in p], "true_proportions": [round(float(v), 4) for v in true],
+                           if all(r is not None for *_, r in told) else
+                           "public estimates and the client's own records (the other clients' mean count)",
+            "consistent": best_misfit / len(b) <= INCONSISTENT,
+            "proportions": [round(float(v), 4) for v in p],
+            "true_proportions": [round(float(v), 4) for v in true],
             # to 1e-4: an app's reported floats vary in their last digits between runs (its threads' sums)
             "class_proportion_error": round(total_variation(p, true), 4),
-            "class_proportion_error_chance": round(total_variation(prior, true), 4),
-            "top_class": _top_right(p, true), "top_class_chance": _top_right(prior, true),
-            "ridge": float(f"{ridge:.4g}"), "misfit": round(float((((a @ p - b) / sigma) ** 2).sum()), 4),
-            "records": len(truth)}
+            "class_proportion_error_chance": round(min(total_variation(prior, true), total_variation(uniform, true)),
+                                                   4),
+            "class_proportion_error_prior": round(total_variation(prior, true), 4),
+            "top_class": _top_right(p, true), "top_class_chance": max(_top_right(prior, true), 1.0 / classes),
+            "ridge": None if math.isinf(ridge) else float(f"{ridge:.4g}"), "held_at_prior": math.isinf(ridge),
+            "misfit": round(float((((a @ p - b) / sigma) ** 2).sum()), 4), "best_misfit": round(best_misfit, 4),
+            "records": len(truth[1])}
 
 
 def reported_metrics(run: AppRun, model: Callable[[], nn.Module], publics: dict[str, Records | None]
                      ) -> list[dict[str, Any]]:
     """Every client's proportions from its reported figures (or, per client, why not)."""
     out: list[dict[str, Any]] = []
+    peers = max(1, sum(p is not None for p in publics.values()) - 1)
     for client, public in sorted(publics.items(), key=lambda kv: int(kv[0].removeprefix("client"))):
         try:
             if public is None:
                 raise AttackNotApplicableError("no other client's evaluation records to serve as public data")
-            out.append(client_proportions(run, model, client, public))
+            out.append(client_proportions(run, model, client, public, peers=peers))
         except AttackNotApplicableError as exc:
             out.append({"client": client, "skipped": str(exc)})
     return out
+
+
+def gain(rows: list[dict[str, Any]]) -> list[float] | None:
+    """The gate's per-client gains (chance's total variation less the attack's) of the clients whose figures are
+    consistent; ``[0.0]`` when no client reported a figure (nothing exposed), None when none could be scored."""
+    scored = [r["class_proportion_error_chance"] - r["class_proportion_error"] for r in rows
+              if "class_proportion_error" in r and r["consistent"]]
+    if scored:
+        return scored
+    return [0.0] if rows and all(r.get("skipped") == NO_FIGURE for r in rows) else None

@@ -61,7 +61,9 @@ def per_class_means(model: nn.Module, x: torch.Tensor, y: torch.Tensor, classes:
         total = torch.zeros(classes, dtype=torch.float64).index_add_(0, labels, values)
         mean = torch.where(counts > 0, total / counts.clamp_min(1), torch.tensor(float("nan"), dtype=torch.float64))
         square = torch.zeros(classes, dtype=torch.float64).index_add_(0, labels, (values - mean[labels]) ** 2)
-        out[name], out[f"{name}_var"] = mean, square / (counts - 1).clamp_min(1)
+        var = square / (counts - 1).clamp_min(1)
+        pooled = var[counts > 1].mean() if bool((counts > 1).any()) else torch.tensor(0.0, dtype=torch.float64)
+        out[name], out[f"{name}_var"] = mean, torch.where(counts > 1, var, pooled)  # one record: no spread of its own
     smoothed = (out["accuracy"] * counts + 0.5) / (counts + 1)  # a class all right (or wrong) here need not be so
     out["accuracy_var"] = smoothed * (1 - smoothed)  # on the client's records: Jeffreys' half a hit
     return out
@@ -113,7 +115,8 @@ def discrepancy_fit(rows: torch.Tensor, values: torch.Tensor, sigma: torch.Tenso
 
     Example:
         >>> rows = torch.eye(2, dtype=torch.float64)
-        >>> p, ridge = discrepancy_fit(rows, torch.tensor([0.52, 0.48]), torch.tensor([0.1, 0.1]), torch.full((2,), 0.5))
+        >>> p, ridge = discrepancy_fit(rows, torch.tensor([0.52, 0.48]), torch.tensor([0.1, 0.1]),
+        ...                            torch.full((2,), 0.5))
         >>> p.tolist(), ridge
         ([0.5, 0.5], inf)
     """
@@ -137,6 +140,34 @@ def discrepancy_fit(rows: torch.Tensor, values: torch.Tensor, sigma: torch.Tenso
             low = middle
     ridge = scale * 10 ** low
     return fit_proportions(a, b, prior, ridge=ridge), ridge
+
+
+#: the mean squared standardised residual of the best fit above which the figures are not mixtures of the model's
+#: per-class figures (off by more than 3 noise standard deviations on average: a sum, a percentage, another model)
+INCONSISTENT = 9.0
+
+
+def off_hull(rows: torch.Tensor, values: torch.Tensor, sigma: torch.Tensor, kind: Figure) -> str | None:
+    """Why figures of one key cannot be mixtures of the per-class figures ``rows`` (an accuracy outside [0, 1], a
+    figure more than 3 sigma outside the per-class range of its model), or None.
+
+    Example:
+        >>> rows = torch.tensor([[0.5, 1.0]], dtype=torch.float64)
+        >>> off_hull(rows, torch.tensor([50.0]), torch.tensor([0.1]), "accuracy")
+        'an accuracy of 50 is not a fraction'
+        >>> off_hull(rows, torch.tensor([0.7]), torch.tensor([0.1]), "loss") is None
+        True
+    """
+    if kind == "accuracy" and bool(((values < 0) | (values > 1)).any()):
+        bad = float(values[(values < 0) | (values > 1)][0])
+        return f"an accuracy of {bad:g} is not a fraction"
+    low, high = rows.min(1).values - 3 * sigma, rows.max(1).values + 3 * sigma
+    outside = (values < low) | (values > high)
+    if bool(outside.any()):
+        i = int(torch.nonzero(outside)[0])
+        return (f"{float(values[i]):.4g} lies outside the model's per-class {kind} range [{float(rows[i].min()):.4g}, "
+                f"{float(rows[i].max()):.4g}] by more than 3 sigma: not a mean over records of the model sent")
+    return None
 
 
 def total_variation(p: torch.Tensor, q: torch.Tensor) -> float:
