@@ -212,18 +212,18 @@ def test_each_rounds_aggregate_tells_which_clients_took_part_even_under_secure_a
 
 def test_reported_evaluation_figures_tell_the_server_each_client_s_class_shares(tmp_path):
     """The quickstart with label skew (half of each client's records from one class): its evaluate replies' loss and
-    accuracy over 5 rounds (10 figures, 10 classes) bring the shares closer to each client's than the prior (0.19
-    [0.02, 0.36] at seed 0) and name the dominant class of 2 of 4 clients (the prior: none); the gate reads it."""
+    accuracy over 5 rounds (10 figures, 10 classes) name the dominant class of the trouser and the dress clients and
+    bring their shares within 0.3 of the truth (chance 0.45-0.49 at seed 0); the gate reads the mean gain."""
     code, stdout, _, folder = audit(EXAMPLES / "quickstart-pytorch", tmp_path / "q", "--run-config",
                                     "dominant-share=0.5", "--run-config", "num-server-rounds=5", "--fail-on",
-                                    "class_proportion_gain>0.1")
+                                    "class_proportion_gain>0.05")
     assert code == 1 and folder is not None, stdout
     summary = json.loads((folder / "metrics.json").read_text())
     rows = [r for r in summary["reported_metrics"] if "class_proportion_error" in r]
     assert len(rows) == 4 and all(r["read_as"] == {"eval_acc": "accuracy", "eval_loss": "loss"} for r in rows)
+    assert all(r["consistent"] and not r["not_read"] for r in rows)
     assert all(max(r["true_proportions"]) >= 0.5 for r in rows)  # the skew, as the loaders yielded it
-    assert all(r["class_proportion_error"] < r["class_proportion_error_chance"] for r in rows)
-    assert sum(r["top_class"] for r in rows) >= 2 and sum(r["top_class_chance"] for r in rows) == 0
-    figures = summary["figures"]
-    assert figures["class_proportion_gain"] > 0.1 and figures["class_proportion_gain_interval"][0] > 0
+    assert sum(r["top_class"] for r in rows) >= 2 and all(r["top_class_chance"] == 0.1 for r in rows)
+    assert sum(r["class_proportion_error"] < r["class_proportion_error_chance"] - 0.15 for r in rows) >= 2
+    assert summary["figures"]["class_proportion_gain"] > 0.05
     assert "Attacks on each client's reported metrics" in (folder / "report.md").read_text()

@@ -34,7 +34,7 @@ def test_help_lists_groups_and_options(tmp_path):
                  "aggregation: dpfedavg, dpfedavg_secagg, plain, secagg",
                  "model: convnet, lenet, mlp, resnet18, torchvision", "fl: cluster_fedavg, fedavg, genefl, local",
                  "defense: dpsgd, noise, none, prune, quantize, topk",
-                 "experiment: active_genefl, active_server, adaptive_server, bytes_curve, client_dp, client_dp_lira, client_dp_uploads, cohort_separation, comm_accounting, dlg_batch, dlg_paper, dp_coverage, dp_curve, exact_batch, exact_cpa, fedavg_leakage, idlg_paper, learngene_completion, loki, "
+                 "experiment: active_genefl, active_server, adaptive_server, bytes_curve, client_dp, client_dp_classes, client_dp_lira, client_dp_uploads, cohort_separation, comm_accounting, dlg_batch, dlg_paper, dp_coverage, dp_curve, exact_batch, exact_cpa, fedavg_leakage, idlg_paper, learngene_completion, loki, "
                  "membership_ladder, membership_leakage, "
                  "paper_cifar10, photo_victims, "
                  "privacy_tradeoff, secure_aggregation, server_threat, sme_leakage, threat_grid, threat_grid2, trap_weights, victim_settings, "

@@ -31,6 +31,7 @@ ROWS: dict[str, tuple[str, str]] = {
                                            "+experiment/adaptive_server=fedavg_secagg,seed=0,victim.num_images=8"),
     "bytes_curve": ("bytes_curve", "+experiment/bytes_curve=fedavg,seed=0"),
     "client_dp": ("client_dp", "+experiment/client_dp/protocol=fedavg,+experiment/client_dp=plain,seed=0"),
+    "client_dp_classes": ("client_dp_classes", "+experiment/client_dp=local_eps4,seed=0"),
     "client_dp_lira": ("client_dp_lira", "+experiment/client_dp=plain,seed=0"),
     "client_dp_uploads": ("client_dp_uploads", "+experiment/client_dp=eps4,+experiment/client_dp_uploads/protocol="
                                                "fedavg,+experiment/client_dp_uploads/read=source,seed=0"),
