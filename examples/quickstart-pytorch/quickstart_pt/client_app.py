@@ -19,7 +19,7 @@ def train(msg: Message, context: Context) -> Message:
     model.load_state_dict(msg.content["arrays"].to_torch_state_dict())
     trainloader, _ = load_data(int(context.node_config["partition-id"]), int(context.node_config["num-partitions"]),
                                int(context.run_config["batch-size"]), int(context.run_config["records-per-client"]),
-                              float(context.run_config["dominant-share"]))
+                               float(context.run_config["dominant-share"]))
     loss = train_fn(model, trainloader, int(context.run_config["local-epochs"]), float(msg.content["config"]["lr"]))
     metrics = MetricRecord({"train_loss": loss, "num-examples": len(trainloader.dataset)})
     return Message(content=RecordDict({"arrays": ArrayRecord(model.state_dict()), "metrics": metrics}), reply_to=msg)
