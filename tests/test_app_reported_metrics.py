@@ -161,8 +161,16 @@ def test_without_num_examples_the_other_clients_mean_count_stands_in_and_extra_a
 def test_figures_it_cannot_read_and_models_sent_apart_are_not_read():
     with pytest.raises(AttackNotApplicableError, match="no evaluate reply with a loss or accuracy"):
         client_proportions(_run([10, 10, 10, 10], keys=()), _model, "client0", _public())
-    with pytest.raises(AttackNotApplicableError, match="no evaluate reply"):
+    with pytest.raises(AttackNotApplicableError, match="figures are of models not sent alike"):
         client_proportions(_run([10, 10, 10, 10], same=False), _model, "client0", _public())
+    shared = _run([10, 10, 10, 10])
+    mine = (shared.notes[0]["held_inputs"], shared.notes[0]["held_labels"])
+    with pytest.raises(AttackNotApplicableError, match="a shared evaluation set"):
+        client_proportions(shared, _model, "client0", mine)
+    from privbench.app_audit.reported import gain
+
+    apart = reported_metrics(_run([10, 10, 10, 10], same=False), _model, {"client0": _public()})
+    assert gain(apart) is None  # figures reported but not read: no evidence, so the gate cannot pass
     x, y = _public()
     keep = y != 2
     with pytest.raises(AttackNotApplicableError, match=r"no record of class\(es\) \[2\]"):

@@ -65,11 +65,27 @@ def test_no_absent_class_is_ever_named_and_a_client_of_two_classes_is_named_exac
     assert exact_pairs == 5  # every two-class client (seeds 1, 5, 9, 13, 17)
 
 
-def test_when_every_bias_fell_the_largest_fall_is_named_and_said_so():
+def test_when_no_bias_rose_the_least_fallen_is_named_and_unchanged_biases_prove_nothing():
     net = Small()
-    got = BiasSignClassSet().attack(LabelView(AttackTarget(net, {"fc.bias": torch.tensor([3.0, 1.0, 2.0, 5.0, 4.0, 6.0])},
-                                                           8, (12,), 6), torch.zeros(1, 12), torch.zeros(1)), seed=0)
+    fell = torch.tensor([3.0, 1.0, 2.0, 5.0, 4.0, 6.0])
+    got = BiasSignClassSet().attack(LabelView(AttackTarget(net, {"fc.bias": fell}, 8, (12,), 6), torch.zeros(1, 12),
+                                              torch.zeros(1)), seed=0)
     assert got.value == [1] and got.info["bias_rose"] is False
+    pruned = torch.tensor([0.0, -1.0, 0.0, 0.0, 2.0, 0.0])  # a sparsified upload: most changes zeroed
+    got = BiasSignClassSet().attack(LabelView(AttackTarget(net, {"fc.bias": pruned}, 8, (12,), 6), torch.zeros(1, 12),
+                                              torch.zeros(1)), seed=0)
+    assert got.value == [1]
+
+
+def test_the_proof_is_said_to_fail_where_the_declared_training_breaks_it():
+    from privbench.attacks.property.bias_sign import proof
+
+    plain = {"lr": 0.1, "steps": 8, "batch_size": 32, "num_samples": 240, "epochs": 1, "momentum": 0.9}
+    assert proof({"payload_kind": "update", "training": plain}).startswith("holds")
+    assert proof({"payload_kind": "gradient", "training": None}).startswith("holds")
+    assert "DP-SGD" in proof({"payload_kind": "update", "training": {**plain, "clip": 1.0}})
+    assert "penalty (fisher)" in proof({"payload_kind": "learngene", "training": {**plain, "fisher": 0.5}})
+    assert "aggregate" in proof({"payload_kind": "cluster_model", "training": plain})
 
 
 def test_a_message_without_the_head_bias_is_refused():

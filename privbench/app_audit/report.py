@@ -74,20 +74,25 @@ def tables(summary: dict[str, Any]) -> list[Table]:
                 "server's whole view of the round): each client's loss change on records it trained on; members the "
                 "clients whose replies came back that round; interval: whole clients resampled; informed chance: the "
                 "same test on each client's evaluation records"))
-    out.append(("Attacks on each client's reported metrics",
-                ["client", "figures read (reports)", "class proportions: TV distance (chance)",
-                 "largest share right (chance)", "misfit (figures)", "not run"],
-                [_reported_row(r) for r in summary.get("reported_metrics", [])] or [["none", "", "", "", "", ""]],
-                "each evaluate reply's loss and accuracy figures are mixtures of the evaluated model's per-class "
-                "figures by the client's class shares: estimated on the other clients' evaluation records and "
-                "fitted on the simplex, each figure weighed by its noise and the fit held to the public class "
-                "frequencies until it explains the figures down to that noise (misfit = figures); scored against the "
-                "records the client evaluated on; TV 0 is exact; chance: the stronger of the public class "
-                "frequencies and uniform shares; a client whose figures no mixture explains is left out of the gate"))
+    out.append(_reported_table(summary))
     out.append(("Gate", ["rule", "verdict", "why"],
                 [[g["rule"], "FAIL" if g["failed"] else "pass", g["why"]] for g in summary["gate"]]
                 or [["(no --fail-on rules)", "", ""]], ""))
     return out
+
+
+def _reported_table(summary: dict[str, Any]) -> Table:
+    """The reported-metrics attack's table."""
+    return ("Attacks on each client's reported metrics",
+            ["client", "figures read (reports)", "class proportions: TV distance (chance)",
+             "largest share right (chance)", "misfit (figures)", "not run"],
+            [_reported_row(r) for r in summary.get("reported_metrics", [])] or [["none", "", "", "", "", ""]],
+            "each evaluate reply's loss and accuracy figures are mixtures of the evaluated model's per-class "
+            "figures by the client's class shares: estimated on the other clients' evaluation records and "
+            "fitted on the simplex, each figure weighed by its noise and the fit held to the public class "
+            "frequencies until it explains the figures down to that noise (misfit = figures); scored against the "
+            "records the client evaluated on; TV 0 is exact; chance: the stronger of the public class "
+            "frequencies and uniform shares; a client whose figures no mixture explains is left out of the gate")
 
 
 def _reported_row(r: dict[str, Any]) -> list[str]:

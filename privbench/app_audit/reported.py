@@ -81,6 +81,13 @@ def reports(run: AppRun, client: str, names: set[str]) -> list[Report]:
     return out
 
 
+def _any_figure(run: AppRun, client: str) -> bool:
+    """Whether any of ``client``'s evaluate replies carries a figure read as a loss or an accuracy."""
+    return any(m.direction == "up" and m.kind == "evaluate" and not m.error
+               and f"client{run.partitions.get(m.node, m.node)}" == client
+               and any(figure_of(k) is not None for k in m.metrics) for m in run.messages)
+
+
 def _equations(net: nn.Module, told: list[Report], public: Records, classes: int, prior: torch.Tensor,
                fallback: int) -> dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
     """Per key: one row per reported figure (the public per-class figures of the model it was reported for), the
@@ -124,11 +131,15 @@ def client_proportions(run: AppRun, model: Callable[[], nn.Module], client: str,
     net = model()
     told = reports(run, client, {n for n, t in net.state_dict().items() if t.is_floating_point()})
     if not told:
-        raise AttackNotApplicableError(NO_FIGURE)
+        raise AttackNotApplicableError(NO_FIGURE if not _any_figure(run, client) else
+                                       "its loss or accuracy figures are of models not sent alike to every client "
+                                       "with the model's tensors (per-client or no arrays): not read")
     truth = evaluated(run, client, {i for i, *_ in told})
     if truth is None:
         raise AttackNotApplicableError("its loaders yielded no evaluation records (no truth to score against)")
     public = _public_without(public, truth)
+    if not len(public[1]):
+        raise AttackNotApplicableError("every public record is one it evaluated on itself (a shared evaluation set)")
     with torch.no_grad():
         classes = int(net.eval()(public[0][:1]).shape[-1])
     if classes < 2 or int(public[1].max()) >= classes or int(truth[1].max()) >= classes:
