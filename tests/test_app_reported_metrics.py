@@ -83,7 +83,7 @@ def test_per_class_figures_by_hand():
     # logits (x, -x): class 0's records have losses log(1 + e^(-2x)) at x = 1, 2; class 1's at x = -1: log(1 + e^-2)
     assert means["loss"][0].item() == pytest.approx((math.log1p(math.exp(-2)) + math.log1p(math.exp(-4))) / 2)
     assert means["loss"][1].item() == pytest.approx(math.log1p(math.exp(-2)))
-    assert means["accuracy"].tolist()[:2] == [1.0, 1.0] and math.isnan(means["loss"][2].item())
+    assert means["hit_rate"].tolist()[:2] == [1.0, 1.0] and math.isnan(means["loss"][2].item())
 
 
 def test_a_client_s_shares_come_back_from_its_reports_as_the_rounds_add_figures():
@@ -94,7 +94,7 @@ def test_a_client_s_shares_come_back_from_its_reports_as_the_rounds_add_figures(
     assert one["equations"] == 2 and one["class_proportion_error_chance"] == pytest.approx(0.3)
     assert 0.1 < one["class_proportion_error"] < 0.3
     ten = client_proportions(_run([200, 40, 40, 120], rounds=10), _model, "client0", _public())
-    assert ten["true_proportions"] == [0.5, 0.1, 0.1, 0.3] and ten["read_as"] == {"eval_acc": "accuracy",
+    assert ten["true_proportions"] == [0.5, 0.1, 0.1, 0.3] and ten["read_as"] == {"eval_acc": "hit_rate",
                                                                                   "eval_loss": "loss"}
     assert ten["class_proportion_error"] < 0.1 and ten["top_class"] == 1.0
     assert ten["top_class_chance"] == 0.25  # the uniform prior: a 4-way tie
@@ -131,7 +131,7 @@ def test_figures_that_are_no_means_of_the_model_sent_are_not_read_and_not_gated(
     from privbench.app_audit.reported import gain
 
     halved = client_proportions(_run([200, 40, 40, 120], rounds=10, scale=1 / 32), _model, "client0", _public())
-    assert "eval_loss" in halved["not_read"] and halved["read_as"] == {"eval_acc": "accuracy"}
+    assert "eval_loss" in halved["not_read"] and halved["read_as"] == {"eval_acc": "hit_rate"}
     assert halved["equations"] == 10
     with pytest.raises(AttackNotApplicableError, match="eval_loss: .*outside the model's per-class loss range"):
         client_proportions(_run([200, 40, 40, 120], keys=("eval_loss",), scale=1 / 32), _model, "client0", _public())

@@ -220,7 +220,7 @@ def test_reported_evaluation_figures_tell_the_server_each_client_s_class_shares(
     assert code == 1 and folder is not None, stdout
     summary = json.loads((folder / "metrics.json").read_text())
     rows = [r for r in summary["reported_metrics"] if "class_proportion_error" in r]
-    assert len(rows) == 4 and all(r["read_as"] == {"eval_acc": "accuracy", "eval_loss": "loss"} for r in rows)
+    assert len(rows) == 4 and all(r["read_as"] == {"eval_acc": "hit_rate", "eval_loss": "loss"} for r in rows)
     assert all(r["consistent"] and not r["not_read"] for r in rows)
     assert all(max(r["true_proportions"]) >= 0.5 for r in rows)  # the skew, as the loaders yielded it
     assert sum(r["top_class"] for r in rows) >= 2 and all(r["top_class_chance"] == 0.1 for r in rows)

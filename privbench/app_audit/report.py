@@ -6,6 +6,8 @@ import html
 from typing import Any
 
 from privbench.figures.labels import (
+    CLASS_PROPORTION_ERROR,
+    CLASS_PROPORTION_ERROR_CHANCE,
     LABEL_COUNT_ERROR,
     LABEL_COUNT_ERROR_CHANCE,
     LABEL_SET_EXACT,
@@ -102,7 +104,7 @@ def _reported_row(r: dict[str, Any]) -> list[str]:
         why.append("its figures are no mixture of the model's per-class figures: left out of the gate")
     read = ", ".join(f"{k} as {v}" for k, v in r.get("read_as", {}).items())
     return [r["client"], f"{read} ({r['reports']})" if "reports" in r else "",
-            f"{_f(r.get('class_proportion_error'))} ({_f(r.get('class_proportion_error_chance'))})",
+            f"{_f(r.get(CLASS_PROPORTION_ERROR.key))} ({_f(r.get(CLASS_PROPORTION_ERROR_CHANCE.key))})",
             f"{_f(r.get('top_class'))} ({_f(r.get('top_class_chance'))})",
             f"{_f(r.get('misfit'))} ({_f(r.get('equations'))})", "; ".join(why)]
 

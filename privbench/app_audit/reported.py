@@ -34,6 +34,8 @@ from privbench.attacks.property.reported_metrics import (
     total_variation,
 )
 from privbench.errors import AttackNotApplicableError
+from privbench.figures import CLASS_PROPORTION_ERROR as ERROR
+from privbench.figures import CLASS_PROPORTION_ERROR_CHANCE as CHANCE
 
 Records = tuple[torch.Tensor, torch.Tensor]
 Report = tuple[str, dict[str, torch.Tensor], dict[str, float], int | None]
@@ -165,9 +167,8 @@ def client_proportions(run: AppRun, model: Callable[[], nn.Module], client: str,
             "proportions": [round(float(v), 4) for v in p],
             "true_proportions": [round(float(v), 4) for v in true],
             # to 1e-4: an app's reported floats vary in their last digits between runs (its threads' sums)
-            "class_proportion_error": round(total_variation(p, true), 4),
-            "class_proportion_error_chance": round(min(total_variation(prior, true), total_variation(uniform, true)),
-                                                   4),
+            ERROR.key: round(total_variation(p, true), 4),
+            CHANCE.key: round(min(total_variation(prior, true), total_variation(uniform, true)), 4),
             "class_proportion_error_prior": round(total_variation(prior, true), 4),
             "top_class": _top_right(p, true), "top_class_chance": max(_top_right(prior, true), 1.0 / classes),
             "ridge": None if math.isinf(ridge) else float(f"{ridge:.4g}"), "held_at_prior": math.isinf(ridge),
@@ -193,8 +194,7 @@ def reported_metrics(run: AppRun, model: Callable[[], nn.Module], publics: dict[
 def gain(rows: list[dict[str, Any]]) -> list[float] | None:
     """The gate's per-client gains (chance's total variation less the attack's) of the clients whose figures are
     consistent; ``[0.0]`` when no client reported a figure (nothing exposed), None when none could be scored."""
-    scored = [r["class_proportion_error_chance"] - r["class_proportion_error"] for r in rows
-              if "class_proportion_error" in r and r["consistent"]]
+    scored = [r[CHANCE.key] - r[ERROR.key] for r in rows if ERROR.key in r and r["consistent"]]
     if scored:
         return scored
     return [0.0] if rows and all(r.get("skipped") == NO_FIGURE for r in rows) else None

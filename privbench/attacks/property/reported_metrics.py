@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-Figure = Literal["loss", "accuracy"]
+Figure = Literal["loss", "hit_rate"]
 
 
 def figure_of(key: str) -> Figure | None:
@@ -30,21 +30,21 @@ def figure_of(key: str) -> Figure | None:
 
     Example:
         >>> figure_of("eval_loss"), figure_of("val_accuracy"), figure_of("num-examples")
-        ('loss', 'accuracy', None)
+        ('loss', 'hit_rate', None)
     """
     low = key.lower()
     if "loss" in low:
         return "loss"
     if "acc" in low:
-        return "accuracy"
+        return "hit_rate"
     return None
 
 
 @torch.no_grad()
 def per_class_means(model: nn.Module, x: torch.Tensor, y: torch.Tensor, classes: int, *, batch: int = 500
                     ) -> dict[str, torch.Tensor]:
-    """The model's mean cross-entropy and accuracy on the records of each class (``loss``, ``accuracy``:
-    ``[classes]``, NaN for a class with no record) and their per-record variances (``loss_var``; ``accuracy_var``
+    """The model's mean cross-entropy and accuracy on the records of each class (``loss``, ``hit_rate``:
+    ``[classes]``, NaN for a class with no record) and their per-record variances (``loss_var``; ``hit_rate_var``
     from the hit rate with half a hit and half a miss added), in eval mode."""
     was = model.training
     model.eval()
@@ -57,15 +57,15 @@ def per_class_means(model: nn.Module, x: torch.Tensor, y: torch.Tensor, classes:
     labels = y.long()
     counts = torch.bincount(labels, minlength=classes).double()
     out: dict[str, torch.Tensor] = {}
-    for name, values in (("loss", torch.cat(losses)), ("accuracy", torch.cat(hits))):
+    for name, values in (("loss", torch.cat(losses)), ("hit_rate", torch.cat(hits))):
         total = torch.zeros(classes, dtype=torch.float64).index_add_(0, labels, values)
         mean = torch.where(counts > 0, total / counts.clamp_min(1), torch.tensor(float("nan"), dtype=torch.float64))
         square = torch.zeros(classes, dtype=torch.float64).index_add_(0, labels, (values - mean[labels]) ** 2)
         var = square / (counts - 1).clamp_min(1)
         pooled = var[counts > 1].mean() if bool((counts > 1).any()) else torch.tensor(0.0, dtype=torch.float64)
         out[name], out[f"{name}_var"] = mean, torch.where(counts > 1, var, pooled)  # one record: no spread of its own
-    smoothed = (out["accuracy"] * counts + 0.5) / (counts + 1)  # a class all right (or wrong) here need not be so
-    out["accuracy_var"] = smoothed * (1 - smoothed)  # on the client's records: Jeffreys' half a hit
+    smoothed = (out["hit_rate"] * counts + 0.5) / (counts + 1)  # a class all right (or wrong) here need not be so
+    out["hit_rate_var"] = smoothed * (1 - smoothed)  # on the client's records: Jeffreys' half a hit
     return out
 
 
@@ -153,12 +153,12 @@ def off_hull(rows: torch.Tensor, values: torch.Tensor, sigma: torch.Tensor, kind
 
     Example:
         >>> rows = torch.tensor([[0.5, 1.0]], dtype=torch.float64)
-        >>> off_hull(rows, torch.tensor([50.0]), torch.tensor([0.1]), "accuracy")
+        >>> off_hull(rows, torch.tensor([50.0]), torch.tensor([0.1]), "hit_rate")
         'an accuracy of 50 is not a fraction'
         >>> off_hull(rows, torch.tensor([0.7]), torch.tensor([0.1]), "loss") is None
         True
     """
-    if kind == "accuracy" and bool(((values < 0) | (values > 1)).any()):
+    if kind == "hit_rate" and bool(((values < 0) | (values > 1)).any()):
         bad = float(values[(values < 0) | (values > 1)][0])
         return f"an accuracy of {bad:g} is not a fraction"
     low, high = rows.min(1).values - 3 * sigma, rows.max(1).values + 3 * sigma
