@@ -55,12 +55,25 @@ def each_once(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Ten
     return x[keep], y[keep]
 
 
+def num_examples(metrics: dict[str, Any]) -> int | None:
+    """A reply's own ``num-examples`` (or ``num_examples``) where it is a plausible count (1 to 100,000), else None.
+
+    Example:
+        >>> num_examples({"num-examples": 32}), num_examples({"num_examples": 0.5}), num_examples({"loss": 1.0})
+        (32, None, None)
+    """
+    stated = metrics.get("num-examples", metrics.get("num_examples"))
+    if isinstance(stated, (int, float)) and not isinstance(stated, bool) and 1 <= stated <= 100_000:
+        return int(stated)
+    return None
+
+
 def stated_count(cr: ClientRound) -> tuple[int, str]:
     """The records the client says the upload was trained on (its ``num-examples``, read only for its own upload),
     else the count the evaluator noted, and which it was."""
-    stated = cr.upload.metrics.get("num-examples", cr.upload.metrics.get("num_examples"))
-    if isinstance(stated, (int, float)) and not isinstance(stated, bool) and 0 < stated <= 100_000:
-        return int(stated), "the client's num-examples"
+    stated = num_examples(cr.upload.metrics)
+    if stated is not None:
+        return stated, "the client's num-examples"
     return len(cr.members[1]), "not stated: the records its loaders yielded"
 
 

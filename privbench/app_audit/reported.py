@@ -16,19 +16,20 @@ public class frequencies and the uniform shares).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 from torch import nn
 
+from privbench.app_audit.attacks import num_examples
+from privbench.app_audit.recording import Sent
 from privbench.app_audit.simulation import AppRun
 from privbench.attacks.property.reported_metrics import (
     INCONSISTENT,
     discrepancy_fit,
     equation_variance,
     figure_of,
-    fit_proportions,
     off_hull,
     per_class_means,
     total_variation,
@@ -57,11 +58,16 @@ def evaluated(run: AppRun, client: str, message_ids: set[str]) -> Records | None
     return (torch.cat([x for x, _ in rows]), torch.cat([y for _, y in rows])) if rows else None
 
 
-def _count(value: object) -> int | None:
-    """A reply's ``num-examples`` where it is a plausible count."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and 1 <= value <= 10**7:
-        return int(value)
-    return None
+def _replies(run: AppRun, client: str) -> Iterator[Sent]:
+    """``client``'s evaluate replies that came back without error."""
+    return (m for m in run.messages if m.direction == "up" and m.kind == "evaluate" and not m.error
+            and f"client{run.partitions.get(m.node, m.node)}" == client)
+
+
+def _figures(m: Sent) -> dict[str, float]:
+    """A reply's finite figures read as a loss or an accuracy."""
+    return {k: float(v) for k, v in m.metrics.items() if figure_of(k) is not None
+            and isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}
 
 
 def reports(run: AppRun, client: str, names: set[str]) -> list[Report]:
@@ -70,24 +76,8 @@ def reports(run: AppRun, client: str, names: set[str]) -> list[Report]:
     ``names``, and only those kept)."""
     sent = {i: b for b in run.models if b.message_type.split(".")[0] == "evaluate" and b.same
             and names <= b.arrays.keys() for i in b.message_ids}
-    out = []
-    for m in run.messages:
-        if (m.direction != "up" or m.kind != "evaluate" or m.error or m.message_id not in sent
-                or f"client{run.partitions.get(m.node, m.node)}" != client):
-            continue
-        figures = {k: float(v) for k, v in m.metrics.items() if figure_of(k) is not None
-                   and isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}
-        if figures:
-            records = _count(m.metrics.get("num-examples", m.metrics.get("num_examples")))
-            out.append((m.message_id, {n: sent[m.message_id].arrays[n] for n in names}, figures, records))
-    return out
-
-
-def _any_figure(run: AppRun, client: str) -> bool:
-    """Whether any of ``client``'s evaluate replies carries a figure read as a loss or an accuracy."""
-    return any(m.direction == "up" and m.kind == "evaluate" and not m.error
-               and f"client{run.partitions.get(m.node, m.node)}" == client
-               and any(figure_of(k) is not None for k in m.metrics) for m in run.messages)
+    return [(m.message_id, {n: sent[m.message_id].arrays[n] for n in names}, figures, num_examples(m.metrics))
+            for m in _replies(run, client) if m.message_id in sent and (figures := _figures(m))]
 
 
 def _equations(net: nn.Module, told: list[Report], public: Records, classes: int, prior: torch.Tensor,
@@ -133,7 +123,7 @@ def client_proportions(run: AppRun, model: Callable[[], nn.Module], client: str,
     net = model()
     told = reports(run, client, {n for n, t in net.state_dict().items() if t.is_floating_point()})
     if not told:
-        raise AttackNotApplicableError(NO_FIGURE if not _any_figure(run, client) else
+        raise AttackNotApplicableError(NO_FIGURE if not any(_figures(m) for m in _replies(run, client)) else
                                        "its loss or accuracy figures are of models not sent alike to every client "
                                        "with the model's tensors (per-client or no arrays): not read")
     truth = evaluated(run, client, {i for i, *_ in told})
@@ -153,11 +143,9 @@ def client_proportions(run: AppRun, model: Callable[[], nn.Module], client: str,
     if not kept:
         raise AttackNotApplicableError("; ".join(f"{k}: {why}" for k, why in not_read.items()))
     a, b, sigma = (torch.cat(parts) for parts in zip(*kept))
-    best = fit_proportions(a / sigma[:, None], b / sigma, prior)
-    p, ridge = discrepancy_fit(a, b, sigma, prior)
+    p, ridge, best_misfit = discrepancy_fit(a, b, sigma, prior)
     true = torch.bincount(truth[1].long(), minlength=classes).double() / len(truth[1])
     uniform = torch.full((classes,), 1.0 / classes, dtype=torch.float64)
-    best_misfit = float((((a @ best - b) / sigma) ** 2).sum())
     return {"client": client, "equations": len(b), "reports": len(told),
             "read_as": {k: figure_of(k) for k in keys if k not in not_read}, "not_read": not_read,
             "noise_model": "public estimates and the client's own records (its num-examples)"

@@ -107,18 +107,18 @@ def fit_proportions(rows: torch.Tensor, values: torch.Tensor, prior: torch.Tenso
 
 
 def discrepancy_fit(rows: torch.Tensor, values: torch.Tensor, sigma: torch.Tensor, prior: torch.Tensor
-                    ) -> tuple[torch.Tensor, float]:
+                    ) -> tuple[torch.Tensor, float, float]:
     """The shares whose weighted residual ``sum_r ((rows p - values)_r / sigma_r)^2`` equals the number of
     equations (Morozov's discrepancy principle), with the largest ridge towards ``prior`` that reaches it; the
     prior itself (ridge inf) where it already fits that well, the best fit (ridge 0) where nothing does.
-    Returns the shares and the ridge.
+    Returns the shares, the ridge and the best fit's weighted residual.
 
     Example:
         >>> rows = torch.eye(2, dtype=torch.float64)
-        >>> p, ridge = discrepancy_fit(rows, torch.tensor([0.52, 0.48]), torch.tensor([0.1, 0.1]),
-        ...                            torch.full((2,), 0.5))
-        >>> p.tolist(), ridge
-        ([0.5, 0.5], inf)
+        >>> p, ridge, best = discrepancy_fit(rows, torch.tensor([0.52, 0.48]), torch.tensor([0.1, 0.1]),
+        ...                                  torch.full((2,), 0.5))
+        >>> p.tolist(), ridge, round(best, 6)
+        ([0.5, 0.5], inf, 0.0)
     """
     a, b = rows.double() / sigma.double()[:, None], values.double() / sigma.double()
     goal = float(len(b))
@@ -126,10 +126,12 @@ def discrepancy_fit(rows: torch.Tensor, values: torch.Tensor, sigma: torch.Tenso
     def misfit(p: torch.Tensor) -> float:
         return float(((a @ p - b) ** 2).sum())
 
+    best = fit_proportions(a, b, prior)
+    least = misfit(best)
     if misfit(prior.double()) <= goal:
-        return prior.double(), math.inf
-    if misfit(fit_proportions(a, b, prior)) >= goal:
-        return fit_proportions(a, b, prior), 0.0
+        return prior.double(), math.inf, least
+    if least >= goal:
+        return best, 0.0, least
     low, high = -12.0, 12.0  # log10 of the ridge, relative to the equations' scale
     scale = float((a ** 2).sum()) / a.shape[1]
     for _ in range(48):
@@ -139,7 +141,7 @@ def discrepancy_fit(rows: torch.Tensor, values: torch.Tensor, sigma: torch.Tenso
         else:
             low = middle
     ridge = scale * 10 ** low
-    return fit_proportions(a, b, prior, ridge=ridge), ridge
+    return fit_proportions(a, b, prior, ridge=ridge), ridge, least
 
 
 #: the mean squared standardised residual of the best fit above which the figures are not mixtures of the model's
