@@ -35,6 +35,9 @@ class Attack(ABC, Generic[V, F]):
     view: ClassVar[ViewKind] = "gradient"
     #: replay the client's local training (model payloads; gradient inversions only).
     unroll: bool = False
+    #: a label-view attack that reads every image a model upload was trained on (its public ``num_samples``), not
+    #: the ``victim.num_images`` a reconstruction rebuilds.
+    counts_upload: ClassVar[bool] = False
 
     @abstractmethod
     def attack(self, view: V, *, seed: int) -> F:

@@ -133,6 +133,7 @@ class LabelCounts(Attack[LabelView, InferredLabels]):
     name = "labels"
     reads: ClassVar[frozenset[Carries]] = frozenset({"gradient", "model"})
     view: ClassVar[ViewKind] = "labels"
+    counts_upload: ClassVar[bool] = True
 
     def __init__(self, *, iterations: Iterations = 10, public: PublicImages = 2000,
                  points: Annotated[int, Number(integer=True, low=1, high=10**4)] = 1, estimator: str = "auto",

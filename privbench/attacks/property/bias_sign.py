@@ -47,6 +47,7 @@ class BiasSignClassSet(Attack[LabelView, InferredProperty]):
     name = "bias_sign"
     reads: ClassVar[frozenset[Carries]] = frozenset({"gradient", "model"})
     view: ClassVar[ViewKind] = "labels"
+    counts_upload: ClassVar[bool] = True
     public = 0  # the label game's public images: none are read
 
     def budget(self) -> dict[str, Any]:

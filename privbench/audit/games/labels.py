@@ -32,14 +32,16 @@ from privbench.victim import Victim
 @register_game("labels")
 class Labels(MessageGame):
     """The gradient view of each audited client's message with ``attack.public`` test-split images (no client holds
-    them) and their labels. A model upload's counts are of every image its record says it was trained on (its
-    ``num_samples``, which travels in clear), a gradient's of its batch."""
+    them) and their labels. For a label attack (``counts_upload``) a model upload's counts are of every image its
+    record says it was trained on (its ``num_samples``, which travels in clear), a gradient's of its batch; for a
+    reconstruction, of the images it rebuilds."""
 
     photographs = True
 
     def play(self, p: Plan, victim: Victim, payload: Payload, base: Payload | None, records: list[int],
              model: nn.Module, data: FederatedData) -> Play:
-        count = p.choice.images(payload, victim, unroll=payload.spec.carries == "model")
+        whole = payload.spec.carries == "model" and getattr(p.attack, "counts_upload", False)
+        count = p.choice.images(payload, victim, unroll=p.attack.unroll or whole)
         target = gradient_view(p, victim, payload, base, model, data, count=count)
         view = LabelView.from_test_split(target, data.test.images, data.test.labels,
                                          count=int(getattr(p.attack, "public", 2000)), seed=p.seed,
