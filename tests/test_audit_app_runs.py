@@ -57,13 +57,22 @@ def test_the_quickstart_is_recorded_whole_and_audited_the_same_twice(tmp_path):
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_local_dp_noise_for_another_sensitivity_is_caught_in_one_run(tmp_path, seed):
-    code, stdout, _, folder = audit(EXAMPLES / "local-dp-mod", tmp_path, "--seed", str(seed), "--fail-on", "misconfigured")
+    """Caught twice: from the mod's settings, and empirically by two canary clients whose uploads pass through it."""
+    code, stdout, _, folder = audit(EXAMPLES / "local-dp-mod", tmp_path, "--seed", str(seed), "--fail-on", "misconfigured",
+                                    "--supernodes", "5", "--canaries", "2", "--fail-on", "epsilon_empirical>100")
     assert code == 1 and folder is not None
     assert "LocalDpMod: noise scaled for sensitivity 0.0001 but updates clipped to 1" in stdout
-    (mechanism,) = json.loads((folder / "metrics.json").read_text())["mechanisms"]
+    summary = json.loads((folder / "metrics.json").read_text())
+    (mechanism,) = summary["mechanisms"]
     z = 1e-4 * math.sqrt(2 * math.log(1.25 / 1e-5)) / 10.0  # the mod's std over the clip, by hand
     assert mechanism["noise_multiplier_measured"] == pytest.approx(z, rel=0.01)
     assert mechanism["epsilon_claimed"] == 10.0 and mechanism["epsilon_measured"] > 1e6
+    canaries = summary["canaries"]
+    assert canaries["verdict"].startswith("BROKEN") and "noise calibrated to another sensitivity" in canaries["verdict"]
+    assert canaries["canary_shift"] == pytest.approx(1.0, abs=0.01)  # each canary clipped to the mod's clip, 1
+    assert canaries["noise_measured"] == pytest.approx(z, rel=0.1) and canaries["rounds_observed"] == [1, 2]
+    assert len(summary["app"]["canary_clients"]) == 2 and len(summary["uploads"]) == 2 * 3  # canaries not attacked
+    assert "gate FAIL: epsilon_empirical>100" in stdout and "canary clients: BROKEN" in stdout
 
 
 def test_opacus_clients_that_forget_earlier_rounds_are_caught(tmp_path):
@@ -86,15 +95,19 @@ def test_opacus_clients_that_forget_earlier_rounds_are_caught(tmp_path):
 def test_central_dp_is_found_around_the_strategy_and_its_epsilon_is_scoped(tmp_path):
     from opacus.accountants import RDPAccountant
 
-    code, stdout, _, folder = audit(EXAMPLES / "central-dp", tmp_path)
+    code, stdout, _, folder = audit(EXAMPLES / "central-dp", tmp_path, "--canaries", "2")
     assert code == 0 and folder is not None, stdout
-    (mechanism,) = json.loads((folder / "metrics.json").read_text())["mechanisms"]
+    summary = json.loads((folder / "metrics.json").read_text())
+    (mechanism,) = summary["mechanisms"]
     assert (mechanism["mechanism"], mechanism["noise_multiplier"], mechanism["clip"]) == (
         "DifferentialPrivacyServerSideFixedClipping", 0.8, 0.5)
     acc = RDPAccountant()
     acc.history = [(0.8, 1.0, 2)]
     assert mechanism["epsilon_measured"] == pytest.approx(acc.get_epsilon(1e-5), rel=1e-6)
     assert "it sees every update without the noise" in mechanism["covers"]
+    canaries = summary["canaries"]  # two canaries of four clients, the wrapper's own noise: consistent, 0.8 measured
+    assert canaries["verdict"].startswith("consistent") and canaries["noise_measured"] == pytest.approx(0.8, rel=0.1)
+    assert canaries["epsilon_planned"] == pytest.approx(mechanism["epsilon_measured"])
 
 
 def test_secure_aggregation_hides_the_uploads_and_a_gate_on_them_cannot_pass(tmp_path):

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from privbench.app_audit import attacks, inversion, privacy
+from privbench.app_audit import attacks, canaries, inversion, privacy
 from privbench.app_audit.app import FlowerApp
 from privbench.app_audit.gate import Rule
 from privbench.app_audit.model import find_model, legacy
@@ -44,6 +44,7 @@ class Options:
     reply_timeout: float = 300.0
     max_images: int = 8
     inversion_steps: int = 1600
+    canaries: int = 0
 
 
 def mechanisms(app: FlowerApp, run: AppRun, o: Options) -> list[dict[str, Any]]:
@@ -172,9 +173,9 @@ def aggregate_attacks(run: AppRun, model: Any, o: Options) -> dict[str, Any]:
 
 
 def gate_figures(uploads: list[dict[str, Any]], found: list[dict[str, Any]], aggregate: dict[str, Any],
-                 reported: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+                 reported: list[dict[str, Any]] | None = None, canary: dict[str, Any] | None = None) -> dict[str, Any]:
     """The gated figures: membership and label figures as means over the uploads (one test per upload; the worst
-    of many noisy tests would fail a gate by chance), the largest measured epsilon."""
+    of many noisy tests would fail a gate by chance), the largest measured epsilon, the canary clients' epsilon."""
     auc, auc_ci = _mean([u["membership"]["membership_auc"] for u in uploads if "membership" in u], bounds=(0, 1))
     tpr, tpr_ci = _mean([u["membership"]["membership_tpr_at_1pct_fpr"] for u in uploads if "membership" in u],
                         bounds=(0, 1))
@@ -192,13 +193,19 @@ def gate_figures(uploads: list[dict[str, Any]], found: list[dict[str, Any]], agg
             "class_proportion_gain": shares, "class_proportion_gain_interval": shares_ci,
             "epsilon_measured": max((m["epsilon_measured"] for m in found if m.get("epsilon_measured") is not None),
                                     default=None),
-            "problems": [p for m in found for p in m.get("problems", [])], "mechanisms": found}
+            "epsilon_empirical": (canary or {}).get("empirical_epsilon"),
+            "problems": [*(p for m in found for p in m.get("problems", [])),
+                         *([f"canary clients: {canary['verdict']}"] if canary and
+                           str(canary.get("verdict", "")).startswith("BROKEN") else [])],
+            "mechanisms": found}
 
 
 def audit(app: FlowerApp, out: Path, o: Options) -> tuple[dict[str, Any], bool]:
     """Audit ``app`` into the new folder ``out``; the summary and whether the gate failed."""
     start = time.perf_counter()
-    run = run_app(app, seed=o.seed, reply_timeout=o.reply_timeout)
+    planned = canaries.planner(o.canaries, app.supernodes, seed=o.seed) if o.canaries else None
+    full = run_app(app, seed=o.seed, reply_timeout=o.reply_timeout, canaries=planned)
+    run = full.without(set(full.canaries))  # the canary clients' uploads are the audit's own: no attack reads them
     partial = out.parent / f".{out.name}.partial"
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
@@ -209,21 +216,23 @@ def audit(app: FlowerApp, out: Path, o: Options) -> tuple[dict[str, Any], bool]:
         model = find_model(app, carried, o.model)
         if legacy(carried):
             name_legacy_arrays(run, model)
-        traffic = write_wire(run, partial, o.declared.reply_kind)
-        found = mechanisms(app, run, o)
+        traffic = write_wire(full, partial, o.declared.reply_kind)
+        found = mechanisms(app, full, o)
+        canary = canaries.measure(full, found, delta=o.delta)
         records = evaluation_records(run)
         uploads = attack_uploads(run, app, model, o, partial, records)
         aggregate = aggregate_attacks(run, model, o)
         reported = reported_metrics(run, model, records[1])
-        figures = gate_figures(uploads, found, aggregate, reported)
+        figures = gate_figures(uploads, found, aggregate, reported, canary)
         results = [rule.check(figures) for rule in o.rules]
         summary = {"app": {"name": app.name, "root": str(app.root), "supernodes": app.supernodes, "seed": o.seed,
+                           "canary_clients": sorted(full.canaries),
                            "rounds": max((m.round for m in run.messages), default=0), "run_config": app.run_config,
                            "strategy": " around ".join(type(s).__name__ for s in run.strategies) or "none started",
                            "mods": [getattr(m, "__name__", type(m).__name__) for m in privacy.client_mods(run.client_app)],
                            "model": f"{model.__module__}:{model.__qualname__}"},
                    "bytes": traffic, "mechanisms": found, "problems": figures["problems"], "uploads": uploads,
-                   "aggregates": aggregate, "reported_metrics": reported,
+                   "aggregates": aggregate, "reported_metrics": reported, "canaries": canary,
                    "notes": [*app.notes, *([] if uploads else [
                        "no client's train reply carries arrays (under secure aggregation they are masked vectors): "
                        "no upload is attacked; each round's aggregate is (participation inference, below)"])],

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
@@ -149,22 +150,41 @@ def noting_dp_sgd() -> Iterator[list[dict[str, Any]]]:
 
 class AuditedClientApp(ClientApp):
     """The app's ClientApp, called as it is; what its loaders yielded and its DP-SGD did are written to ``notes``
-    (one file per message, written whole or not at all)."""
+    (one file per message, written whole or not at all). A canary client's train call (``canary_client``) runs the
+    app's train function planted."""
 
-    def __init__(self, app: ClientApp, notes: str) -> None:
+    def __init__(self, app: ClientApp, notes: str, *, seed: int = 0) -> None:
         super().__init__()
-        self.app, self.notes = app, notes
+        self.app, self.notes, self.seed = app, notes, seed
+
+    def seed_numpy(self, message: Message, context: Context) -> None:
+        """Seed numpy's global generator for this call from the audit's seed, the client's partition, the round and
+        the message type (a ``LocalDpMod`` draws its noise there; an app that seeds it itself still does)."""
+        from privbench.app_audit.recording import stated_round
+
+        kind = ("train", "evaluate", "query").index(k) if (k := message.metadata.message_type.split(".")[0]) in (
+            "train", "evaluate", "query") else 3
+        partition = int(context.node_config.get("partition-id", -1)) + 1
+        np.random.seed(np.random.SeedSequence([self.seed, partition, stated_round(message) or 0, kind]).generate_state(1)[0])
 
     def __call__(self, message: Message, context: Context) -> Message:
+        from privbench.app_audit.canary_client import CanaryPlan, canary_call
+
+        self.seed_numpy(message, context)
+        plan = CanaryPlan.read(Path(self.notes)) if message.metadata.message_type.startswith("train") else None
+        canary = plan.index(int(context.node_config.get("partition-id", -1))) if plan is not None else None
         with noting_loaders() as seen, noting_dp_sgd() as dp_sgd:
-            reply = self.app(message, context)
+            if plan is not None and canary is not None:
+                reply = canary_call(self.app, message, context, plan, canary)
+            else:
+                reply = self.app(message, context)
         inputs, labels = seen.joined(seen.trained)
         held_inputs, held_labels = seen.joined(seen.evaluated)
         note = {"node": int(context.node_id), "partition": int(context.node_config.get("partition-id", -1)),
                 "type": message.metadata.message_type.split(".")[0], "group": message.metadata.group_id,
                 "message_id": message.metadata.message_id, "inputs": inputs, "labels": labels,
                 "held_inputs": held_inputs, "held_labels": held_labels, "capped": seen.full,
-                "batches": [len(y) for _, y in seen.trained], "dp_sgd": dp_sgd}
+                "batches": [len(y) for _, y in seen.trained], "dp_sgd": dp_sgd, "canary": canary}
         folder = Path(self.notes)
         name = f"{note['node']}-{note['type']}-{note['group'] or 'x'}-{uuid.uuid4().hex[:12]}"
         tmp = folder / f".{name}.tmp"

@@ -41,9 +41,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--inversion-steps", type=int, default=1600, help="signed-Adam steps of the FedAvg-aware "
                    "inversion (default 1600, its config's)")
     p.add_argument("--delta", type=float, default=1e-5, help="delta of every epsilon the audit computes")
+    p.add_argument("--canaries", type=int, default=0, metavar="K", help="make the last K of the app's SuperNodes "
+                   "canary clients (each sends an update of twice the clip along a direction of its own, through the "
+                   "app's mods) and measure the app's client-level DP mechanism's epsilon from them (default 0: none)")
     p.add_argument("--fail-on", action="append", default=[], metavar="RULE",
-                   help="FIGURE>VALUE (membership_auc, membership_tpr_at_1pct_fpr, label_set_exact, "
-                        "label_count_error_gain, psnr_gain, epsilon_measured), misconfigured, or epsilon-above-claim: exit 1 if it holds")
+                   help="epsilon-above-claim, misconfigured, or FIGURE>VALUE (membership_auc, "
+                        "membership_tpr_at_1pct_fpr, label_set_exact, label_count_error_gain, psnr_gain, "
+                        "epsilon_measured, epsilon_empirical, ...): exit 1 if it holds")
     p.add_argument("--junit", type=Path, help="also write the gate's JUnit XML here")
     return p
 
@@ -79,11 +83,14 @@ def options(args: argparse.Namespace) -> tuple[Any, Any]:
     declared = Declared(args.lr, args.epochs, args.batch_size, args.momentum, args.reply_kind)
     declared.check()
     app = read_app(args.path, overrides=_overrides(args.run_config), supernodes=args.supernodes)
+    if args.canaries and not 2 <= args.canaries < app.supernodes:
+        raise ConfigError(f"--canaries {args.canaries}: needs at least 2 canary clients and at least one of the app's "
+                          f"own among its {app.supernodes} SuperNodes (--supernodes N raises them)")
     given = sys.argv[2:] if sys.argv[1:2] == ["audit-app"] else sys.argv[1:]
     command = " ".join([PROG, *(shlex.quote(a) for a in given)])
     return app, Options(seed=args.seed, model=args.model, declared=declared, delta=args.delta, rules=rules,
                         command=command, reply_timeout=args.reply_timeout, max_images=args.max_images,
-                        inversion_steps=args.inversion_steps)
+                        inversion_steps=args.inversion_steps, canaries=args.canaries)
 
 
 def main(argv: list[str] | None = None) -> int:

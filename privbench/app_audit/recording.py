@@ -2,7 +2,7 @@
 receiver; the arrays of its train messages are kept for the attacks."""
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -76,6 +76,17 @@ def _reason(text: str) -> str:
         text = text.rsplit("Message:", 1)[1]
     line = next((ln.strip() for ln in text.splitlines() if ln.strip()), "no reason given")
     return line.strip("'>\" ")[:200]
+
+
+def stated_round(message: Any) -> int | None:
+    """The round a message states: its config's ``server-round`` (Flower's strategies send it), else a numeric group
+    id; None when it states none."""
+    config = next((r for r in message.content.values() if isinstance(r, ConfigRecord)), None)
+    stated = config.get("server-round") if config is not None else None
+    if isinstance(stated, int) and not isinstance(stated, bool):
+        return stated
+    group = message.metadata.group_id
+    return int(group) if group.isdigit() else None
 
 
 def arrays_of(message: Message, *, keep: bool) -> tuple[dict[str, torch.Tensor], int]:
@@ -152,11 +163,13 @@ class RecordingGrid(Grid):
     """The app's grid, wrapped: messages pass unchanged, and each is measured on its way (``Sent``).
 
     The ServerApp gets this grid in place of its own; every method forwards to the grid Flower gave it, and a
-    batch's wait for replies is capped at ``reply_timeout`` seconds.
+    batch's wait for replies is capped at ``reply_timeout`` seconds. ``before_train`` is called before any batch
+    that holds a train message leaves (the audit plans its canary clients there).
     """
 
-    def __init__(self, grid: Grid, *, reply_timeout: float = 300.0) -> None:
-        self.grid, self.reply_timeout = grid, reply_timeout
+    def __init__(self, grid: Grid, *, reply_timeout: float = 300.0,
+                 before_train: Callable[[], None] | None = None) -> None:
+        self.grid, self.reply_timeout, self.before_train = grid, reply_timeout, before_train
         self.messages: list[Sent] = []
         self._rounds: dict[str, int] = {}
         self._asked: dict[str, int] = {}  # message id -> round, so a reply is filed under its message's round
@@ -183,14 +196,8 @@ class RecordingGrid(Grid):
     def _round(self, message: Message) -> int:
         """The strategy's round: its config's ``server-round`` (Flower's strategies send it, from 1), a numeric group
         id, else the count of batches of this message type sent so far (from 1)."""
-        group, kind = message.metadata.group_id, message.metadata.message_type
-        config = next((r for r in message.content.values() if isinstance(r, ConfigRecord)), None)
-        stated = config.get("server-round") if config is not None else None
-        if isinstance(stated, int) and not isinstance(stated, bool):
-            return stated
-        if group.isdigit():
-            return int(group)
-        return self._rounds.get(kind, 0) + 1
+        stated = stated_round(message)
+        return stated if stated is not None else self._rounds.get(message.metadata.message_type, 0) + 1
 
     def _down(self, messages: list[Message], ids: list[str] | None = None) -> None:
         kinds = set()
@@ -221,8 +228,13 @@ class RecordingGrid(Grid):
             self.messages.append(sent(reply, "up", round_, keep_arrays=reply.metadata.message_type.split(".")[0] == "train"))
         return replies
 
+    def _about_to_send(self, messages: list[Message]) -> None:
+        if self.before_train is not None and any(m.metadata.message_type.startswith("train") for m in messages):
+            self.before_train()
+
     def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
         messages = list(messages)
+        self._about_to_send(messages)
         ids = list(self.grid.push_messages(messages))
         self._down(messages, ids)
         return ids
@@ -232,6 +244,7 @@ class RecordingGrid(Grid):
 
     def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> Iterable[Message]:
         messages = list(messages)
+        self._about_to_send(messages)
         # a ClientApp whose reply Flower rejects never answers: the wait is capped, and the audit says so
         cap = self.reply_timeout if timeout is None else min(timeout, self.reply_timeout)
         replies = list(self.grid.send_and_receive(messages, timeout=cap))

@@ -43,6 +43,7 @@ def tables(summary: dict[str, Any]) -> list[Table]:
                   _f(m.get("epsilon_measured")), _f(m.get("delta")), m.get("covers", "")] for m in summary["mechanisms"]]
                 or [["none found", "", "", "", "", "", ""]],
                 "measured epsilons: privbench's RDP accountant over the rounds each client took part in; DP-SGD's by its engines' own accountant (PRV by default), at the delta they targeted"))
+    out.append(_canary_table(summary.get("canaries")))
     rows = []
     for u in summary["uploads"]:
         m, lab, rec = u.get("membership", {}), u.get("labels", {}), u.get("reconstruction", {})
@@ -81,6 +82,24 @@ def tables(summary: dict[str, Any]) -> list[Table]:
                 [[g["rule"], "FAIL" if g["failed"] else "pass", g["why"]] for g in summary["gate"]]
                 or [["(no --fail-on rules)", "", ""]], ""))
     return out
+
+
+def _canary_table(c: dict[str, Any] | None) -> Table:
+    """The canary clients' table (``--canaries``)."""
+    row = (["none (--canaries K adds them)", "", "", "", "", "", ""] if c is None else
+           [f"{c['canaries']} on {c.get('of', c['mechanism_kind'])}, {c['unseen']} unseen",
+            _f(c.get("rounds_observed")), f"{_f(c.get('mu'))} [{_f(c.get('mu_interval'))}]",
+            f"{_f(c.get('empirical_epsilon'))} [{_f(c.get('epsilon_interval'))}]", _f(c.get("epsilon_planned")),
+            f"{_f(c.get('canary_shift'))} / {_f(c.get('noise_measured'))} ({_f(c.get('noise_multiplier_planned'))})",
+            c.get("verdict", "")])
+    return ("Canary clients: an empirical client-level epsilon",
+            ["canaries", "rounds", "mu-GDP [95 % CI]", "epsilon [95 % CI]", "epsilon of its setting",
+             "shift / noise in clip norms (setting)", "verdict"], [row],
+            "the last K SuperNodes send, through the app's mods, the model received plus twice the clip along a "
+            "direction of their own (Andrew et al., ICLR 2024); each round's release (central: the next model "
+            "sent, times the updates received; local: each canary's upload) is projected on every canary's and on "
+            "unseen directions; Student's t over the canaries gives the interval; BROKEN where its 99.5 % lower "
+            "end passes the epsilon of the mechanism's setting over the rounds observed")
 
 
 def _reported_table(summary: dict[str, Any]) -> Table:

@@ -4,17 +4,21 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from privbench.app_audit.app import AppError, FlowerApp, load_component
+from privbench.app_audit.canary_client import CanaryPlan
 from privbench.app_audit.client_side import AuditedClientApp
 from privbench.app_audit.recording import Broadcast, RecordingGrid, Sent
+from privbench.errors import PrivbenchError
 from privbench.flower.simulation import environment
 
 
@@ -30,6 +34,16 @@ class AppRun:
     partitions: dict[int, int] = field(default_factory=dict)  # node -> partition id
     #: the model each batch sent down carried, in send order
     models: list[Broadcast] = field(default_factory=list)
+    #: the canary clients' plan (``canary_client``) and their nodes (node -> canary index)
+    canary_plan: CanaryPlan | None = None
+    canaries: dict[int, int] = field(default_factory=dict)
+
+    def without(self, nodes: set[int]) -> AppRun:
+        """This run with ``nodes``' messages, notes and partitions left out (what the attacks read when ``nodes``
+        are the audit's canary clients)."""
+        return AppRun([m for m in self.messages if m.node not in nodes], [n for n in self.notes if n["node"] not in nodes],
+                      self.strategies, self.client_app, {k: v for k, v in self.partitions.items() if k not in nodes},
+                      self.models, self.canary_plan, {})
 
 
 @contextlib.contextmanager
@@ -62,8 +76,15 @@ def noting_strategies() -> Iterator[list[Any]]:
         LegacyContext.__init__ = legacy_init  # type: ignore[method-assign]
 
 
-def run_app(app: FlowerApp, *, seed: int, slots: int = 2, reply_timeout: float = 300.0) -> AppRun:
-    """Run ``app`` in Flower's simulation with the audit's wrappers; one error line if the app fails."""
+#: Plans the canary clients when the first train message is about to leave: given the strategies started so far and
+#: the ClientApp, the plan (or None for none); may raise a ``PrivbenchError`` (the audit's one line).
+Planner = Callable[[list[Any], Any], "CanaryPlan | None"]
+
+
+def run_app(app: FlowerApp, *, seed: int, slots: int = 2, reply_timeout: float = 300.0,
+            canaries: Planner | None = None) -> AppRun:
+    """Run ``app`` in Flower's simulation with the audit's wrappers (and canary clients where ``canaries`` plans
+    them); one error line if the app fails."""
     from flwr.app import Context, RecordDict
     from flwr.common.config import get_fused_config_from_dir
     from flwr.common.constant import SUPERLINK_NODE_ID
@@ -77,9 +98,16 @@ def run_app(app: FlowerApp, *, seed: int, slots: int = 2, reply_timeout: float =
     outcome: dict[str, Any] = {}
     wrapper = ServerApp()
 
+    def before_train() -> None:
+        if canaries is not None and "plan" not in outcome:
+            legacy = getattr(server_app, "_strategy", None)
+            outcome["plan"] = plan = canaries([*started, *([legacy] if legacy is not None else [])], client_app)
+            if plan is not None:
+                plan.write(Path(notes))
+
     @wrapper.main()
     def main(grid: Any, context: Context) -> None:
-        outcome["grid"] = recording = RecordingGrid(grid, reply_timeout=reply_timeout)
+        outcome["grid"] = recording = RecordingGrid(grid, reply_timeout=reply_timeout, before_train=before_train)
         try:
             server_app(recording, context)
         except BaseException as exc:  # raised again in the caller, as one line
@@ -94,15 +122,28 @@ def run_app(app: FlowerApp, *, seed: int, slots: int = 2, reply_timeout: float =
     backend: dict[str, Any] = {"client_resources": {"num_cpus": 1, "num_gpus": 0.0},
                                "init_args": {"num_cpus": slots, "include_dashboard": False, "log_to_driver": False}}
     path = os.pathsep.join(p for p in (str(app.root), os.environ.get("PYTHONPATH", "")) if p)
-    torch.manual_seed(seed)
+    torch.manual_seed(seed)  # the ServerApp runs in this process: numpy's and Python's generators too (a DP
+    np.random.seed(seed)     # wrapper's noise, a strategy's sampling)
+    random.seed(seed)
     with tempfile.TemporaryDirectory(prefix="privbench-app-notes-") as notes, \
             environment(PYTHONPATH=path, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1"), noting_strategies() as started:
         _run_simulation(num_supernodes=app.supernodes, exit_event=_leave_event(), client_app=AuditedClientApp(
-            client_app, notes), server_app=wrapper, backend_config=backend, app_dir=str(app.root), is_app=True,
+            client_app, notes, seed=seed), server_app=wrapper, backend_config=backend, app_dir=str(app.root), is_app=True,
             run=run, server_app_context=context)
         read = [torch.load(p, weights_only=True) for p in sorted(Path(notes).glob("*.pt"))]
+    grid = _checked(app, outcome, reply_timeout)
+    legacy_strategy = getattr(server_app, "_strategy", None)  # a ServerApp(server_fn=...) sets it when it runs
+    return AppRun(grid.messages, read, [*started, *([legacy_strategy] if legacy_strategy is not None else [])], client_app,
+                  {int(n["node"]): int(n["partition"]) for n in read}, grid.models, outcome.get("plan"),
+                  {int(n["node"]): int(n["canary"]) for n in read if n.get("canary") is not None})
+
+
+def _checked(app: FlowerApp, outcome: dict[str, Any], reply_timeout: float) -> RecordingGrid:
+    """The run's grid, or the one line that says why the run is no result."""
     if "error" in outcome:
         exc = outcome["error"]
+        if isinstance(exc, PrivbenchError):
+            raise exc
         raise AppError(f"{app.serverapp}: the ServerApp failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
     grid: RecordingGrid | None = outcome.get("grid")
     if grid is None:
@@ -114,9 +155,7 @@ def run_app(app: FlowerApp, *, seed: int, slots: int = 2, reply_timeout: float =
     if silent:
         raise AppError(f"{app.clientapp}: the ClientApp on node {silent[0].node} sent no reply Flower accepts to a "
                        f"{silent[0].message_type} message within {reply_timeout:g} s (Flower's log above says why)")
-    legacy_strategy = getattr(server_app, "_strategy", None)  # a ServerApp(server_fn=...) sets it when it runs
-    return AppRun(grid.messages, read, [*started, *([legacy_strategy] if legacy_strategy is not None else [])], client_app,
-                  {int(n["node"]): int(n["partition"]) for n in read}, grid.models)
+    return grid
 
 
 def _leave_event() -> Any:

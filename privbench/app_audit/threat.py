@@ -35,6 +35,14 @@ def threat_model(summary: dict[str, Any], options: Any) -> dict[str, Any]:
         "privacy_mechanisms": "found on the app's objects (ClientApp mods, the strategy started); LocalDpMod "
                               "measured as a black box; epsilons by privbench's RDP accountant, DP-SGD's by "
                               "the accountant its Opacus engines used",
+        "canary_clients": ("none" if summary.get("canaries") is None else
+                           {"clients": f"the last {options.canaries} SuperNodes (partition ids), run as the app's "
+                                       "own with their train reply planted before the app's mods",
+                            "update": "twice the mechanism's clip along a random direction of each, a sign of its "
+                                      "own each round", "unseen_directions": summary["canaries"]["unseen"],
+                            "reads": "central: every model the server sends; local: each canary's upload",
+                            "test": "Gaussian fit of each round's projections (Andrew et al., ICLR 2024), "
+                                    "Student's t over the canaries"}),
         "reply_read_as": {"auto": "the client's trained model (a reply that is no model near the one sent is not "
                                   "attacked)", "model": "the client's trained model (--reply-kind model)",
                           "delta": "the model received plus the reply (--reply-kind delta)"

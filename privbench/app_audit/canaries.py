@@ -1,0 +1,202 @@
+"""Canary clients in a Flower app, the server's side (``canary_client`` is the client's): plan them when the first
+train message is about to leave (the clip of the client-level mechanism the app runs), and after the run read
+every round's release along each canary's direction, in clip units:
+
+- central DP (a Flower DP wrapper around the strategy): the model the server sends next less the model it sent for
+  the round, times the number of updates it received (the wrapper's mean as a sum, uniform weights);
+- local DP (``LocalDpMod``): each canary's own upload less the model it received.
+
+Canaries that the strategy did not send to in a round are scored with sign 0 there; ``UNSEEN`` directions that no
+client ever sends give the null distribution. Andrew et al.'s Gaussian fit then gives mu-GDP and an empirical
+epsilon (``defenses.client_dp.canary_clients.estimate``), set against the epsilon the mechanism's own setting gives
+over the rounds observed. The canary clients' partitions train nothing that reaches the server: the attacks leave
+them out (``AppRun.without``)."""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import torch
+
+from privbench.app_audit.canary_client import CanaryPlan
+from privbench.app_audit.privacy import client_mods
+from privbench.app_audit.simulation import AppRun, Planner
+from privbench.defenses.client_dp.canary_clients import CHUNK, CanaryClients, Estimate, verdict
+from privbench.errors import ConfigError
+from privbench.figures.one_run import EPSILON_CLAIMED
+from privbench.metrics.one_run_fdp import gdp_epsilon
+
+#: A canary's update is this many clip norms long (past the clip, so that clipping is tested too).
+SCALE = 2.0
+#: Directions no client sends: the scores' null distribution.
+UNSEEN = 200
+
+
+def mechanism_clip(strategies: list[Any], client_app: Any) -> tuple[float, str]:
+    """The clip of the app's client-level DP mechanism and where it acts (``central`` or ``local``); one line
+    when it runs none the canaries can measure."""
+    for strategy in strategies:
+        name = type(strategy).__name__
+        if name.startswith("DifferentialPrivacy") or name.startswith("DPFedAvg"):
+            if "Adaptive" in name:
+                raise ConfigError(f"--canaries: {name} adapts its clip every round; canary clients are measured "
+                                  "against a fixed clip (not built for adaptive clipping)")
+            return float(strategy.clipping_norm), "central"
+    for mod in client_mods(client_app):
+        if type(mod).__name__ == "LocalDpMod":
+            return float(mod.clipping_norm), "local"
+    raise ConfigError("--canaries: the app runs no client-level DP mechanism the canaries can measure (a Flower DP "
+                      "wrapper around its strategy with a fixed clip, or LocalDpMod on its ClientApp)")
+
+
+def planner(count: int, partitions: int, *, seed: int, scale: float = SCALE) -> Planner:
+    """What ``run_app`` calls before the first train message leaves: the plan of ``count`` canary clients."""
+    def plan(strategies: list[Any], client_app: Any) -> CanaryPlan:
+        clip, where = mechanism_clip(strategies, client_app)
+        return CanaryPlan(count, partitions, scale * clip, clip, seed, where)
+    return plan
+
+
+def _releases(run: AppRun, names: list[str]) -> dict[int, dict[str, Any]]:
+    """Per train round: the model sent (float arrays ``names``), the model sent after it, the nodes sent to, and
+    each node's upload."""
+    out: dict[int, dict[str, Any]] = {}
+    models = run.models
+    for i, b in enumerate(models):
+        if not b.message_type.startswith("train") or not b.same or b.round in out:
+            continue
+        later = next((m for m in models[i + 1:] if m.same and all(n in m.arrays for n in names)), None)
+        nodes = {m.node for m in run.messages if m.direction == "down" and m.kind == "train" and m.round == b.round}
+        uploads = {m.node: m.arrays for m in run.messages if m.direction == "up" and m.kind == "train"
+                   and m.round == b.round and not m.error and all(n in m.arrays for n in names)}
+        out[b.round] = {"sent": b.arrays, "next": later.arrays if later is not None else None, "nodes": nodes,
+                        "uploads": uploads}
+    return out
+
+
+def _flat(arrays: dict[str, torch.Tensor], names: list[str]) -> torch.Tensor:
+    return torch.cat([arrays[n].double().flatten() for n in names])
+
+
+def scores(run: AppRun, plan: CanaryPlan, *, unseen: int = UNSEEN) -> tuple[np.ndarray, ...]:
+    """Each canary's projection per observed round in clip units and its sign (0 where it was not sent to): the
+    inserted canaries' then the unseen directions' (``z_in, z_out, s_in, s_out``), and the rounds observed.
+
+    What the inserted canaries add when clipping works (the clip along each one's signed direction: the auditor's
+    own knowledge) is taken out of every vector projected, each canary's own part kept in its own projection, so that
+    the canaries' cross terms (``clip / sqrt(dims)`` each) do not stand in for the mechanism's noise."""
+    first = next(b for b in run.models if b.message_type.startswith("train"))
+    names = [n for n, t in first.arrays.items() if t.is_floating_point()]
+    canaries = CanaryClients(plan.count, shapes={n: first.arrays[n].shape for n in names}, seed=plan.seed)
+    node_of = {j: node for node, j in run.canaries.items()}
+    inserted = canaries.directions(0, plan.count)
+    rows, signs, rounds = [], [], []
+    for r, rel in sorted(_releases(run, names).items()):
+        sent = _flat(rel["sent"], names)
+        joined = [j for j in range(plan.count) if node_of.get(j) in rel["nodes"]]
+        planted = {j: plan.clip * canaries.sign(j, r) * inserted[j] for j in joined}
+        own: dict[int, torch.Tensor] = {}  # a canary's own release: its projection is not cleaned of its own part
+        if plan.mechanism == "central":
+            if rel["next"] is None:
+                continue
+            count = len(rel["uploads"]) or len(rel["nodes"])
+            release = (_flat(rel["next"], names) - sent) * count
+            noise = [release - sum(planted.values(), torch.zeros_like(release))]
+            own = {j: noise[0] + planted[j] for j in joined}
+        else:
+            own = {j: _flat(rel["uploads"][node_of[j]], names) - sent for j in joined
+                   if node_of[j] in rel["uploads"]}
+            noise = [own[j] - planted[j] for j in own]
+            if not noise:
+                continue
+        total = plan.count + unseen
+        row, sign = np.empty(total), np.zeros(total)
+        for start in range(0, total, CHUNK):
+            u = canaries.directions(start, min(start + CHUNK, total))
+            for j in range(start, min(start + CHUNK, total)):
+                vector = own[j] if j in own else noise[j % len(noise)]
+                row[j] = float(u[j - start] @ vector) / plan.clip
+                if j in own or j >= plan.count:
+                    sign[j] = canaries.sign(j, r)
+        rows.append(row)
+        signs.append(sign)
+        rounds.append(r)
+    if not rows:
+        empty = np.empty((0, 0))
+        return empty, empty, empty, empty, np.array([], dtype=int)
+    z, s = np.stack(rows, axis=1), np.stack(signs, axis=1)
+    k = plan.count
+    return z[:k], z[k:], s[:k], s[k:], np.array(rounds)
+
+
+def fit(z_in: np.ndarray, z_out: np.ndarray, s_in: np.ndarray, s_out: np.ndarray, *, delta: float) -> Estimate:
+    """mu-GDP of a client in every observed round, from the canaries' scores (canaries x rounds; sign 0 where a
+    canary was not sent to). Each round's scores (projection times sign) are centred and scaled by the unseen
+    directions' mean and spread that round (hundreds: taken as exact); every (canary, round) a canary was sent to
+    is one draw of the round's mu, assumed the same each round (one setting); Student's t over those draws gives
+    its interval (a handful of canaries proves little), and a client in all ``T`` rounds is ``sqrt(T)`` times it
+    (Gaussian mechanisms compose so). Round correlation of the unseen scores is the diagnostic of reused noise."""
+    from scipy import stats
+
+    null = s_out * z_out
+    centre, spread = null.mean(axis=0), null.std(axis=0, ddof=1)
+    joined = s_in != 0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        draws = ((s_in * z_in - centre) / spread)[joined]
+    draws = np.where(np.isnan(draws), 0.0, draws)
+    rounds, n = z_in.shape[1], int(joined.sum())
+    per = float(draws.mean())
+    half = float(draws.std(ddof=1)) / math.sqrt(n) if n > 1 and np.isfinite(draws).all() else 0.0
+    q995, q975 = stats.t.ppf([0.995, 0.975], max(n - 1, 1))
+    root = math.sqrt(rounds)
+    mu, alarm = per * root, max(per - q995 * half, 0.0) * root
+    low, high = max(per - q975 * half, 0.0) * root, (per + q975 * half) * root
+    with np.errstate(invalid="ignore", divide="ignore"):
+        corr = np.nan_to_num(np.corrcoef(z_out, rowvar=False)) if rounds > 1 else np.eye(1)
+    off = corr[~np.eye(len(corr), dtype=bool)]
+    signal = (s_in * z_in)[joined]
+    return Estimate(mu, (float(low), float(high)), gdp_epsilon(mu, delta=delta),
+                    (gdp_epsilon(low, delta=delta), gdp_epsilon(high, delta=delta)), gdp_epsilon(alarm, delta=delta),
+                    float(signal.mean() - centre.mean()), float(spread.mean()), float(off.mean()) if off.size else 0.0,
+                    len(z_in), rounds)
+
+
+def measure(run: AppRun, found: list[dict[str, Any]], *, delta: float, unseen: int = UNSEEN) -> dict[str, Any] | None:
+    """The canary clients' empirical epsilon of the app's client-level mechanism, against the epsilon its setting
+    gives over the rounds observed; None when the audit planned no canaries."""
+    plan = run.canary_plan
+    if plan is None:
+        return None
+    from privbench.defenses.calibration import epsilon
+
+    out: dict[str, Any] = {"canaries": plan.count, "unseen": unseen, "norm": plan.norm, "clip": plan.clip,
+                           "mechanism_kind": plan.mechanism, "nodes": sorted(run.canaries), "delta": delta}
+    z_in, z_out, s_in, s_out, rounds = scores(run, plan, unseen=unseen)
+    sent_to = np.abs(s_in).sum(axis=1) > 0 if s_in.size else np.zeros(0, dtype=bool)
+    out["rounds_observed"] = [int(r) for r in rounds]
+    if len(rounds) == 0 or int(sent_to.sum()) < 2:
+        out["verdict"] = ("not estimated: fewer than two canaries were sent to in a round whose release the server "
+                          "sent on (a central release is read from the next model sent)")
+        return out
+    est = fit(z_in[sent_to], z_out, s_in[sent_to], s_out, delta=delta)
+    planned, claim, name = _planned(found, plan, rounds=len(rounds))
+    accounted = epsilon(planned, [(1.0, len(rounds))], delta=delta) if planned > 0 else math.inf
+    out.update(est.as_dict())
+    out.update({"of": name, "noise_multiplier_planned": planned, "epsilon_planned": accounted, "claim": claim,
+                "verdict": verdict(est, claimed=accounted, planned_noise=planned)})
+    return out
+
+
+def _planned(found: list[dict[str, Any]], plan: CanaryPlan, *, rounds: int) -> tuple[float, str, str]:
+    """The noise multiplier (in clip units of the release the canaries read) the mechanism's setting gives, what it
+    stands for, and the mechanism's name."""
+    if plan.mechanism == "central":
+        row = next(m for m in found if str(m.get("mechanism", "")).startswith(("DifferentialPrivacy", "DPFedAvg")))
+        return (float(row["noise_multiplier_measured"]), "the wrapper's noise multiplier over the clients it sent "
+                "to each round, no amplification by sampling (as its own accountant)", str(row["mechanism"]))
+    row = next(m for m in found if m.get("mechanism") == "LocalDpMod")
+    eps, mod_delta = float(row[EPSILON_CLAIMED.key]), float(row["delta"])
+    z = math.sqrt(2 * math.log(1.25 / mod_delta)) / eps if eps > 0 and 0 < mod_delta < 1 else 0.0
+    return z, (f"LocalDpMod's own formula for epsilon {eps:g} at delta {mod_delta:g} with its sensitivity equal to "
+               f"its clip, composed over the {rounds} rounds"), "LocalDpMod"
