@@ -14,7 +14,7 @@ from flwr.client.mod.utils import make_ffn
 from flwr.clientapp import ClientApp
 from flwr.supercore.task_identity import TaskIdentity
 
-from privbench.app_audit.canaries import fit, measure, scores
+from privbench.app_audit.canaries import UNSEEN, fit, measure, scores
 from privbench.app_audit.canary_client import CanaryPlan, canary_call, canary_change, unwrapped
 from privbench.app_audit.recording import Broadcast, Sent
 from privbench.app_audit.simulation import AppRun
@@ -49,6 +49,26 @@ def test_unwrapping_gives_the_registered_function_and_its_mods_outermost_first()
 
     assert unwrapped(make_ffn(fn, [first, second])) == (fn, [first, second])
     assert unwrapped(fn) == (fn, [])
+    app = ClientApp(mods=[first])  # the app's own mods come before a function's
+    app.train(mods=[second])(fn)
+    assert unwrapped(app._registered_funcs["train.default"]) == (fn, [first, second])
+
+
+def test_a_reply_not_named_as_the_model_or_a_message_without_a_round_is_refused_in_one_line(task_identity):
+    app = ClientApp()
+
+    @app.train()
+    def train(msg, ctx):
+        return Message(RecordDict({"arrays": ArrayRecord({"other": Array(np.zeros(3, np.float32))})}), reply_to=msg)
+
+    plan = CanaryPlan(count=2, partitions=3, norm=2.0, clip=1.0, seed=0)
+    context = Context(run_id=1, node_id=1, node_config={"partition-id": 2}, state=RecordDict(), run_config={})
+    with pytest.raises(ValueError, match="not named as the model received"):
+        canary_call(app, _message(1), context, plan, 1)
+    bare = Message(RecordDict({"arrays": ArrayRecord({"w": Array(np.zeros(3, np.float32))})}), dst_node_id=1,
+                   message_type=MessageType.TRAIN)
+    with pytest.raises(ValueError, match="states no round"):
+        canary_call(app, bare, context, plan, 1)
 
 
 def test_a_canary_s_reply_is_the_model_received_plus_its_update_through_the_app_s_mods(task_identity):
@@ -79,7 +99,7 @@ def test_a_canary_s_reply_is_the_model_received_plus_its_update_through_the_app_
     assert calls == ["train"] and reply.content["metrics"]["num-examples"] == 7  # the app's own reply, planted
     assert np.allclose(reply.content["arrays"]["w"].numpy(), 0.5 + expected["w"].numpy(), atol=1e-6)
     assert np.allclose(reply.content["arrays"]["b"].numpy(), expected["b"].numpy(), atol=1e-6)
-    assert reply.content["arrays"]["n"].numpy().tolist() == [9]  # an integer array is the app's
+    assert reply.content["arrays"]["n"].numpy().tolist() == [7]  # a canary trains nothing: as received
     assert float(torch.cat([v.flatten() for v in canary_change(plan, 1, 2, SHAPES).values()]).norm()) == \
         pytest.approx(3.0)
     again = app(_message(2), context)  # the app's own function is back in place
@@ -131,7 +151,7 @@ def _central_run(noise_std: float, *, rounds: int = 12, clip: float = 1.0, seed:
 def test_canary_scores_read_a_central_release_in_clip_units():
     run, plan = _central_run(0.2)  # z = 0.2 * 4 / 1 = 0.8 clip norms on the sum
     z_in, z_out, s_in, s_out, rounds = scores(run, plan)
-    assert list(rounds) == list(range(1, 13)) and z_in.shape == (2, 12) and z_out.shape == (200, 12)
+    assert list(rounds) == list(range(1, 13)) and z_in.shape == (2, 12) and z_out.shape == (UNSEEN, 12)
     assert np.abs(s_in).min() == 1  # both canaries sent to every round
     assert (s_in * z_in).mean() == pytest.approx(1.0, abs=0.35)  # each canary moves the sum by one clip norm
     assert z_out.std() == pytest.approx(0.8, rel=0.1)
@@ -159,6 +179,16 @@ def test_without_a_dp_mechanism_or_with_adaptive_clipping_canaries_are_refused_i
     class DifferentialPrivacyServerSideAdaptiveClipping:
         clipping_norm = 1.0
 
+    class FedAdam:
+        pass
+
+    class DifferentialPrivacyServerSideFixedClipping:
+        clipping_norm = 0.5
+        strategy = FedAdam()
+
+    with pytest.raises(ConfigError, match="wraps FedAdam, whose next model is not the mean"):
+        mechanism_clip([DifferentialPrivacyServerSideFixedClipping()], ClientApp())
+
     with pytest.raises(ConfigError, match="runs no client-level DP mechanism"):
         mechanism_clip([object()], ClientApp())
     with pytest.raises(ConfigError, match="adapts its clip"):
@@ -170,3 +200,27 @@ def test_the_verdict_of_an_honest_fit_is_not_broken():
     from privbench.defenses.calibration import epsilon
 
     assert not verdict(est, claimed=epsilon(1.0, [(1.0, 4)], delta=1e-5), planned_noise=0.5).startswith("BROKEN")
+
+
+def test_a_canary_weighed_above_its_share_is_named_and_the_attacks_leave_canaries_out():
+    run, _ = _central_run(0.2, rounds=4)
+    for m in run.messages:  # FedAvg weighs by num-examples: the canaries hold 300 records, the others 100
+        if m.direction == "up":
+            m.metrics["num-examples"] = 300 if m.node in (10, 11) else 100
+    found = [{"mechanism": "DifferentialPrivacyServerSideFixedClipping", "noise_multiplier_measured": 0.8}]
+    out = measure(run, found, delta=1e-5)
+    assert out["canary_share"] == pytest.approx(4 * 300 / 800)  # 1.5 times the 1 / 4 the noise assumes
+    assert "weighs the updates by num-examples" in out["verdict"]
+    kept = run.without(set(run.canaries))
+    assert {m.node for m in kept.messages} == {12, 13} and set(kept.partitions) == {12, 13} and not kept.canaries
+
+
+def test_the_command_refuses_too_few_or_too_many_canaries_before_it_runs(capsys):
+    from pathlib import Path
+
+    from privbench.app_audit.command import main
+
+    app = Path(__file__).resolve().parents[1] / "examples" / "central-dp"
+    for k in ("1", "4"):
+        assert main([str(app), "--canaries", k, "--out", "/nonexistent/never-written"]) == 2
+        assert "needs at least 2 canary clients and at least one of the app's own" in capsys.readouterr().err

@@ -59,7 +59,7 @@ def test_the_quickstart_is_recorded_whole_and_audited_the_same_twice(tmp_path):
 def test_local_dp_noise_for_another_sensitivity_is_caught_in_one_run(tmp_path, seed):
     """Caught twice: from the mod's settings, and empirically by two canary clients whose uploads pass through it."""
     code, stdout, _, folder = audit(EXAMPLES / "local-dp-mod", tmp_path, "--seed", str(seed), "--fail-on", "misconfigured",
-                                    "--supernodes", "5", "--canaries", "2", "--fail-on", "epsilon_empirical>100")
+                                    "--supernodes", "5", "--canaries", "2", "--fail-on", "epsilon_empirical_lower>100")
     assert code == 1 and folder is not None
     assert "LocalDpMod: noise scaled for sensitivity 0.0001 but updates clipped to 1" in stdout
     summary = json.loads((folder / "metrics.json").read_text())
@@ -72,7 +72,7 @@ def test_local_dp_noise_for_another_sensitivity_is_caught_in_one_run(tmp_path, s
     assert canaries["canary_shift"] == pytest.approx(1.0, abs=0.01)  # each canary clipped to the mod's clip, 1
     assert canaries["noise_measured"] == pytest.approx(z, rel=0.1) and canaries["rounds_observed"] == [1, 2]
     assert len(summary["app"]["canary_clients"]) == 2 and len(summary["uploads"]) == 2 * 3  # canaries not attacked
-    assert "gate FAIL: epsilon_empirical>100" in stdout and "canary clients: BROKEN" in stdout
+    assert "gate FAIL: epsilon_empirical_lower>100" in stdout and "canary clients: BROKEN" in stdout
 
 
 def test_opacus_clients_that_forget_earlier_rounds_are_caught(tmp_path):
@@ -107,6 +107,8 @@ def test_central_dp_is_found_around_the_strategy_and_its_epsilon_is_scoped(tmp_p
     assert "it sees every update without the noise" in mechanism["covers"]
     canaries = summary["canaries"]  # two canaries of four clients, the wrapper's own noise: consistent, 0.8 measured
     assert canaries["verdict"].startswith("consistent") and canaries["noise_measured"] == pytest.approx(0.8, rel=0.1)
+    assert canaries["canary_share"] == pytest.approx(1.0)  # equal partitions: FedAvg's weights are the wrapper's
+    assert 0.2 < canaries["canary_shift"] < 2.6  # one clip norm a round (4 draws of noise 0.8: within 3 sd)
     assert canaries["epsilon_planned"] == pytest.approx(mechanism["epsilon_measured"])
 
 

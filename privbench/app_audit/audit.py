@@ -193,7 +193,7 @@ def gate_figures(uploads: list[dict[str, Any]], found: list[dict[str, Any]], agg
             "class_proportion_gain": shares, "class_proportion_gain_interval": shares_ci,
             "epsilon_measured": max((m["epsilon_measured"] for m in found if m.get("epsilon_measured") is not None),
                                     default=None),
-            "epsilon_empirical": (canary or {}).get("empirical_epsilon"),
+            "epsilon_empirical_lower": (canary or {}).get("epsilon_alarm"),
             "problems": [*(p for m in found for p in m.get("problems", [])),
                          *([f"canary clients: {canary['verdict']}"] if canary and
                            str(canary.get("verdict", "")).startswith("BROKEN") else [])],
@@ -205,17 +205,17 @@ def audit(app: FlowerApp, out: Path, o: Options) -> tuple[dict[str, Any], bool]:
     start = time.perf_counter()
     planned = canaries.planner(o.canaries, app.supernodes, seed=o.seed) if o.canaries else None
     full = run_app(app, seed=o.seed, reply_timeout=o.reply_timeout, canaries=planned)
-    run = full.without(set(full.canaries))  # the canary clients' uploads are the audit's own: no attack reads them
     partial = out.parent / f".{out.name}.partial"
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
     try:
-        carried = next((m.arrays for m in run.messages if m.direction == "down" and m.arrays), None)
+        carried = next((m.arrays for m in full.messages if m.direction == "down" and m.arrays), None)
         if carried is None:
             raise AttackNotApplicableError(f"{app.name}: the ServerApp sent no arrays; nothing to attack")
         model = find_model(app, carried, o.model)
         if legacy(carried):
-            name_legacy_arrays(run, model)
+            name_legacy_arrays(full, model)
+        run = full.without(set(full.canaries))  # the canary clients' uploads are the audit's own: no attack reads them
         traffic = write_wire(full, partial, o.declared.reply_kind)
         found = mechanisms(app, full, o)
         canary = canaries.measure(full, found, delta=o.delta)

@@ -14,6 +14,7 @@ them out (``AppRun.without``)."""
 from __future__ import annotations
 
 import math
+from collections import Counter
 from typing import Any
 
 import numpy as np
@@ -30,7 +31,9 @@ from privbench.metrics.one_run_fdp import gdp_epsilon
 #: A canary's update is this many clip norms long (past the clip, so that clipping is tested too).
 SCALE = 2.0
 #: Directions no client sends: the scores' null distribution.
-UNSEEN = 200
+UNSEEN = 1000
+#: The strategies whose next model is the (noised) mean of the updates they received.
+MEANS = ("FedAvg", "FedProx")
 
 
 def mechanism_clip(strategies: list[Any], client_app: Any) -> tuple[float, str]:
@@ -38,10 +41,14 @@ def mechanism_clip(strategies: list[Any], client_app: Any) -> tuple[float, str]:
     when it runs none the canaries can measure."""
     for strategy in strategies:
         name = type(strategy).__name__
-        if name.startswith("DifferentialPrivacy") or name.startswith("DPFedAvg"):
+        if name.startswith("DifferentialPrivacy"):
             if "Adaptive" in name:
                 raise ConfigError(f"--canaries: {name} adapts its clip every round; canary clients are measured "
                                   "against a fixed clip (not built for adaptive clipping)")
+            inner = type(getattr(strategy, "strategy", None)).__name__
+            if inner not in MEANS:
+                raise ConfigError(f"--canaries: {name} wraps {inner}, whose next model is not the mean of the "
+                                  f"updates it received (the canaries read a release of {' or '.join(MEANS)})")
             return float(strategy.clipping_norm), "central"
     for mod in client_mods(client_app):
         if type(mod).__name__ == "LocalDpMod":
@@ -68,10 +75,14 @@ def _releases(run: AppRun, names: list[str]) -> dict[int, dict[str, Any]]:
             continue
         later = next((m for m in models[i + 1:] if m.same and all(n in m.arrays for n in names)), None)
         nodes = {m.node for m in run.messages if m.direction == "down" and m.kind == "train" and m.round == b.round}
-        uploads = {m.node: m.arrays for m in run.messages if m.direction == "up" and m.kind == "train"
-                   and m.round == b.round and not m.error and all(n in m.arrays for n in names)}
+        replies = [m for m in run.messages if m.direction == "up" and m.kind == "train" and m.round == b.round]
+        uploads = {m.node: m.arrays for m in replies if not m.error and all(n in m.arrays for n in names)}
+        answered = Counter(m.node for m in replies if not m.error)  # SecAgg+: a reply to each of its stages
+        counted = [n for n, k in answered.items() if k == max(answered.values())]
+        weights = {m.node: m.metrics.get("num-examples") for m in replies if m.node in counted and not m.error}
+        numeric = all(isinstance(w, (int, float)) and not isinstance(w, bool) and w > 0 for w in weights.values())
         out[b.round] = {"sent": b.arrays, "next": later.arrays if later is not None else None, "nodes": nodes,
-                        "uploads": uploads}
+                        "uploads": uploads, "count": len(counted), "weights": weights if numeric and weights else None}
     return out
 
 
@@ -86,12 +97,15 @@ def scores(run: AppRun, plan: CanaryPlan, *, unseen: int = UNSEEN) -> tuple[np.n
     What the inserted canaries add when clipping works (the clip along each one's signed direction: the auditor's
     own knowledge) is taken out of every vector projected, each canary's own part kept in its own projection, so that
     the canaries' cross terms (``clip / sqrt(dims)`` each) do not stand in for the mechanism's noise."""
-    first = next(b for b in run.models if b.message_type.startswith("train"))
-    names = [n for n, t in first.arrays.items() if t.is_floating_point()]
+    first = next((b for b in run.models if b.message_type.startswith("train")), None)
+    names = [n for n, t in first.arrays.items() if t.is_floating_point()] if first is not None else []
+    if first is None or not names:
+        empty = np.empty((0, 0))
+        return empty, empty, empty, empty, np.array([], dtype=int)
     canaries = CanaryClients(plan.count, shapes={n: first.arrays[n].shape for n in names}, seed=plan.seed)
     node_of = {j: node for node, j in run.canaries.items()}
     inserted = canaries.directions(0, plan.count)
-    rows, signs, rounds = [], [], []
+    kept: list[tuple[int, dict[int, torch.Tensor], torch.Tensor]] = []  # per round: own releases, noise rows
     for r, rel in sorted(_releases(run, names).items()):
         sent = _flat(rel["sent"], names)
         joined = [j for j in range(plan.count) if node_of.get(j) in rel["nodes"]]
@@ -100,8 +114,7 @@ def scores(run: AppRun, plan: CanaryPlan, *, unseen: int = UNSEEN) -> tuple[np.n
         if plan.mechanism == "central":
             if rel["next"] is None:
                 continue
-            count = len(rel["uploads"]) or len(rel["nodes"])
-            release = (_flat(rel["next"], names) - sent) * count
+            release = (_flat(rel["next"], names) - sent) * rel["count"]
             noise = [release - sum(planted.values(), torch.zeros_like(release))]
             own = {j: noise[0] + planted[j] for j in joined}
         else:
@@ -110,24 +123,39 @@ def scores(run: AppRun, plan: CanaryPlan, *, unseen: int = UNSEEN) -> tuple[np.n
             noise = [own[j] - planted[j] for j in own]
             if not noise:
                 continue
-        total = plan.count + unseen
-        row, sign = np.empty(total), np.zeros(total)
-        for start in range(0, total, CHUNK):
-            u = canaries.directions(start, min(start + CHUNK, total))
-            for j in range(start, min(start + CHUNK, total)):
-                vector = own[j] if j in own else noise[j % len(noise)]
-                row[j] = float(u[j - start] @ vector) / plan.clip
-                if j in own or j >= plan.count:
-                    sign[j] = canaries.sign(j, r)
-        rows.append(row)
-        signs.append(sign)
-        rounds.append(r)
+        kept.append((r, own, torch.stack(noise)))
+    total = plan.count + unseen
+    z, s = np.empty((total, len(kept))), np.zeros((total, len(kept)))
+    for start in range(0, total, CHUNK):  # each direction drawn once, projected on every round's releases
+        stop = min(start + CHUNK, total)
+        u = canaries.directions(start, stop)
+        for i, (r, own, noises) in enumerate(kept):
+            on_noise = (u @ noises.T).numpy()
+            for j in range(start, stop):
+                value = float(u[j - start] @ own[j]) if j in own else on_noise[j - start, j % len(noises)]
+                z[j, i] = value / plan.clip
+                s[j, i] = canaries.sign(j, r) if (j in own or j >= plan.count) else 0.0
+    rows, rounds = kept, [r for r, _, _ in kept]
     if not rows:
         empty = np.empty((0, 0))
         return empty, empty, empty, empty, np.array([], dtype=int)
-    z, s = np.stack(rows, axis=1), np.stack(signs, axis=1)
     k = plan.count
     return z[:k], z[k:], s[:k], s[k:], np.array(rounds)
+
+
+def shares(run: AppRun) -> list[float]:
+    """Each canary's share of a round's mean as FedAvg weighs it (``num-examples``), in units of ``1 / updates``
+    (the share the wrapper's noise is calibrated for), per round it took part in; none where a weight is unknown."""
+    first = next((b for b in run.models if b.message_type.startswith("train")), None)
+    names = [n for n, t in first.arrays.items() if t.is_floating_point()] if first is not None else []
+    out = []
+    for rel in _releases(run, names).values():
+        weights = rel["weights"]
+        if weights is None:
+            continue
+        total = sum(weights.values())
+        out += [rel["count"] * weights[node] / total for node in run.canaries if node in weights]
+    return out
 
 
 def fit(z_in: np.ndarray, z_out: np.ndarray, s_in: np.ndarray, s_out: np.ndarray, *, delta: float) -> Estimate:
@@ -149,9 +177,14 @@ def fit(z_in: np.ndarray, z_out: np.ndarray, s_in: np.ndarray, s_out: np.ndarray
     per = float(draws.mean())
     half = float(draws.std(ddof=1)) / math.sqrt(n) if n > 1 and np.isfinite(draws).all() else 0.0
     q995, q975 = stats.t.ppf([0.995, 0.975], max(n - 1, 1))
+    # the lower ends also allow for the unseen directions' own error: their spread at its 99.5 % upper bound and
+    # their mean off by 2.6 of its standard errors (every draw of a round shares both)
+    unseen = len(null)
+    wide = math.sqrt((unseen - 1) / stats.chi2.ppf(0.005, unseen - 1)) if unseen > 1 else math.inf
+    per_low = per / wide - stats.norm.ppf(0.995) / math.sqrt(max(unseen, 1))
     root = math.sqrt(rounds)
-    mu, alarm = per * root, max(per - q995 * half, 0.0) * root
-    low, high = max(per - q975 * half, 0.0) * root, (per + q975 * half) * root
+    mu, alarm = per * root, max(per_low - q995 * half / wide, 0.0) * root
+    low, high = max(per_low - q975 * half / wide, 0.0) * root, (per + q975 * half) * root
     with np.errstate(invalid="ignore", divide="ignore"):
         corr = np.nan_to_num(np.corrcoef(z_out, rowvar=False)) if rounds > 1 else np.eye(1)
     off = corr[~np.eye(len(corr), dtype=bool)]
@@ -183,8 +216,15 @@ def measure(run: AppRun, found: list[dict[str, Any]], *, delta: float, unseen: i
     planned, claim, name = _planned(found, plan, rounds=len(rounds))
     accounted = epsilon(planned, [(1.0, len(rounds))], delta=delta) if planned > 0 else math.inf
     out.update(est.as_dict())
+    said = verdict(est, claimed=accounted, planned_noise=planned)
+    weighed = shares(run) if plan.mechanism == "central" else []
+    out["canary_share"] = float(np.mean(weighed)) if weighed else None
+    if weighed and max(abs(f - 1) for f in weighed) > 0.05:
+        said += (f"; FedAvg weighs the updates by num-examples: the canaries' shares of the mean are "
+                 f"{min(weighed):.2f}-{max(weighed):.2f} times the 1 / updates its noise is calibrated for (a "
+                 "client with more records than the mean loses more privacy than the setting says)")
     out.update({"of": name, "noise_multiplier_planned": planned, "epsilon_planned": accounted, "claim": claim,
-                "verdict": verdict(est, claimed=accounted, planned_noise=planned)})
+                "verdict": said})
     return out
 
 
@@ -192,7 +232,7 @@ def _planned(found: list[dict[str, Any]], plan: CanaryPlan, *, rounds: int) -> t
     """The noise multiplier (in clip units of the release the canaries read) the mechanism's setting gives, what it
     stands for, and the mechanism's name."""
     if plan.mechanism == "central":
-        row = next(m for m in found if str(m.get("mechanism", "")).startswith(("DifferentialPrivacy", "DPFedAvg")))
+        row = next(m for m in found if str(m.get("mechanism", "")).startswith("DifferentialPrivacy"))
         return (float(row["noise_multiplier_measured"]), "the wrapper's noise multiplier over the clients it sent "
                 "to each round, no amplification by sampling (as its own accountant)", str(row["mechanism"]))
     row = next(m for m in found if m.get("mechanism") == "LocalDpMod")

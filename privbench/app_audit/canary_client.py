@@ -52,12 +52,6 @@ class CanaryPlan:
         return cls(**json.loads(path.read_text())) if path.exists() else None
 
 
-def float_arrays(message: Any) -> dict[str, torch.Tensor]:
-    """The floating arrays of ``message`` by name, in its records' order (as the recording names them)."""
-    arrays, _ = arrays_of(message, keep=True)
-    return {n: t for n, t in arrays.items() if t.is_floating_point()}
-
-
 def canary_change(plan: CanaryPlan, index: int, round_: int, shapes: dict[str, torch.Size]) -> dict[str, torch.Tensor]:
     """Canary ``index``'s update in round ``round_``: ``plan.norm`` along its direction, times its sign."""
     canaries = CanaryClients(plan.count, shapes=shapes, seed=plan.seed)
@@ -80,30 +74,33 @@ def unwrapped(fn: Callable[..., Any]) -> tuple[Callable[..., Any], list[Any]]:
 
 def planted(fn: Callable[..., Any], plan: CanaryPlan, index: int) -> Callable[..., Any]:
     """``fn`` (the app's train function), its reply's floating arrays replaced by the model received plus the
-    canary's update; every other part of the reply (metrics, its ``num-examples``) is the app's."""
+    canary's update and its other arrays by the model received (a canary trains nothing); every other part of the
+    reply (metrics, its ``num-examples``) is the app's."""
     from flwr.app import Array, ArrayRecord
 
     def call(message: Any, context: Any) -> Any:
         reply = fn(message, context)
-        received = float_arrays(message)
+        every, _ = arrays_of(message, keep=True)
+        received = {n: t for n, t in every.items() if t.is_floating_point()}
         round_ = stated_round(message)
         if round_ is None:
             raise ValueError("privbench canaries: the train message states no round (no server-round, no numeric "
                              "group id), so a canary's sign cannot be drawn")
         change = canary_change(plan, index, round_, {n: t.shape for n, t in received.items()})
         records = [(k, r) for k, r in reply.content.items() if isinstance(r, ArrayRecord)]
-        names = {n for _, r in records for n in r}
         several = len(records) > 1
-        wanted = {(f"{k}/{n}" if several else n) for k, r in records for n in r}
-        if not received or not set(received) <= wanted:
-            raise ValueError(f"privbench canaries: the train reply's arrays ({', '.join(sorted(names)[:4])}...) are "
-                             "not named as the model received, so a canary cannot stand in for them")
+        names = [f"{k}/{n}" if several else n for k, r in records for n in r]
+        if not received or set(names) != set(every):
+            raise ValueError(f"privbench canaries: the train reply's arrays ({', '.join(sorted(names)[:4])}) are not "
+                             f"named as the model received ({', '.join(sorted(every)[:4])}), so a canary cannot "
+                             "stand in for them")
         for key, record in records:
             for name in list(record):
                 full = f"{key}/{name}" if several else name
+                value = every[full]
                 if full in received:
-                    value = (received[full].double() + change[full].double()).to(received[full].dtype)
-                    record[name] = Array(value.numpy())
+                    value = (value.double() + change[full].double()).to(value.dtype)
+                record[name] = Array(value.numpy())
         return reply
 
     return call
@@ -111,27 +108,22 @@ def planted(fn: Callable[..., Any], plan: CanaryPlan, index: int) -> Callable[..
 
 def canary_call(app: Any, message: Any, context: Any, plan: CanaryPlan, index: int) -> Any:
     """Call ``app`` on ``message`` as canary ``index``: its train function for the message's type, planted, inside
-    the same mods."""
+    the same mods and the app's lifespan (the app itself is left as it is)."""
     from flwr.client.mod.utils import make_ffn
 
     kind = message.metadata.message_type
     full = kind if "." in kind else f"{kind}.default"
-    legacy = getattr(app, "_call", None) is not None
-    original = app._call if legacy else app._registered_funcs.get(full)
+    original = app._call if getattr(app, "_call", None) is not None else app._registered_funcs.get(full)
     if original is None:
         return app(message, context)  # Flower's own error for an unregistered type
-    fn, mods = unwrapped(original)
     if not math.isfinite(plan.norm) or plan.norm <= 0:
         raise ValueError(f"privbench canaries: norm {plan.norm} is not a positive number")
-    swapped = make_ffn(planted(fn, plan, index), mods)
-    if legacy:
-        app._call = swapped
-    else:
-        app._registered_funcs[full] = swapped
-    try:
-        return app(message, context)
-    finally:
-        if legacy:
-            app._call = original
-        else:
-            app._registered_funcs[full] = original
+    fn, mods = unwrapped(original)
+    with app._lifespan(context):
+        try:
+            return make_ffn(planted(fn, plan, index), mods)(message, context)
+        except Exception as exc:
+            if str(exc).startswith("privbench canaries"):
+                raise
+            raise RuntimeError(f"privbench canaries: the app's mods failed on canary {index}'s update (twice the "
+                               f"clip, always clipped): {type(exc).__name__}: {exc}") from exc

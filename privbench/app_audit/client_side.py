@@ -158,20 +158,26 @@ class AuditedClientApp(ClientApp):
         self.app, self.notes, self.seed = app, notes, seed
 
     def seed_numpy(self, message: Message, context: Context) -> None:
-        """Seed numpy's global generator for this call from the audit's seed, the client's partition, the round and
-        the message type (a ``LocalDpMod`` draws its noise there; an app that seeds it itself still does)."""
+        """With canary clients planned: seed numpy's global generator for this call from the audit's seed, the
+        client's partition, the round and the message type (a ``LocalDpMod`` draws its noise there, so the canaries'
+        figures repeat; an app that seeds it itself still does). A call that states no round is left alone."""
         from privbench.app_audit.recording import stated_round
 
+        round_ = stated_round(message)
+        if round_ is None:
+            return
         kind = ("train", "evaluate", "query").index(k) if (k := message.metadata.message_type.split(".")[0]) in (
             "train", "evaluate", "query") else 3
         partition = int(context.node_config.get("partition-id", -1)) + 1
-        np.random.seed(np.random.SeedSequence([self.seed, partition, stated_round(message) or 0, kind]).generate_state(1)[0])
+        np.random.seed(np.random.SeedSequence([self.seed, partition, round_, kind]).generate_state(1)[0])
 
     def __call__(self, message: Message, context: Context) -> Message:
         from privbench.app_audit.canary_client import CanaryPlan, canary_call
 
-        self.seed_numpy(message, context)
-        plan = CanaryPlan.read(Path(self.notes)) if message.metadata.message_type.startswith("train") else None
+        plan = CanaryPlan.read(Path(self.notes))
+        if plan is not None:
+            self.seed_numpy(message, context)
+        plan = plan if message.metadata.message_type.startswith("train") else None
         canary = plan.index(int(context.node_config.get("partition-id", -1))) if plan is not None else None
         with noting_loaders() as seen, noting_dp_sgd() as dp_sgd:
             if plan is not None and canary is not None:

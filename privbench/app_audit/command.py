@@ -47,7 +47,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--fail-on", action="append", default=[], metavar="RULE",
                    help="epsilon-above-claim, misconfigured, or FIGURE>VALUE (membership_auc, "
                         "membership_tpr_at_1pct_fpr, label_set_exact, label_count_error_gain, psnr_gain, "
-                        "epsilon_measured, epsilon_empirical, ...): exit 1 if it holds")
+                        "epsilon_measured, epsilon_empirical_lower, ...): exit 1 if it holds")
     p.add_argument("--junit", type=Path, help="also write the gate's JUnit XML here")
     return p
 

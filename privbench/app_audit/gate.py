@@ -25,7 +25,8 @@ FIGURES = {
     LABEL_SET_EXACT.key: "share of uploads whose exact class set the label attack recovers",
     "label_count_error_gain": "the class-frequency prior's count error less the label attack's (per class), mean",
     "epsilon_measured": "the largest measured epsilon of any privacy mechanism",
-    "epsilon_empirical": "the canary clients' empirical epsilon of the app's client-level DP (--canaries)",
+    "epsilon_empirical_lower": "the 99.5 % lower end of the canary clients' empirical epsilon of the app's "
+                               "client-level DP (--canaries)",
     PSNR_GAIN.key: "the reconstruction's PSNR over chance (dB), mean over the uploads it ran on",
     "class_proportion_gain": "chance's total variation from a client's class shares less the one its reported "
                              "evaluation figures give, mean over the clients whose figures are consistent (0 when "
