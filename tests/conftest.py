@@ -86,3 +86,36 @@ def cli_here(monkeypatch, tmp_path):
         GlobalHydra.instance().clear()
         HydraConfig.instance().cfg = None  # type: ignore[assignment]
         use_config_dir(None)
+
+
+#: Test files whose tests start Flower's simulation (a Ray cluster) or a deployment: one shard runs them all, so that
+#: two shards never start two at once.
+FLOWER_FILES = {"test_adaptive_server.py", "test_audit_app_runs.py", "test_client_dp.py", "test_doc_examples.py",
+                "test_flower.py", "test_launchers.py", "test_loki.py", "test_secure_aggregation.py"}
+
+
+@pytest.hookimpl(trylast=True)  # after ``-m`` has deselected
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """``PRIVBENCH_SHARD=i/n`` keeps shard ``i`` of ``n`` (CI runs the slow tests in two processes of one thread
+    each): tests balanced by their measured seconds (``tests/slow_seconds.json``; 5 s where unmeasured), largest
+    first onto the lightest shard, the Flower files all on shard 0."""
+    spec = os.environ.get("PRIVBENCH_SHARD")
+    if not spec:
+        return
+    import json
+    from pathlib import Path
+
+    index, count = (int(v) for v in spec.split("/"))
+    if not 0 <= index < count:
+        raise pytest.UsageError(f"PRIVBENCH_SHARD={spec}: expected i/n with 0 <= i < n")
+    seconds = json.loads((Path(__file__).parent / "slow_seconds.json").read_text())
+    load, shard = [0.0] * count, {}
+    timed = sorted(items, key=lambda it: (-seconds.get(it.nodeid, 5.0), it.nodeid))
+    for item in sorted(timed, key=lambda it: Path(str(it.fspath)).name not in FLOWER_FILES):
+        flower = Path(str(item.fspath)).name in FLOWER_FILES
+        target = 0 if flower else min(range(count), key=lambda i: (load[i], i))
+        shard[item.nodeid] = target
+        load[target] += seconds.get(item.nodeid, 5.0)
+    kept = [it for it in items if shard[it.nodeid] == index]
+    config.hook.pytest_deselected(items=[it for it in items if shard[it.nodeid] != index])
+    items[:] = kept
