@@ -199,7 +199,7 @@ def test_ig_on_several_victims_at_once_equals_each_alone(fmnist, hide_head, stac
 @pytest.mark.slow
 def test_lbfgs_ends_an_attempt_that_stops_improving_as_plateau(fmnist):
     # two images rebuilt as one can never match: the objective levels off well above zero
-    torch.manual_seed(2)
+    torch.manual_seed(1)  # plateau at iteration 33-34 on one thread and two (seed 2 ends stationary on one)
     model = LeNet(in_channels=1, image_size=28, num_classes=10)
     base, gp, _, _ = _payloads(model, fmnist.train.normalised(slice(0, 2)), fmnist.train.labels[0:2])
     runs = {}
