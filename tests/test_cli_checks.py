@@ -40,6 +40,7 @@ def test_help_with_a_logging_override_is_refused_in_one_line_and_writes_nothing(
 
 
 @pytest.mark.parametrize("args", [["--help"], ["attack=ig", "--help"]])
+@pytest.mark.slow  # over 1.2 s in the quick suite (2026-12-07)
 def test_help_still_prints_the_help(main, capfd, args):
     assert main(*args) == 0
     out = capfd.readouterr().out

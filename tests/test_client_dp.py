@@ -207,6 +207,7 @@ def test_canary_clients_catch_a_broken_mechanism_in_one_run(broken: dict, mode: 
     assert est["verdict"].startswith("BROKEN") and defect in est["verdict"], est["verdict"]
 
 
+@pytest.mark.slow  # over 1.2 s in the quick suite (2026-12-07)
 def test_bad_settings_are_refused_before_training() -> None:
     cases = [dict(mode="global"), dict(clip=0.0), dict(noise_multiplier=-1.0), dict(noise_multiplier=float("nan")),
              dict(noise_multiplier=None), dict(delta=1.5), dict(accountant="gdp"), dict(target_epsilon=0.0),

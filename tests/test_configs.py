@@ -124,6 +124,7 @@ def test_override_check_names_key_and_allowed_values(args, message):
         check_overrides(args)
 
 
+@pytest.mark.slow  # over 1.2 s in the quick suite (2026-12-07)
 def test_valid_sweep_overrides_pass():
     check_overrides(["attack=dlg,idlg", "seed=0,1", "model=convnet", "fl.rounds=2"])
 

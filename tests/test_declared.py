@@ -136,6 +136,7 @@ def test_a_file_attack_writes_a_new_folder_each_time_and_says_where_chance_came_
     assert folders[0] != folders[1] and folders[0].parent == folders[1].parent == tmp_path / "out"
 
 
+@pytest.mark.slow  # over 1.2 s in the quick suite (2026-12-07)
 def test_the_file_attack_s_help_names_every_attack_that_reads_one_message_and_its_example_parses(compose_cfg):
     """The attacks ``--help`` lists are the config options whose attack is a gradient inversion (built, not
     typed), and its example is a command this parser takes."""

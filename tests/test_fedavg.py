@@ -1,6 +1,7 @@
 """FedAvg on the wire: every message recorded, exact bytes, the victim's gradient, determinism."""
 from __future__ import annotations
 
+import pytest
 import torch
 
 from privbench.fl.protocols.fedavg import FedAvg
@@ -55,6 +56,7 @@ def test_victim_gradient_is_the_gradient_at_the_received_model(tmp_path, fmnist)
     assert update.training.steps == 1 and update.training.lr == 0.1
 
 
+@pytest.mark.slow  # over 1.2 s in the quick suite (2026-12-07)
 def test_same_seed_same_numbers(tmp_path, fmnist):
     _, a, wa, init_a = _run(tmp_path / "a", fmnist, seed=5)
     _, b, wb, init_b = _run(tmp_path / "b", fmnist, seed=5)
@@ -66,6 +68,7 @@ def test_same_seed_same_numbers(tmp_path, fmnist):
     assert not torch.equal(a.final["fc.weight"], c.final["fc.weight"])
 
 
+@pytest.mark.slow  # over 1.2 s in the quick suite (2026-12-07)
 def test_training_improves_accuracy(tmp_path, fmnist):
     torch.manual_seed(0)
     model = LeNet(in_channels=1, image_size=28, num_classes=10)

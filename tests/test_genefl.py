@@ -241,6 +241,7 @@ def _tiny(tmp_path, *, seed=0, downlink="full", reference=False, gene=None, roun
 LENET_LAYER_BYTES = {"body.0": 312 * 4, "body.2": 3612 * 4, "body.4": 3612 * 4, "fc": 5890 * 4}
 
 
+@pytest.mark.slow  # over 1.2 s in the quick suite (2026-12-07)
 def test_genefl_messages_and_bytes(tmp_path):
     protocol, result, wire, agnostic = _tiny(tmp_path)
     kinds = [r["kind"] for r in wire.store.records()]

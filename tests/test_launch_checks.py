@@ -69,6 +69,7 @@ def _finished(folder, overrides, key="k0"):
     (folder / "metrics.json").write_text(json.dumps({"run": {"overrides": overrides, "config_key": key, "seed": 0}}))
 
 
+@pytest.mark.slow  # over 1.2 s in the quick suite (2026-12-07)
 def test_a_folder_holding_a_finished_run_of_other_overrides_is_refused(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     _finished(tmp_path / "run", ["seed=0"])
@@ -106,6 +107,7 @@ def test_a_folder_that_existed_before_the_launch_is_never_removed(tmp_path, monk
     assert not (mine / "new").exists() and mine.is_dir()  # Hydra's new folder goes, the one that existed stays
 
 
+@pytest.mark.slow  # over 1.2 s in the quick suite (2026-12-07)
 def test_an_identical_run_waits_for_the_one_running(tmp_path):
     holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1.5)"])
     threading.Thread(target=holder.wait, daemon=True).start()  # reaped when it ends, as another parent's would be

@@ -193,6 +193,7 @@ def test_the_audit_reads_a_genefl_learngene_and_names_the_uncovered_reads(tmp_pa
     (["attack.kind=mislabelled", "fl=genefl", "payload=learngene"], "reruns a client's update; payload=learngene"),
     (["attack.kind=nope"], "attack.kind='nope' is not one of dirac, mislabelled"),
 ])
+@pytest.mark.slow  # over 1.2 s in the quick suite (2026-12-07)
 def test_an_audit_that_cannot_run_is_refused_before_training(tmp_path, extra, message):
     import privbench
     from privbench.errors import PrivbenchError

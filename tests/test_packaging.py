@@ -94,6 +94,7 @@ def test_runs_from_a_user_project_with_its_own_configs_and_a_model_added_by_sear
     assert missing.returncode == 2 and "model=tiny_cnn: unknown option" in missing.stderr
 
 
+@pytest.mark.slow  # over 1.2 s in the quick suite (2026-12-07)
 def test_python_api_runs_in_process_returns_a_typed_result_and_resumes(tmp_path):
     result = privbench.run(TINY, results_dir=tmp_path)
     assert isinstance(result, privbench.AuditResult)
@@ -108,6 +109,7 @@ def test_python_api_runs_in_process_returns_a_typed_result_and_resumes(tmp_path)
     assert again.run_dir == result.run_dir and again.metrics["privacy"] == result.metrics["privacy"]
 
 
+@pytest.mark.slow  # over 1.2 s in the quick suite (2026-12-07)
 def test_python_api_takes_a_composed_config_and_refuses_misspelt_keys(tmp_path):
     cfg = privbench.compose([*TINY, f"results_dir={tmp_path}"])
     assert cfg.name == "fedavg-gradient-idlg-none" and "hydra" not in cfg

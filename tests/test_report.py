@@ -118,6 +118,7 @@ def test_pareto_front():
     assert pareto_front(t).tolist() == [True, False, True, False]
 
 
+@pytest.mark.slow  # over 1.2 s in the quick suite (2026-12-07)
 def test_report_files(results):
     out = build_report(results)
     for name in ("table.csv", "table.md", "paired.md", "runs.csv", "audit.html", "gallery.html", "pareto.png", "bytes.png",

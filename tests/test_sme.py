@@ -95,6 +95,7 @@ def test_alpha_is_learned_inside_the_segment_and_stays_at_an_end():
     assert SME(iterations=30, alpha=0.0, labels="oracle").attack(view, seed=0).info["alpha"] == [0.0]
 
 
+@pytest.mark.slow  # over 1.2 s in the quick suite (2026-12-07)
 def test_it_rebuilds_a_small_clients_multi_step_update_with_its_recovered_counts():
     """FedAvg's 2NN, 8 images in 4 epochs of batches of 4 reshuffled every epoch (8 steps, lr 0.004), one attempt of
     300 steps: the counts are recovered exactly and SME rebuilds most images past 20 dB."""
