@@ -7,9 +7,9 @@ every round's release along each canary's direction, in clip units:
 - local DP (``LocalDpMod``): each canary's own upload less the model it received.
 
 Canaries that the strategy did not send to in a round are scored with sign 0 there; ``UNSEEN`` directions that no
-client ever sends give the null distribution. Andrew et al.'s Gaussian fit then gives mu-GDP and an empirical
-epsilon (``defenses.client_dp.canary_clients.estimate``), set against the epsilon the mechanism's own setting gives
-over the rounds observed. The canary clients' partitions train nothing that reaches the server: the attacks leave
+client ever sends give the null distribution. A Gaussian fit of the draws (``fit``: Student's t over the canaries,
+the per-round shift composed over the rounds) gives mu-GDP and an empirical epsilon, set against the epsilon the
+mechanism's own setting gives over the rounds observed (``defenses.client_dp.canary_clients.verdict``). The canary clients' partitions train nothing that reaches the server: the attacks leave
 them out (``AppRun.without``)."""
 from __future__ import annotations
 
@@ -86,27 +86,36 @@ def _releases(run: AppRun, names: list[str]) -> dict[int, dict[str, Any]]:
     return out
 
 
+def _names(run: AppRun) -> list[str]:
+    """The floating arrays of the first model sent for training (what a canary's update moves), in order."""
+    first = next((b for b in run.models if b.message_type.startswith("train")), None)
+    return [n for n, t in first.arrays.items() if t.is_floating_point()] if first is not None else []
+
+
 def _flat(arrays: dict[str, torch.Tensor], names: list[str]) -> torch.Tensor:
     return torch.cat([arrays[n].double().flatten() for n in names])
 
 
-def scores(run: AppRun, plan: CanaryPlan, *, unseen: int = UNSEEN) -> tuple[np.ndarray, ...]:
+def scores(run: AppRun, plan: CanaryPlan, *, unseen: int = UNSEEN,
+           releases: dict[int, dict[str, Any]] | None = None) -> tuple[np.ndarray, ...]:
     """Each canary's projection per observed round in clip units and its sign (0 where it was not sent to): the
     inserted canaries' then the unseen directions' (``z_in, z_out, s_in, s_out``), and the rounds observed.
 
     What the inserted canaries add when clipping works (the clip along each one's signed direction: the auditor's
     own knowledge) is taken out of every vector projected, each canary's own part kept in its own projection, so that
-    the canaries' cross terms (``clip / sqrt(dims)`` each) do not stand in for the mechanism's noise."""
-    first = next((b for b in run.models if b.message_type.startswith("train")), None)
-    names = [n for n, t in first.arrays.items() if t.is_floating_point()] if first is not None else []
-    if first is None or not names:
+    the canaries' cross terms (``clip / sqrt(dims)`` each) do not stand in for the mechanism's noise. ``releases``:
+    ``_releases`` of the run, where the caller has them."""
+    names = _names(run)
+    releases = _releases(run, names) if releases is None else releases
+    if not names or not releases:
         empty = np.empty((0, 0))
         return empty, empty, empty, empty, np.array([], dtype=int)
-    canaries = CanaryClients(plan.count, shapes={n: first.arrays[n].shape for n in names}, seed=plan.seed)
+    first = next(iter(releases.values()))["sent"]
+    canaries = CanaryClients(plan.count, shapes={n: first[n].shape for n in names}, seed=plan.seed)
     node_of = {j: node for node, j in run.canaries.items()}
     inserted = canaries.directions(0, plan.count)
     kept: list[tuple[int, dict[int, torch.Tensor], torch.Tensor]] = []  # per round: own releases, noise rows
-    for r, rel in sorted(_releases(run, names).items()):
+    for r, rel in sorted(releases.items()):
         sent = _flat(rel["sent"], names)
         joined = [j for j in range(plan.count) if node_of.get(j) in rel["nodes"]]
         planted = {j: plan.clip * canaries.sign(j, r) * inserted[j] for j in joined}
@@ -135,21 +144,15 @@ def scores(run: AppRun, plan: CanaryPlan, *, unseen: int = UNSEEN) -> tuple[np.n
                 value = float(u[j - start] @ own[j]) if j in own else on_noise[j - start, j % len(noises)]
                 z[j, i] = value / plan.clip
                 s[j, i] = canaries.sign(j, r) if (j in own or j >= plan.count) else 0.0
-    rows, rounds = kept, [r for r, _, _ in kept]
-    if not rows:
-        empty = np.empty((0, 0))
-        return empty, empty, empty, empty, np.array([], dtype=int)
     k = plan.count
-    return z[:k], z[k:], s[:k], s[k:], np.array(rounds)
+    return z[:k], z[k:], s[:k], s[k:], np.array([r for r, _, _ in kept], dtype=int)
 
 
-def shares(run: AppRun) -> list[float]:
+def shares(run: AppRun, releases: dict[int, dict[str, Any]] | None = None) -> list[float]:
     """Each canary's share of a round's mean as FedAvg weighs it (``num-examples``), in units of ``1 / updates``
     (the share the wrapper's noise is calibrated for), per round it took part in; none where a weight is unknown."""
-    first = next((b for b in run.models if b.message_type.startswith("train")), None)
-    names = [n for n, t in first.arrays.items() if t.is_floating_point()] if first is not None else []
     out = []
-    for rel in _releases(run, names).values():
+    for rel in (_releases(run, _names(run)) if releases is None else releases).values():
         weights = rel["weights"]
         if weights is None:
             continue
@@ -161,7 +164,7 @@ def shares(run: AppRun) -> list[float]:
 def fit(z_in: np.ndarray, z_out: np.ndarray, s_in: np.ndarray, s_out: np.ndarray, *, delta: float) -> Estimate:
     """mu-GDP of a client in every observed round, from the canaries' scores (canaries x rounds; sign 0 where a
     canary was not sent to). Each round's scores (projection times sign) are centred and scaled by the unseen
-    directions' mean and spread that round (hundreds: taken as exact); every (canary, round) a canary was sent to
+    directions' mean and spread that round (the lower ends allow for their error); every (canary, round) a canary was sent to
     is one draw of the round's mu, assumed the same each round (one setting); Student's t over those draws gives
     its interval (a handful of canaries proves little), and a client in all ``T`` rounds is ``sqrt(T)`` times it
     (Gaussian mechanisms compose so). Round correlation of the unseen scores is the diagnostic of reused noise."""
@@ -205,7 +208,8 @@ def measure(run: AppRun, found: list[dict[str, Any]], *, delta: float, unseen: i
 
     out: dict[str, Any] = {"canaries": plan.count, "unseen": unseen, "norm": plan.norm, "clip": plan.clip,
                            "mechanism_kind": plan.mechanism, "nodes": sorted(run.canaries), "delta": delta}
-    z_in, z_out, s_in, s_out, rounds = scores(run, plan, unseen=unseen)
+    releases = _releases(run, _names(run))
+    z_in, z_out, s_in, s_out, rounds = scores(run, plan, unseen=unseen, releases=releases)
     sent_to = np.abs(s_in).sum(axis=1) > 0 if s_in.size else np.zeros(0, dtype=bool)
     out["rounds_observed"] = [int(r) for r in rounds]
     if len(rounds) == 0 or int(sent_to.sum()) < 2:
@@ -217,7 +221,7 @@ def measure(run: AppRun, found: list[dict[str, Any]], *, delta: float, unseen: i
     accounted = epsilon(planned, [(1.0, len(rounds))], delta=delta) if planned > 0 else math.inf
     out.update(est.as_dict())
     said = verdict(est, claimed=accounted, planned_noise=planned)
-    weighed = shares(run) if plan.mechanism == "central" else []
+    weighed = shares(run, releases) if plan.mechanism == "central" else []
     out["canary_share"] = float(np.mean(weighed)) if weighed else None
     if weighed and max(abs(f - 1) for f in weighed) > 0.05:
         said += (f"; FedAvg weighs the updates by num-examples: the canaries' shares of the mean are "

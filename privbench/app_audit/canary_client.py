@@ -36,6 +36,11 @@ class CanaryPlan:
     seed: int
     mechanism: str = "central"
 
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.norm) and self.norm > 0 and self.count >= 1):
+            raise ValueError(f"privbench canaries: {self.count} canaries of norm {self.norm}: needs a positive count "
+                             "and a positive finite norm (the mechanism's clip)")
+
     def index(self, partition: int) -> int | None:
         """The canary index of ``partition`` (0 for the first canary), or None for a client of the app's own."""
         first = self.partitions - self.count
@@ -116,8 +121,6 @@ def canary_call(app: Any, message: Any, context: Any, plan: CanaryPlan, index: i
     original = app._call if getattr(app, "_call", None) is not None else app._registered_funcs.get(full)
     if original is None:
         return app(message, context)  # Flower's own error for an unregistered type
-    if not math.isfinite(plan.norm) or plan.norm <= 0:
-        raise ValueError(f"privbench canaries: norm {plan.norm} is not a positive number")
     fn, mods = unwrapped(original)
     with app._lifespan(context):
         try:

@@ -156,6 +156,7 @@ class AuditedClientApp(ClientApp):
     def __init__(self, app: ClientApp, notes: str, *, seed: int = 0) -> None:
         super().__init__()
         self.app, self.notes, self.seed = app, notes, seed
+        self.plan: Any = None  # the canary plan, once the server has written it
 
     def seed_numpy(self, message: Message, context: Context) -> None:
         """With canary clients planned: seed numpy's global generator for this call from the audit's seed, the
@@ -166,15 +167,14 @@ class AuditedClientApp(ClientApp):
         round_ = stated_round(message)
         if round_ is None:
             return
-        kind = ("train", "evaluate", "query").index(k) if (k := message.metadata.message_type.split(".")[0]) in (
-            "train", "evaluate", "query") else 3
+        kind = {"train": 0, "evaluate": 1, "query": 2}.get(message.metadata.message_type.split(".")[0], 3)
         partition = int(context.node_config.get("partition-id", -1)) + 1
         np.random.seed(np.random.SeedSequence([self.seed, partition, round_, kind]).generate_state(1)[0])
 
     def __call__(self, message: Message, context: Context) -> Message:
         from privbench.app_audit.canary_client import CanaryPlan, canary_call
 
-        plan = CanaryPlan.read(Path(self.notes))
+        self.plan = plan = self.plan or CanaryPlan.read(Path(self.notes))
         if plan is not None:
             self.seed_numpy(message, context)
         plan = plan if message.metadata.message_type.startswith("train") else None
