@@ -29,7 +29,11 @@ def test_the_bias_identity_gives_the_counts_back_by_hand():
 
 @pytest.mark.slow
 def test_planted_convnet_batches_at_initialisation_are_counted_exactly():
-    """16 images drawn from all 10 classes, 10 seeds of the ConvNet at its initialisation: every count exact."""
+    """16 images drawn from all 10 classes, 10 seeds of the ConvNet at its initialisation: every count exact, and
+    the gradient's own bounds admit every one of them (so ``labels=auto`` keeps them: its check passes)."""
+    from privbench.attacks.labels.bounds import head_bounds
+    from privbench.attacks.target import AttackTarget
+
     train, test = load_fashion_mnist_subset(train=True), load_fashion_mnist_subset(train=False)
     x = normalise(train.images.float() / 255.0, train.mean, train.std)
     public = normalise(test.images[:2000].float() / 255.0, train.mean, train.std)
@@ -39,12 +43,16 @@ def test_planted_convnet_batches_at_initialisation_are_counted_exactly():
         torch.manual_seed(seed)
         model = ConvNet(in_channels=1, image_size=28, num_classes=10)
         rows = torch.from_numpy(rng.choice(len(train.labels), 16, replace=False))
-        bias = torch.autograd.grad(F.cross_entropy(model(x[rows]), train.labels[rows]), [model.fc.bias])[0]
+        weight, bias = torch.autograd.grad(F.cross_entropy(model(x[rows]), train.labels[rows]),
+                                           [model.fc.weight, model.fc.bias])
         with torch.no_grad():
             p = F.softmax(model(public), 1)
         conditional = torch.stack([p[test.labels[:2000] == k].mean(0) for k in range(10)])
         counts = counts_from_bias(bias, 16, conditional)
-        exact += int((counts == np.bincount(train.labels[rows].numpy(), minlength=10)).all())
+        true = np.bincount(train.labels[rows].numpy(), minlength=10)
+        exact += int((counts == true).all())
+        target = AttackTarget(model, {"fc.weight": weight, "fc.bias": bias}, 16, (1, 28, 28), 10)
+        assert head_bounds(target, public).admits(true)
     assert exact == 10
 
 
