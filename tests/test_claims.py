@@ -1,5 +1,6 @@
 """The claims register: every headline finding of the README links its entry, every registered figure is written in
-its finding and equals the table cell it is read from, and the page the README links is the register's."""
+its finding and equals the table cell it is read from, every other figure of a finding is listed as context (not
+measured here) or as untabled, and the page the README links is the register's."""
 from __future__ import annotations
 
 import dataclasses
@@ -8,7 +9,17 @@ from pathlib import Path
 
 import pytest
 
-from privbench.report.claims import Figure, Finding, load, problem, render, stale_reports, tables
+from privbench.report.claims import (
+    Figure,
+    Finding,
+    figure_strings,
+    load,
+    problem,
+    render,
+    stale_reports,
+    tables,
+    unregistered,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 REGISTER = load(ROOT / "docs" / "claims.yaml")
@@ -22,6 +33,10 @@ def _bullets() -> list[str]:
     return [" ".join(b.split()) for b in re.split(r"\n(?=- \*\*)", section)[1:]]
 
 
+def _bullet(finding: Finding) -> str:
+    return next(b for b in _bullets() if b.startswith(f"- **{finding.readme}**"))
+
+
 def test_every_headline_finding_links_its_entry_and_every_entry_is_linked():
     ids = {f.id for f in REGISTER}
     linked = [re.findall(r"\]\(docs/claims\.md#([\w-]+)\)", b) for b in _bullets()]
@@ -31,11 +46,47 @@ def test_every_headline_finding_links_its_entry_and_every_entry_is_linked():
 
 @pytest.mark.parametrize("finding", REGISTER, ids=lambda f: f.id)
 def test_each_figure_is_written_in_its_finding_and_is_its_cell(finding):
-    bullet = next(b for b in _bullets() if b.startswith(f"- **{finding.readme}**"))
+    bullet = _bullet(finding)
     assert f"docs/claims.md#{finding.id}" in bullet and finding.figures and finding.command
     for figure in finding.figures:
         assert " ".join(figure.says.split()) in bullet, figure.says
         assert problem(figure, ROOT) is None, problem(figure, ROOT)
+
+
+@pytest.mark.parametrize("finding", REGISTER, ids=lambda f: f.id)
+def test_every_figure_of_a_finding_is_registered_or_context(finding):
+    """Each figure-like string of the bullet is in a registered figure, a context string or an untabled one (as often
+    as the bullet has it), and each context and untabled string is in the bullet."""
+    assert unregistered(finding, _bullet(finding)) == []
+
+
+def test_figure_strings_are_numbers_with_a_unit_a_decimal_or_an_interval():
+    bullet = "2^22 levels, 10^6-10^7, 1,024 bins, seeds 0-4 ([x](docs/claims.md#y-0.5)): 0.514-0.549, 95% t, 3-4 %"
+    assert figure_strings(bullet) == ["0.514", "0.549", "95%", "4 %"]
+    assert figure_strings("+16.3 dB [-0.1,\n +32.7] over 8.91 MB") == ["+16.3 dB [-0.1, +32.7]", "8.91 MB"]
+
+
+def test_an_unregistered_figure_or_a_stale_context_string_is_caught():
+    finding = next(f for f in REGISTER if f.context and f.figures)
+    bullet = _bullet(finding)
+    assert unregistered(finding, bullet + " It also gains 9.9 dB [1.0, 2.0].") == [
+        "'9.9 dB [1.0, 2.0]' is in no figure, context or untabled string"]
+    repeated = figure_strings(finding.context[0])[0]  # held once by its context string, now written twice
+    assert unregistered(finding, f"{bullet} and {repeated}") == [
+        f"{repeated!r} is in no figure, context or untabled string"]
+    stale = dataclasses.replace(finding, context=[*finding.context, "lr 0.123"], untabled=["5 % of 8"])
+    assert unregistered(stale, bullet) == ["'lr 0.123' is not in the finding", "'5 % of 8' is not in the finding"]
+    near = Finding("a", "A", "cmd", [Figure(says="AUC 0.647 [0.545, 0.749]", table="t", row={}, column="c")])
+    assert unregistered(near, "AUC 0.647 [0.545, 0.749] (chance 0.5)") == [
+        "'0.5' is in no figure, context or untabled string"]  # not hidden by the digits of 0.545
+
+
+def test_the_page_lists_each_findings_context_and_untabled_figures():
+    figure = Figure(says="1", table="docs/studies/old/table.md", row={}, column="c")
+    page = render([Finding("a", "A", "cmd", [figure], context=["lr 0.1", "FPR 1 %"], untabled=["5 % of 8"])])
+    assert "Not measured here (settings, papers' own figures): lr 0.1; FPR 1 %." in page
+    assert "Measured, but in no committed table (not checked): 5 % of 8." in page
+    assert "Not measured" not in render([Finding("a", "A", "cmd", [figure])])
 
 
 def test_a_figure_that_drifted_from_its_cell_or_a_row_that_is_gone_is_caught():

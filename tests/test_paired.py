@@ -49,6 +49,12 @@ def test_a_key_one_arm_does_not_have_is_a_value_of_its_own():
         ("defense", "none", "dpsgd", "", "defense.sigma=-->1", -0.2)]
     two = runs.assign(**{"defense.sigma": [0.5, 0.5, 1.0, 1.0]})
     assert contrasts(two, ["defense", "defense.sigma"]) == []  # two values both arms have differ: not one factor
+    arm = pd.DataFrame({"defense.sigma": [float("nan")] * 2 + [1.0] * 2, "defense.clip": [float("nan")] * 2 + [2.0] * 2,
+                        "seed": [0, 1, 0, 1], "mia_auc": [0.7, 0.8, 0.5, 0.6]})  # an arm that adds two keys: one factor
+    assert [(c.factor, c.with_it, round(c.mean, 6)) for c in contrasts(arm, ["defense.sigma", "defense.clip"])] == [
+        ("defense.sigma", "defense.clip=-->2", -0.2)]
+    mutual = arm.assign(**{"defense.clip": [2.0] * 2 + [float("nan")] * 2})  # each has a key the other lacks: two
+    assert contrasts(mutual, ["defense.sigma", "defense.clip"]) == []
     found = contrasts(runs.assign(**{"defense.sigma": [float("nan")] * 4}), ["defense", "defense.sigma"])
     assert [(c.factor, c.a, c.b, c.fixed, round(c.mean, 6)) for c in found] == [
         ("defense", "none", "dpsgd", "defense.sigma=-", -0.2)]

@@ -6,10 +6,13 @@ A figure matches its cell when each of its numbers (a mean, then its interval) e
 ``at`` on, times ``scale`` (100 for a share written in percent), to the figure's last written digit; ``part``
 picks one number of a figure that names several cells (``89 %, 80 % and 65 %``). A ``span`` figure (``+16 to
 +25 dB``) is the lowest and highest of the cells of every row its ``row`` matches (a list value: any of them).
+Every other figure-like string of a finding (``figure_strings``) is a setting, a paper's own figure or a chance that
+is a definition (``context``), or a measured figure no committed table holds yet (``untabled``, listed, not checked).
 """
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,6 +24,10 @@ from privbench.io import atomic_write_text
 
 _NUMBER = re.compile(r"(?<![\d.])[-+]?\d(?:\d|,\d{3})*(?:\.\d+)?")
 _RULE = re.compile(r"^\|[-| :]+\|$")
+_LINK = re.compile(r"\]\([^)]*\)")
+_FIGURE = re.compile(r"(?<![\w.^/])[-+]?\d(?:\d|,\d{3})*(?:\.\d+)?(?:\s?(?:%|dB\b|MB\b|kB\b))?"
+                     r"(?:\s?\[[-+]?\d[-+\d., ]*\])?")
+_FIGURE_MARK = re.compile(r"[.%\[]|dB|MB|kB")
 
 
 @dataclass(frozen=True)
@@ -39,12 +46,15 @@ class Figure:
 
 @dataclass(frozen=True)
 class Finding:
-    """A headline finding: its anchor, the README bullet's opening words, its figures and the commands behind them."""
+    """A headline finding: its anchor, the README bullet's opening words, its figures, the commands behind them, its
+    figure-like strings that are not measured here (``context``) and its measured ones no committed table holds."""
 
     id: str
     readme: str
     command: str
     figures: list[Figure] = field(default_factory=list)
+    context: list[str] = field(default_factory=list)
+    untabled: list[str] = field(default_factory=list)
 
 
 def load(path: Path) -> list[Finding]:
@@ -58,7 +68,9 @@ def load(path: Path) -> list[Finding]:
                                         column=str(g["column"]), scale=float(g.get("scale", 1.0)),
                                         at=int(g.get("at", 0)), part=None if g.get("part") is None else int(g["part"]),
                                         span=bool(g.get("span", False)))
-                                 for g in f["figures"]])
+                                 for g in f["figures"]],
+                        context=[str(c) for c in f.get("context") or []],
+                        untabled=[str(c) for c in f.get("untabled") or []])
                 for f in raw["findings"]]
     except (KeyError, TypeError, AttributeError, ValueError) as exc:
         raise ConfigError(f"{path}: malformed claims register ({exc!r})") from None
@@ -112,6 +124,30 @@ def numbers(text: str) -> list[tuple[float, int]]:
     return [(float(m.replace(",", "")), len(m.split(".")[1]) if "." in m else 0) for m in _NUMBER.findall(text)]
 
 
+def figure_strings(bullet: str) -> list[str]:
+    """The figure-like strings of ``bullet`` (whitespace collapsed): each number with a unit (%, dB, MB, kB), a
+    decimal point or an interval in brackets after it, with that unit and interval; link targets are skipped.
+
+    Example:
+        >>> figure_strings("lr 0.004: 34 % [22, 45] of 50, -1.5 to +4.7 dB, 2 x 300 steps ([a](docs/claims.md#a-1.5))")
+        ['0.004', '34 % [22, 45]', '-1.5', '+4.7 dB']
+    """
+    text = _LINK.sub("]", " ".join(bullet.split()))
+    return [m for m in _FIGURE.findall(text) if _FIGURE_MARK.search(m)]
+
+
+def unregistered(finding: Finding, bullet: str) -> list[str]:
+    """Why ``bullet``'s figures are not all accounted for by ``finding`` (empty: they are): each figure-like string
+    that its figures' ``says``, its ``context`` and its ``untabled`` strings do not hold as often as the bullet has
+    it, and each ``context`` or ``untabled`` string the bullet does not hold."""
+    texts = {g.says for g in finding.figures} | {*finding.context, *finding.untabled}
+    held = Counter(s for text in texts for s in figure_strings(text))
+    missing = Counter(figure_strings(bullet)) - held
+    stale = [c for c in (*finding.context, *finding.untabled) if " ".join(c.split()) not in " ".join(bullet.split())]
+    return ([f"{s!r} is in no figure, context or untabled string" for s in missing.elements()]
+            + [f"{c!r} is not in the finding" for c in stale])
+
+
 def problem(figure: Figure, root: Path) -> str | None:
     """Why ``figure`` is not its cell (None: it is)."""
     try:
@@ -162,7 +198,8 @@ def render(findings: list[Finding], stale: dict[str, str] | None = None) -> str:
     lines = ["# Claims register", "",
              "Each headline finding of the README, the table cell each of its figures is read from, and the commands "
              "that write those tables. Generated from `docs/claims.yaml` by `python -m privbench.report.claims`; "
-             "`tests/test_claims.py` fails when a README figure is not its cell.", ""]
+             "`tests/test_claims.py` fails when a README figure is not its cell, or is neither a registered figure "
+             "nor listed below its finding as not measured here or as in no committed table.", ""]
     for f in findings:
         lines += [f'<a id="{f.id}"></a>', f"## {f.readme}", "", *_stale_line(f, stale or {}),
                   "| figure | table | row | column | cell |", "|---|---|---|---|---|"]
@@ -173,7 +210,10 @@ def render(findings: list[Finding], stale: dict[str, str] | None = None) -> str:
             link = Path(g.table).relative_to("docs") if g.table.startswith("docs/") else Path("..") / g.table
             lines.append(f"| {g.says} | [{g.table}]({link}) | {row} | {g.column}{scaled} | "
                          f"{_cell_text(g)} |")
-        lines += ["", "<!-- example: skip: the sweeps behind the tables (minutes to hours); tests/test_configs.py "
+        notes = [("Not measured here (settings, papers' own figures)", f.context),
+                 ("Measured, but in no committed table (not checked)", f.untabled)]
+        lines += ["", *(f"{label}: {'; '.join(texts)}.\n" for label, texts in notes if texts)]
+        lines += ["<!-- example: skip: the sweeps behind the tables (minutes to hours); tests/test_configs.py "
                   "plans every value a study sweeps, tests/test_claims.py checks each figure against its table -->",
                   "```bash", f.command, "```", ""]
     return "\n".join(lines)
@@ -197,7 +237,9 @@ def main(argv: Any = None) -> int:
     bad = [f"{f.id}: {p}" for f in findings for g in f.figures if (p := problem(g, root))]
     atomic_write_text(root / "docs" / "claims.md",
                       render(findings, stale_reports(root / "docs" / "claims.yaml")) + "\n")
-    print("\n".join(bad) or f"{sum(len(f.figures) for f in findings)} figures match their cells")
+    print("\n".join(bad) or f"{sum(len(f.figures) for f in findings)} figures match their cells; "
+          f"{sum(len(f.context) for f in findings)} context strings (not measured here), "
+          f"{sum(len(f.untabled) for f in findings)} measured figures in no committed table")
     return 1 if bad else 0
 
 

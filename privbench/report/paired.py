@@ -1,5 +1,6 @@
-"""Arms compared one factor at a time: for every two settings of a sweep that differ in exactly one config value,
-the paired difference of each figure both measured, over the seeds both ran (run of seed s minus run of seed s):
+"""Arms compared one factor at a time: for every two settings of a sweep that differ in exactly one config value (or
+in keys only one of them has, an arm's own settings), the paired difference of each figure both measured, over the
+seeds both ran (run of seed s minus run of seed s):
 its mean, 95 % Student-t interval, and the seeds whose difference has the mean's sign. A setting's repeated runs of
 one seed are averaged first. Other config values that change with the factor (set by the same arm) are named
 beside it. ``paired.md`` and the audit page list them; a difference whose interval excludes 0 is reported as
@@ -68,7 +69,7 @@ def contrasts(runs: pd.DataFrame, keys: list[str]) -> list[Contrast]:
     for one, two in itertools.combinations(settings, 2):
         changed = [i for i, (x, y) in enumerate(zip(one, two)) if x != y]
         differ = [i for i in changed if MISSING not in (one[i], two[i])]  # a key one side lacks is its arm's own
-        if len(differ) > 1 or (not differ and len(changed) != 1):
+        if len(differ) > 1 or (not differ and len(changed) != 1 and not _one_sided(one, two, changed)):
             continue
         i = (differ or changed)[0]
         fixed = ", ".join(f"{k}={v}" for j, (k, v) in enumerate(zip(keys, one)) if j not in changed)
@@ -85,6 +86,12 @@ def contrasts(runs: pd.DataFrame, keys: list[str]) -> list[Contrast]:
             agree = int((d * math.copysign(1.0, mean) > 0).sum()) if mean else 0
             out.append(Contrast(keys[i], str(one[i]), str(two[i]), fixed, with_it, name, len(d), mean, lo, hi, agree))
     return out
+
+
+def _one_sided(one: tuple[str, ...], two: tuple[str, ...], changed: list[int]) -> bool:
+    """Whether every changed key is one setting's own (the other has none of them): an arm that adds several keys,
+    one factor (plain averaging against DP-FedAvg's clipping, noise and accountant)."""
+    return all(one[i] == MISSING for i in changed) or all(two[i] == MISSING for i in changed)
 
 
 def _value(value: object) -> str:
