@@ -173,11 +173,14 @@ def test_a_central_mechanism_whose_noise_is_not_its_setting_is_caught(noise_std,
         assert out["epsilon_interval"][0] <= out["epsilon_planned"] <= out["epsilon_interval"][1]
 
 
-def test_without_a_dp_mechanism_or_with_adaptive_clipping_canaries_are_refused_in_one_line():
+def test_without_a_dp_mechanism_canaries_are_refused_in_one_line_and_an_adaptive_clip_is_named():
+    from flwr.serverapp.strategy import FedAvg
+
     from privbench.app_audit.canaries import mechanism_clip
 
     class DifferentialPrivacyServerSideAdaptiveClipping:
         clipping_norm = 1.0
+        strategy = FedAvg()
 
     class FedAdam:
         pass
@@ -191,8 +194,7 @@ def test_without_a_dp_mechanism_or_with_adaptive_clipping_canaries_are_refused_i
 
     with pytest.raises(ConfigError, match="runs no client-level DP mechanism"):
         mechanism_clip([object()], ClientApp())
-    with pytest.raises(ConfigError, match="adapts its clip"):
-        mechanism_clip([DifferentialPrivacyServerSideAdaptiveClipping()], ClientApp())
+    assert mechanism_clip([DifferentialPrivacyServerSideAdaptiveClipping()], ClientApp()) == (1.0, "central", True)
 
 
 def test_the_verdict_of_an_honest_fit_is_not_broken():

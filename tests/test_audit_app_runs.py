@@ -112,6 +112,29 @@ def test_central_dp_is_found_around_the_strategy_and_its_epsilon_is_scoped(tmp_p
     assert canaries["epsilon_planned"] == pytest.approx(mechanism["epsilon_measured"])
 
 
+def test_adaptive_clipping_is_measured_at_each_round_s_clip_and_its_spending_is_scoped(tmp_path):
+    """Flower's server-side adaptive wrapper (4 rounds, z 0.8, count noise 1): the clip it held each round is noted,
+    the canaries follow it and read its mean's noise, and the epsilon its rounds spent (the uncentred count, the clip
+    after each update) is above the one its setting states, in one line."""
+    code, stdout, stderr, folder = audit(EXAMPLES / "central-dp", tmp_path, "--run-config", "adaptive=true",
+                                         "--run-config", "num-server-rounds=4", "--canaries", "2")
+    assert code == 0 and folder is not None, stdout + stderr[-2000:]
+    summary = json.loads((folder / "metrics.json").read_text())
+    (mechanism,) = summary["mechanisms"]
+    assert mechanism["mechanism"] == "DifferentialPrivacyServerSideAdaptiveClipping"
+    clips = [mechanism["adaptive_clips"][str(r)] for r in range(1, 5)] + [mechanism["adaptive_clip_final"]]
+    assert clips[0] == 0.5 and len(set(clips)) == 5  # the initial clip, then one per update
+    assert mechanism["noise_multiplier_stated"] == pytest.approx(0.8)
+    z_delta = mechanism["noise_multiplier_model"]
+    by_hand = sum((a / b / z_delta) ** 2 + 1.0 for a, b in zip(clips, clips[1:]))  # sigma_b 1: the count's 1 / 1
+    assert mechanism["mu_as_run"] == pytest.approx(math.sqrt(by_hand))
+    assert mechanism["epsilon_measured"] == mechanism["epsilon_as_run"] > mechanism["epsilon_stated"]
+    assert "adaptive clipping spends epsilon" in stderr + stdout
+    canaries = summary["canaries"]
+    assert canaries["verdict"].startswith("consistent") and canaries["rounds_observed"] == [1, 2, 3, 4]
+    assert canaries["noise_measured"] == pytest.approx(z_delta, rel=0.15)
+
+
 def test_secure_aggregation_hides_the_uploads_and_a_gate_on_them_cannot_pass(tmp_path):
     from opacus.accountants import RDPAccountant
 

@@ -36,33 +36,37 @@ UNSEEN = 1000
 MEANS = ("FedAvg", "FedProx")
 
 
-def mechanism_clip(strategies: list[Any], client_app: Any) -> tuple[float, str]:
-    """The clip of the app's client-level DP mechanism and where it acts (``central`` or ``local``); one line
-    when it runs none the canaries can measure."""
+def mechanism_clip(strategies: list[Any], client_app: Any) -> tuple[float, str, bool]:
+    """The clip of the app's client-level DP mechanism (under adaptive clipping, its first), where it acts
+    (``central`` or ``local``) and whether the clip adapts; one line when it runs none the canaries can measure."""
     for strategy in strategies:
         name = type(strategy).__name__
         if name.startswith("DifferentialPrivacy"):
-            if "Adaptive" in name:
-                raise ConfigError(f"--canaries: {name} adapts its clip every round; canary clients are measured "
-                                  "against a fixed clip (not built for adaptive clipping)")
             inner = type(getattr(strategy, "strategy", None)).__name__
             if inner not in MEANS:
                 raise ConfigError(f"--canaries: {name} wraps {inner}, whose next model is not the mean of the "
                                   f"updates it received (the canaries read a release of {' or '.join(MEANS)})")
-            return float(strategy.clipping_norm), "central"
+            return float(strategy.clipping_norm), "central", "AdaptiveClipping" in name
     for mod in client_mods(client_app):
         if type(mod).__name__ == "LocalDpMod":
-            return float(mod.clipping_norm), "local"
+            return float(mod.clipping_norm), "local", False
     raise ConfigError("--canaries: the app runs no client-level DP mechanism the canaries can measure (a Flower DP "
-                      "wrapper around its strategy with a fixed clip, or LocalDpMod on its ClientApp)")
+                      "wrapper around its strategy, or LocalDpMod on its ClientApp)")
 
 
 def planner(count: int, partitions: int, *, seed: int, scale: float = SCALE) -> Planner:
     """What ``run_app`` calls before the first train message leaves: the plan of ``count`` canary clients."""
     def plan(strategies: list[Any], client_app: Any) -> CanaryPlan:
-        clip, where = mechanism_clip(strategies, client_app)
-        return CanaryPlan(count, partitions, scale * clip, clip, seed, where)
+        clip, where, adaptive = mechanism_clip(strategies, client_app)
+        return CanaryPlan(count, partitions, scale * clip, clip, seed, where, adaptive)
     return plan
+
+
+def _clip_of(run: AppRun, plan: CanaryPlan, round_: int) -> float | None:
+    """The clip round ``round_``'s updates were clipped to: the plan's, or under adaptive clipping the round's."""
+    if not plan.adaptive:
+        return plan.clip
+    return run.clips.used(round_) if run.clips is not None else None
 
 
 def _releases(run: AppRun, names: list[str]) -> dict[int, dict[str, Any]]:
@@ -98,7 +102,8 @@ def _flat(arrays: dict[str, torch.Tensor], names: list[str]) -> torch.Tensor:
 
 def scores(run: AppRun, plan: CanaryPlan, *, unseen: int = UNSEEN,
            releases: dict[int, dict[str, Any]] | None = None) -> tuple[np.ndarray, ...]:
-    """Each canary's projection per observed round in clip units and its sign (0 where it was not sent to): the
+    """Each canary's projection per observed round in clip units (the round's clip, under adaptive clipping) and its
+    sign (0 where it was not sent to): the
     inserted canaries' then the unseen directions' (``z_in, z_out, s_in, s_out``), and the rounds observed.
 
     What the inserted canaries add when clipping works (the clip along each one's signed direction: the auditor's
@@ -114,11 +119,14 @@ def scores(run: AppRun, plan: CanaryPlan, *, unseen: int = UNSEEN,
     canaries = CanaryClients(plan.count, shapes={n: first[n].shape for n in names}, seed=plan.seed)
     node_of = {j: node for node, j in run.canaries.items()}
     inserted = canaries.directions(0, plan.count)
-    kept: list[tuple[int, dict[int, torch.Tensor], torch.Tensor]] = []  # per round: own releases, noise rows
+    kept: list[tuple[int, dict[int, torch.Tensor], torch.Tensor, float]] = []  # own releases, noise rows, clip
     for r, rel in sorted(releases.items()):
+        clip = _clip_of(run, plan, r)
+        if clip is None:  # an adaptive clip not noted for the round: its canaries' parts are unknown
+            continue
         sent = _flat(rel["sent"], names)
         joined = [j for j in range(plan.count) if node_of.get(j) in rel["nodes"]]
-        planted = {j: plan.clip * canaries.sign(j, r) * inserted[j] for j in joined}
+        planted = {j: clip * canaries.sign(j, r) * inserted[j] for j in joined}
         own: dict[int, torch.Tensor] = {}  # a canary's own release: its projection is not cleaned of its own part
         if plan.mechanism == "central":
             if rel["next"] is None:
@@ -132,20 +140,20 @@ def scores(run: AppRun, plan: CanaryPlan, *, unseen: int = UNSEEN,
             noise = [own[j] - planted[j] for j in own]
             if not noise:
                 continue
-        kept.append((r, own, torch.stack(noise)))
+        kept.append((r, own, torch.stack(noise), clip))
     total = plan.count + unseen
     z, s = np.empty((total, len(kept))), np.zeros((total, len(kept)))
     for start in range(0, total, CHUNK):  # each direction drawn once, projected on every round's releases
         stop = min(start + CHUNK, total)
         u = canaries.directions(start, stop)
-        for i, (r, own, noises) in enumerate(kept):
+        for i, (r, own, noises, clip) in enumerate(kept):
             on_noise = (u @ noises.T).numpy()
             for j in range(start, stop):
                 value = float(u[j - start] @ own[j]) if j in own else on_noise[j - start, j % len(noises)]
-                z[j, i] = value / plan.clip
+                z[j, i] = value / clip
                 s[j, i] = canaries.sign(j, r) if (j in own or j >= plan.count) else 0.0
     k = plan.count
-    return z[:k], z[k:], s[:k], s[k:], np.array([r for r, _, _ in kept], dtype=int)
+    return z[:k], z[k:], s[:k], s[k:], np.array([r for r, _, _, _ in kept], dtype=int)
 
 
 def shares(run: AppRun, releases: dict[int, dict[str, Any]] | None = None) -> list[float]:
@@ -237,8 +245,12 @@ def _planned(found: list[dict[str, Any]], plan: CanaryPlan, *, rounds: int) -> t
     stands for, and the mechanism's name."""
     if plan.mechanism == "central":
         row = next(m for m in found if str(m.get("mechanism", "")).startswith("DifferentialPrivacy"))
-        return (float(row["noise_multiplier_measured"]), "the wrapper's noise multiplier over the clients it sent "
-                "to each round, no amplification by sampling (as its own accountant)", str(row["mechanism"]))
+        what = ("the wrapper's noise multiplier over the clients it sent to each round, no amplification by sampling "
+                "(as its own accountant)")
+        if plan.adaptive:
+            what = ("the wrapper's noise multiplier on the mean (z_Delta of its split) over the clients it sent to each "
+                    "round, at the round's clip: the canaries read the mean's release, not the clipped count's")
+        return float(row["noise_multiplier_measured"]), what, str(row["mechanism"])
     row = next(m for m in found if m.get("mechanism") == "LocalDpMod")
     eps, mod_delta = float(row[EPSILON_CLAIMED.key]), float(row["delta"])
     z = math.sqrt(2 * math.log(1.25 / mod_delta)) / eps if eps > 0 and 0 < mod_delta < 1 else 0.0

@@ -181,7 +181,7 @@ class AuditedClientApp(ClientApp):
         canary = plan.index(int(context.node_config.get("partition-id", -1))) if plan is not None else None
         with noting_loaders() as seen, noting_dp_sgd() as dp_sgd:
             if plan is not None and canary is not None:
-                reply = canary_call(self.app, message, context, plan, canary)
+                reply = canary_call(self.app, message, context, plan, canary, Path(self.notes))
             else:
                 reply = self.app(message, context)
         inputs, labels = seen.joined(seen.trained)

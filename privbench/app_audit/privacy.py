@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from privbench.app_audit.adaptive_clipping import ClipTrajectory, as_run
 from privbench.app_audit.simulation import AppRun
 from privbench.figures.one_run import EPSILON_CLAIMED
 
@@ -120,14 +121,17 @@ def local_dp(run: AppRun, mod: Any, *, rounds: int, seed: int) -> dict[str, Any]
     return out
 
 
-def strategy_dp(strategy: Any, *, sent: list[int], delta: float, secure: bool = False) -> dict[str, Any] | None:
+def strategy_dp(strategy: Any, *, sent: list[int], delta: float, secure: bool = False,
+                clips: ClipTrajectory | None = None) -> dict[str, Any] | None:
     """A DP wrapper around the app's strategy (Flower's fixed or adaptive clipping), or None for a plain strategy.
 
     ``sent`` is the number of train messages of each round. The wrapper's noise is ``z C / num_sampled_clients`` on
     the mean of the updates it received; with fewer clients than it was told, one client moves that mean by
     ``C / received``, so its noise multiplier is ``z received / num_sampled_clients``. No amplification by sampling
     is counted (Flower samples a fixed number of clients; its own accountant refuses to count it either). ``secure``:
-    the updates reach the server through secure aggregation (their sum only)."""
+    the updates reach the server through secure aggregation (their sum only). An adaptive-clipping wrapper's
+    epsilon is the one its rounds spent (``adaptive_clipping.as_run``: the clipped count and the clip each round
+    was noised at) from ``clips``, the trajectory the audit noted."""
     from privbench.defenses.calibration import epsilon
 
     name = type(strategy).__name__
@@ -139,19 +143,27 @@ def strategy_dp(strategy: Any, *, sent: list[int], delta: float, secure: bool = 
     fewest = min(sent, default=declared)
     effective = z * fewest / declared if declared else z
     eps = epsilon(effective, [(1.0, rounds)], delta=delta) if effective > 0 and rounds else math.inf
-    clips = "the server clips each update" if "ServerSide" in name else "each client clips its update (fixedclipping_mod)"
+    clips_by = ("the server clips each update" if "ServerSide" in name else
+                "each client clips its update (fixedclipping_mod or adaptiveclipping_mod)")
     sees = ("under secure aggregation it sees only their sum, still without the noise" if secure else
             "so it sees every update without the noise (the attacks on each upload are its view)")
     problems = []
     if declared and fewest < declared:
         problems.append(f"{name}: told {declared} clients a round but sent to {fewest}: its noise multiplier is "
                         f"{effective:.3g}, not {z:g}, and its epsilon over {rounds} rounds {eps:.3g}")
-    return {"mechanism": name, "covers": f"the models the server releases: {clips} and the server adds the noise; {sees}",
-            "inner_strategy": type(getattr(strategy, "strategy", None)).__name__, "noise_multiplier": z,
-            "noise_multiplier_measured": effective,
-            "clip": float(getattr(strategy, "clipping_norm", getattr(strategy, "initial_clipping_norm", math.nan))),
-            "num_sampled_clients": declared, "clients_sent": sent, "rounds": rounds, "delta": delta,
-            "epsilon_measured": eps, "epsilon_sampling": "none counted", "problems": problems}
+    row = {"mechanism": name, "covers": f"the models the server releases: {clips_by} and the server adds the noise; "
+           f"{sees}", "inner_strategy": type(getattr(strategy, "strategy", None)).__name__, "noise_multiplier": z,
+           "noise_multiplier_measured": effective,
+           "clip": float(getattr(strategy, "clipping_norm", getattr(strategy, "initial_clipping_norm", math.nan))),
+           "num_sampled_clients": declared, "clients_sent": sent, "rounds": rounds, "delta": delta,
+           "epsilon_measured": eps, "epsilon_sampling": "none counted", "problems": problems}
+    if "AdaptiveClipping" in name and clips is not None and declared:
+        spent = as_run(clips, z_delta=z, sigma_b=float(getattr(strategy, "clipped_count_stddev", 0.0) or 0.0),
+                       declared=declared, received=sent, delta=delta)
+        problems += spent.pop("problems")
+        row.update({**spent, "clip": clips.used(min(clips.clips)) if clips.clips else row["clip"],
+                    "epsilon_measured": spent["epsilon_as_run"]})
+    return row
 
 
 #: A metric that reports an epsilon: ``eps``, ``epsilon``, ``epsilon_spent``, ``eps-total`` (not ``steps``).

@@ -163,12 +163,12 @@ class RecordingGrid(Grid):
     """The app's grid, wrapped: messages pass unchanged, and each is measured on its way (``Sent``).
 
     The ServerApp gets this grid in place of its own; every method forwards to the grid Flower gave it, and a
-    batch's wait for replies is capped at ``reply_timeout`` seconds. ``before_train`` is called before any batch
-    that holds a train message leaves (the audit plans its canary clients there).
+    batch's wait for replies is capped at ``reply_timeout`` seconds. ``before_train`` is called with any batch that
+    holds a train message before it leaves (the audit plans its canary clients there, and reads an adaptive clip).
     """
 
     def __init__(self, grid: Grid, *, reply_timeout: float = 300.0,
-                 before_train: Callable[[], None] | None = None) -> None:
+                 before_train: Callable[[list[Message]], None] | None = None) -> None:
         self.grid, self.reply_timeout, self.before_train = grid, reply_timeout, before_train
         self.messages: list[Sent] = []
         self._rounds: dict[str, int] = {}
@@ -230,7 +230,7 @@ class RecordingGrid(Grid):
 
     def _about_to_send(self, messages: list[Message]) -> None:
         if self.before_train is not None and any(m.metadata.message_type.startswith("train") for m in messages):
-            self.before_train()
+            self.before_train(messages)
 
     def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
         messages = list(messages)

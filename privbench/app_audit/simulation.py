@@ -3,6 +3,7 @@ strategy's ``start``; what it sent, what its clients trained on and the strategi
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import random
 import tempfile
@@ -14,12 +15,14 @@ from typing import Any
 import numpy as np
 import torch
 
+from privbench.app_audit.adaptive_clipping import ClipTrajectory, adaptive_wrapper
 from privbench.app_audit.app import AppError, FlowerApp, load_component
-from privbench.app_audit.canary_client import CanaryPlan
+from privbench.app_audit.canary_client import CLIPS, CanaryPlan
 from privbench.app_audit.client_side import AuditedClientApp
-from privbench.app_audit.recording import Broadcast, RecordingGrid, Sent
+from privbench.app_audit.recording import Broadcast, RecordingGrid, Sent, stated_round
 from privbench.errors import PrivbenchError
 from privbench.flower.simulation import environment
+from privbench.io import atomic_write_text
 
 
 @dataclass
@@ -37,13 +40,15 @@ class AppRun:
     #: the canary clients' plan (``canary_client``) and their nodes (node -> canary index)
     canary_plan: CanaryPlan | None = None
     canaries: dict[int, int] = field(default_factory=dict)
+    #: an adaptive-clipping DP wrapper's clip, round by round (None: the app runs none)
+    clips: ClipTrajectory | None = None
 
     def without(self, nodes: set[int]) -> AppRun:
         """This run with ``nodes``' messages, notes and partitions left out (what the attacks read when ``nodes``
         are the audit's canary clients)."""
         return AppRun([m for m in self.messages if m.node not in nodes], [n for n in self.notes if n["node"] not in nodes],
                       self.strategies, self.client_app, {k: v for k, v in self.partitions.items() if k not in nodes},
-                      self.models, self.canary_plan, {})
+                      self.models, self.canary_plan, {}, self.clips)
 
 
 @contextlib.contextmanager
@@ -97,17 +102,11 @@ def run_app(app: FlowerApp, *, seed: int, slots: int = 2, reply_timeout: float =
     server_app, client_app = load_component(app, "serverapp"), load_component(app, "clientapp")
     outcome: dict[str, Any] = {}
     wrapper = ServerApp()
-
-    def before_train() -> None:
-        if canaries is not None and "plan" not in outcome:
-            legacy = getattr(server_app, "_strategy", None)
-            outcome["plan"] = plan = canaries([*started, *([legacy] if legacy is not None else [])], client_app)
-            if plan is not None:
-                plan.write(Path(notes))
+    hooks = _ServerHooks(server_app, client_app, canaries, outcome)
 
     @wrapper.main()
     def main(grid: Any, context: Context) -> None:
-        outcome["grid"] = recording = RecordingGrid(grid, reply_timeout=reply_timeout, before_train=before_train)
+        outcome["grid"] = recording = RecordingGrid(grid, reply_timeout=reply_timeout, before_train=hooks.before_train)
         try:
             server_app(recording, context)
         except BaseException as exc:  # raised again in the caller, as one line
@@ -127,15 +126,53 @@ def run_app(app: FlowerApp, *, seed: int, slots: int = 2, reply_timeout: float =
     random.seed(seed)
     with tempfile.TemporaryDirectory(prefix="privbench-app-notes-") as notes, \
             environment(PYTHONPATH=path, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1"), noting_strategies() as started:
+        hooks.notes, hooks.started = Path(notes), started
         _run_simulation(num_supernodes=app.supernodes, exit_event=_leave_event(), client_app=AuditedClientApp(
             client_app, notes, seed=seed), server_app=wrapper, backend_config=backend, app_dir=str(app.root), is_app=True,
             run=run, server_app_context=context)
         read = [torch.load(p, weights_only=True) for p in sorted(Path(notes).glob("*.pt"))]
     grid = _checked(app, outcome, reply_timeout)
-    legacy_strategy = getattr(server_app, "_strategy", None)  # a ServerApp(server_fn=...) sets it when it runs
-    return AppRun(grid.messages, read, [*started, *([legacy_strategy] if legacy_strategy is not None else [])], client_app,
+    return AppRun(grid.messages, read, hooks.strategies(), client_app,
                   {int(n["node"]): int(n["partition"]) for n in read}, grid.models, outcome.get("plan"),
-                  {int(n["node"]): int(n["canary"]) for n in read if n.get("canary") is not None})
+                  {int(n["node"]): int(n["canary"]) for n in read if n.get("canary") is not None}, hooks.clips())
+
+
+class _ServerHooks:
+    """What the audit does in the server's process as the app runs: plan the canary clients when the first train
+    message is about to leave, and note an adaptive-clipping wrapper's clip as each round's leave (written for the
+    canary clients where there are some)."""
+
+    def __init__(self, server_app: Any, client_app: Any, canaries: Planner | None, outcome: dict[str, Any]) -> None:
+        self.server_app, self.client_app, self.canaries, self.outcome = server_app, client_app, canaries, outcome
+        self.notes: Path | None = None
+        self.started: list[Any] = []
+        self.trajectory = ClipTrajectory()
+
+    def strategies(self) -> list[Any]:
+        """The strategies started so far, and a legacy ``ServerApp(server_fn=...)``'s (set when it runs)."""
+        legacy = getattr(self.server_app, "_strategy", None)
+        return [*self.started, *([legacy] if legacy is not None else [])]
+
+    def before_train(self, messages: list[Any]) -> None:
+        assert self.notes is not None
+        if self.canaries is not None and "plan" not in self.outcome:
+            self.outcome["plan"] = plan = self.canaries(self.strategies(), self.client_app)
+            if plan is not None:
+                plan.write(self.notes)
+        adaptive = adaptive_wrapper(self.strategies())
+        if adaptive is not None:  # the clip this round's updates will be clipped to, noted before they leave
+            self.trajectory.note(stated_round(messages[0]), adaptive)
+            if self.outcome.get("plan") is not None:
+                clips = {str(r): c for r, c in self.trajectory.clips.items()}
+                atomic_write_text(self.notes / CLIPS, json.dumps(clips))
+
+    def clips(self) -> ClipTrajectory | None:
+        """After the run: the adaptive wrapper's clip each round and after the last (None: the app ran none)."""
+        adaptive = adaptive_wrapper(self.strategies())
+        if adaptive is None:
+            return None
+        self.trajectory.final = float(adaptive.clipping_norm)
+        return self.trajectory
 
 
 def _checked(app: FlowerApp, outcome: dict[str, Any], reply_timeout: float) -> RecordingGrid:
