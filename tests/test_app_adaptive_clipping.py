@@ -20,7 +20,7 @@ from privbench.metrics.one_run_fdp import gdp_epsilon
 
 def test_a_constant_clip_without_a_count_spends_what_its_setting_states():
     clips = ClipTrajectory({1: 0.5, 2: 0.5, 3: 0.5}, final=0.5)
-    out = as_run(clips, z_delta=0.8, sigma_b=0.0, declared=4, received=[4, 4, 4], delta=1e-5)
+    out = as_run(clips, z_delta=0.8, sigma_b=0.0, declared=4, received={1: 4, 2: 4, 3: 4}, delta=1e-5)
     assert out["mu_as_run"] == pytest.approx(math.sqrt(3) / 0.8) == pytest.approx(out["mu_stated"])
     assert out["epsilon_as_run"] == pytest.approx(gdp_epsilon(math.sqrt(3) / 0.8, delta=1e-5))
     assert out["problems"] == [] and out["clip_ratio_range"] == [1.0, 1.0]
@@ -30,19 +30,46 @@ def test_the_rounds_compose_with_the_count_and_the_clip_after_each_update_by_han
     # round t: the mean (sensitivity C_t m / n) noised at z_Delta C_{t+1}, and the count (sensitivity 1) at sigma_b
     clips = ClipTrajectory({1: 1.0, 2: 0.8, 3: 0.9}, final=0.6)
     z_delta, sigma_b = stated_noise(1.0, 0.0), 2.0
-    out = as_run(clips, z_delta=z_delta, sigma_b=sigma_b, declared=4, received=[4, 2, 4], delta=1e-5)
+    out = as_run(clips, z_delta=z_delta, sigma_b=sigma_b, declared=4, received={1: 4, 2: 2, 3: 4}, delta=1e-5)
     by_hand = (1.0 / 0.8) ** 2 + (0.8 * 4 / 2 / 0.9) ** 2 + (0.9 / 0.6) ** 2 + 3 / sigma_b ** 2
     assert out["mu_as_run"] == pytest.approx(math.sqrt(by_hand), rel=1e-12)
     stated = stated_noise(z_delta, sigma_b)  # the wrapper's z: 1 / z^2 = 1 / z_Delta^2 + 1 / (2 sigma_b)^2
     assert 1 / stated ** 2 == pytest.approx(1.0 + 1 / 16)
     assert out["mu_stated"] == pytest.approx(math.sqrt(3) / stated)
     assert out["epsilon_as_run"] > out["epsilon_stated"] and len(out["problems"]) == 1
-    assert "uncentred" in out["problems"][0] and "from 0.889 to 1.5" in out["problems"][0]
+    assert "moves its clipped count by 1" in out["problems"][0] and "from 0.889 to 1.5" in out["problems"][0]
+    assert out["mu_mean_as_run"] == pytest.approx(math.sqrt(by_hand - 3 / sigma_b ** 2), rel=1e-12)
 
 
-def test_a_round_without_a_clip_after_its_update_is_not_bounded():
-    out = as_run(ClipTrajectory({1: 1.0}), z_delta=1.0, sigma_b=1.0, declared=2, received=[2], delta=1e-5)
-    assert out["epsilon_as_run"] == math.inf and "not bounded" in out["problems"][0]
+def test_a_round_without_a_clip_after_its_update_or_not_noted_is_not_bounded():
+    out = as_run(ClipTrajectory({1: 1.0}), z_delta=1.0, sigma_b=1.0, declared=2, received={1: 2}, delta=1e-5)
+    assert out["epsilon_as_run"] == math.inf and "round 1 has no clip after its update" in out["problems"][0]
+    noted = ClipTrajectory({1: 1.0, 2: 0.9}, final=0.8)  # the strategy trained 3 rounds; 2 were noted
+    out = as_run(noted, z_delta=1.0, sigma_b=1.0, declared=2, received={1: 2, 2: 2, 3: 2}, delta=1e-5)
+    assert out["epsilon_as_run"] == math.inf and "noted for rounds [1, 2] where the strategy trained rounds [1, 2, 3]" \
+        in out["problems"][0]
+    none = as_run(ClipTrajectory(), z_delta=1.0, sigma_b=1.0, declared=2, received={1: 2}, delta=1e-5)
+    assert none["epsilon_as_run"] == math.inf  # nothing noted is not zero spent
+
+
+def test_the_wrapper_s_row_states_its_given_noise_and_what_its_rounds_spent():
+    from privbench.app_audit.privacy import strategy_dp
+
+    class FedAvg:
+        pass
+
+    class DifferentialPrivacyServerSideAdaptiveClipping:
+        noise_multiplier, clipped_count_stddev, num_sampled_clients = 2.0, 1.5, 4
+        clipping_norm, strategy = 0.3, FedAvg()
+
+    clips = ClipTrajectory({1: 1.0, 2: 0.8}, final=0.6)
+    row = strategy_dp(DifferentialPrivacyServerSideAdaptiveClipping(), sent=[4, 4], delta=1e-5, clips=clips,
+                      rounds_sent=[1, 2])
+    assert row is not None and row["noise_multiplier"] == pytest.approx(stated_noise(2.0, 1.5))
+    assert row["clip"] == 1.0 and row["epsilon_measured"] == row["epsilon_as_run"]
+    assert row["mu_as_run"] == pytest.approx(math.sqrt((1 / 0.8 / 2) ** 2 + (0.8 / 0.6 / 2) ** 2 + 2 / 1.5 ** 2))
+    unnoted = strategy_dp(DifferentialPrivacyServerSideAdaptiveClipping(), sent=[4], delta=1e-5)
+    assert unnoted is not None and unnoted["epsilon_measured"] == math.inf and "not bounded" in unnoted["problems"][0]
 
 
 @pytest.fixture
@@ -117,7 +144,10 @@ def test_canaries_read_each_round_in_its_own_clip():
     out = measure(run, found, delta=1e-5, unseen=300)
     assert out is not None and out["verdict"].startswith("consistent"), out["verdict"]
     assert out["epsilon_interval"][0] <= out["epsilon_planned"] <= out["epsilon_interval"][1]
-    assert "z_Delta" in out["claim"]
+    assert "noise multiplier" in out["claim"]
+    as_ran = [{**found[0], "mu_mean_as_run": math.sqrt(12) / 0.9, "adaptive_clips": {r: 1.0 for r in range(1, 13)}}]
+    out = measure(run, as_ran, delta=1e-5, unseen=300)  # the mean as it ran: z 0.9 over the 12 rounds
+    assert out is not None and out["noise_multiplier_planned"] == pytest.approx(0.9) and "as it ran" in out["claim"]
 
 
 def test_a_round_whose_clip_was_not_noted_is_left_out():

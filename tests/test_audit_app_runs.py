@@ -124,14 +124,16 @@ def test_adaptive_clipping_is_measured_at_each_round_s_clip_and_its_spending_is_
     assert mechanism["mechanism"] == "DifferentialPrivacyServerSideAdaptiveClipping"
     clips = [mechanism["adaptive_clips"][str(r)] for r in range(1, 5)] + [mechanism["adaptive_clip_final"]]
     assert clips[0] == 0.5 and len(set(clips)) == 5  # the initial clip, then one per update
-    assert mechanism["noise_multiplier_stated"] == pytest.approx(0.8)
+    assert mechanism["noise_multiplier_stated"] == mechanism["noise_multiplier"] == pytest.approx(0.8)
     z_delta = mechanism["noise_multiplier_model"]
     by_hand = sum((a / b / z_delta) ** 2 + 1.0 for a, b in zip(clips, clips[1:]))  # sigma_b 1: the count's 1 / 1
     assert mechanism["mu_as_run"] == pytest.approx(math.sqrt(by_hand))
     assert mechanism["epsilon_measured"] == mechanism["epsilon_as_run"] > mechanism["epsilon_stated"]
-    assert "adaptive clipping spends epsilon" in stderr + stdout
+    assert "adaptive clipping spent epsilon" in stderr + stdout
     canaries = summary["canaries"]
     assert canaries["verdict"].startswith("consistent") and canaries["rounds_observed"] == [1, 2, 3, 4]
+    mean_only = sum((a / b / z_delta) ** 2 for a, b in zip(clips, clips[1:]))  # the mean's share, as it ran
+    assert canaries["noise_multiplier_planned"] == pytest.approx(2 / math.sqrt(mean_only))
     assert canaries["noise_measured"] == pytest.approx(z_delta, rel=0.15)
 
 

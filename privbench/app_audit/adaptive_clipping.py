@@ -5,15 +5,17 @@ privacy the rounds spent given that trajectory.
 ``DifferentialPrivacy{Server,Client}SideAdaptiveClipping`` (the legacy and the Message API wrappers alike) update
 their clip inside ``aggregate_train`` *before* they add the model noise, so round ``t``'s mean, whose updates were
 clipped to ``C_t``, is noised with ``z_Delta C_{t+1} / m``; and they count the clipped updates uncentred (one client
-moves the count by 1, where the noise split ``compute_adaptive_noise_params`` assumes 1/2). Each round releases two
-Gaussian mechanisms, the mean and the count, so ``mu_t^2 = (C_t m / (n z_Delta C_{t+1}))^2 + (1 / sigma_b)^2`` with
-``n`` updates received of the ``m`` declared, and the rounds compose as ``mu = sqrt(sum mu_t^2)`` (exact for Gaussian
-releases without sampling). The wrapper's own setting claims ``sqrt(T) / z`` with ``z^-2 = z_Delta^-2 +
-(2 sigma_b)^-2``."""
+moves the count by 1, where the noise split ``compute_adaptive_noise_params`` assumes 1/2, a centred count under
+add/remove adjacency). Each round releases two Gaussian mechanisms, the mean and the count, so ``mu_t^2 = (C_t m /
+(n z_Delta C_{t+1}))^2 + (1 / sigma_b)^2`` with ``n`` updates received of the ``m`` declared, and the rounds compose
+as ``mu = sqrt(sum mu_t^2)``. That is the run's
+realised spending, read after the fact: ``C_t / C_{t+1}`` depends on the noisy count and has no bound set in
+advance, so it is no guarantee the wrapper could have given (that needs a privacy filter). The wrapper's own setting
+claims ``sqrt(T) / z`` with ``z^-2 = z_Delta^-2 + (2 sigma_b)^-2``."""
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,22 +65,31 @@ class ClipTrajectory:
         return self.clips[min(later)] if later else self.final
 
 
+def _unbounded(trajectory: ClipTrajectory, why: str) -> dict[str, Any]:
+    return {"adaptive_clips": trajectory.clips, "mu_as_run": math.inf, "mu_mean_as_run": math.inf,
+            "epsilon_as_run": math.inf, "problems": [f"adaptive clipping: {why}, so what its rounds spent is not "
+                                                     "bounded here"]}
+
+
 def as_run(trajectory: ClipTrajectory, *, z_delta: float, sigma_b: float, declared: int,
-           received: Sequence[int], delta: float) -> dict[str, Any]:
-    """The privacy a client spent over the rounds the trajectory holds (``received[i]``: updates counted in its
-    ``i``-th round), against the wrapper's stated setting; one line of problems where they part."""
+           received: Mapping[int, int], delta: float) -> dict[str, Any]:
+    """The privacy a client spent over the rounds the wrapper trained (``received``: round -> updates counted),
+    against the wrapper's stated setting; one line of problems where they part, or where a round's clip was not
+    noted (then unbounded)."""
     from privbench.metrics.one_run_fdp import gdp_epsilon
 
-    rounds = sorted(trajectory.clips)
-    ratios, per_round = [], []
-    for r, n in zip(rounds, received):
-        used, noised = trajectory.used(r), trajectory.noised(r)
+    rounds = sorted(received)
+    if not rounds or set(rounds) != set(trajectory.clips):
+        return _unbounded(trajectory, f"the clip was noted for rounds {sorted(trajectory.clips)} where the strategy "
+                                      f"trained rounds {rounds}")
+    ratios, per_round, means = [], [], []
+    for r in rounds:
+        used, noised, n = trajectory.used(r), trajectory.noised(r), received[r]
         if used is None or noised is None or not (z_delta > 0 and noised > 0 and n > 0):
-            return {"adaptive_clips": trajectory.clips, "epsilon_as_run": math.inf, "problems": [
-                f"round {r}: no clip after its update or no noise: its release is not bounded"]}
+            return _unbounded(trajectory, f"round {r} has no clip after its update or no noise")
         ratios.append(used / noised)
-        model = used * declared / (n * z_delta * noised)
-        per_round.append(model ** 2 + (sigma_b ** -2 if sigma_b > 0 else 0.0))
+        means.append((used * declared / (n * z_delta * noised)) ** 2)
+        per_round.append(means[-1] + (sigma_b ** -2 if sigma_b > 0 else 0.0))
     z = stated_noise(z_delta, sigma_b)
     mu_run = math.sqrt(sum(per_round))
     mu_stated = math.sqrt(len(rounds)) / z if z > 0 else math.inf
@@ -86,12 +97,13 @@ def as_run(trajectory: ClipTrajectory, *, z_delta: float, sigma_b: float, declar
         "adaptive_clips": {r: trajectory.clips[r] for r in rounds}, "adaptive_clip_final": trajectory.final,
         "noise_multiplier_stated": z, "noise_multiplier_model": z_delta, "clipped_count_stddev": sigma_b,
         "clip_ratio_range": [min(ratios), max(ratios)] if ratios else [],
-        "mu_as_run": mu_run, "mu_stated": mu_stated, "epsilon_as_run": gdp_epsilon(mu_run, delta=delta),
+        "mu_as_run": mu_run, "mu_mean_as_run": math.sqrt(sum(means)), "mu_stated": mu_stated,
+        "epsilon_as_run": gdp_epsilon(mu_run, delta=delta),
         "epsilon_stated": gdp_epsilon(mu_stated, delta=delta), "problems": []}
     if mu_run > mu_stated * 1.001:
         out["problems"].append(
-            f"adaptive clipping spends epsilon {out['epsilon_as_run']:.3g} over {len(rounds)} rounds where its "
-            f"setting (z {z:.3g}) states {out['epsilon_stated']:.3g}: the clipped count is uncentred (one client "
-            f"moves it by 1, the split assumes 1/2) and each round is noised at the clip after its update "
-            f"(C_t / C_t+1 from {min(ratios):.3g} to {max(ratios):.3g})")
+            f"adaptive clipping spent epsilon {out['epsilon_as_run']:.3g} over {len(rounds)} rounds where its "
+            f"setting (z {z:.3g}) states {out['epsilon_stated']:.3g}: one client moves its clipped count by 1 (the "
+            f"split assumes 1/2) and each round is noised at the clip after its update (C_t / C_t+1 from "
+            f"{min(ratios):.3g} to {max(ratios):.3g})")
     return out

@@ -68,7 +68,7 @@ def mechanisms(app: FlowerApp, run: AppRun, o: Options) -> list[dict[str, Any]]:
     secure = any(f["mechanism"].startswith("secure aggregation") for f in found)
     for strategy in run.strategies:
         dp = privacy.strategy_dp(strategy, sent=[len(clients[r]) for r in sorted(clients)], delta=o.delta,
-                                 secure=secure, clips=run.clips)
+                                 secure=secure, clips=run.clips, rounds_sent=sorted(clients))
         if dp is not None:
             found.append(dp)
     for node, partition in sorted(run.partitions.items(), key=lambda kv: kv[1]):

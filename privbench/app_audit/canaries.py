@@ -247,9 +247,12 @@ def _planned(found: list[dict[str, Any]], plan: CanaryPlan, *, rounds: int) -> t
         row = next(m for m in found if str(m.get("mechanism", "")).startswith("DifferentialPrivacy"))
         what = ("the wrapper's noise multiplier over the clients it sent to each round, no amplification by sampling "
                 "(as its own accountant)")
-        if plan.adaptive:
-            what = ("the wrapper's noise multiplier on the mean (z_Delta of its split) over the clients it sent to each "
-                    "round, at the round's clip: the canaries read the mean's release, not the clipped count's")
+        if plan.adaptive and math.isfinite(float(row.get("mu_mean_as_run", math.inf))) and row["mu_mean_as_run"] > 0:
+            rounds_run = len(row.get("adaptive_clips") or {}) or rounds
+            what = ("the noise multiplier of the wrapper's mean as it ran (z_Delta of its split, at the clip after "
+                    "each round's update over the clip the round's updates were clipped to; the rounds' root mean "
+                    "square): the canaries read the mean's release, not the clipped count's")
+            return math.sqrt(rounds_run) / float(row["mu_mean_as_run"]), what, str(row["mechanism"])
         return float(row["noise_multiplier_measured"]), what, str(row["mechanism"])
     row = next(m for m in found if m.get("mechanism") == "LocalDpMod")
     eps, mod_delta = float(row[EPSILON_CLAIMED.key]), float(row["delta"])

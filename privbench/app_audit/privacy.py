@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from privbench.app_audit.adaptive_clipping import ClipTrajectory, as_run
+from privbench.app_audit.adaptive_clipping import ClipTrajectory, as_run, stated_noise
 from privbench.app_audit.simulation import AppRun
 from privbench.figures.one_run import EPSILON_CLAIMED
 
@@ -122,7 +122,7 @@ def local_dp(run: AppRun, mod: Any, *, rounds: int, seed: int) -> dict[str, Any]
 
 
 def strategy_dp(strategy: Any, *, sent: list[int], delta: float, secure: bool = False,
-                clips: ClipTrajectory | None = None) -> dict[str, Any] | None:
+                clips: ClipTrajectory | None = None, rounds_sent: list[int] | None = None) -> dict[str, Any] | None:
     """A DP wrapper around the app's strategy (Flower's fixed or adaptive clipping), or None for a plain strategy.
 
     ``sent`` is the number of train messages of each round. The wrapper's noise is ``z C / num_sampled_clients`` on
@@ -131,7 +131,8 @@ def strategy_dp(strategy: Any, *, sent: list[int], delta: float, secure: bool = 
     is counted (Flower samples a fixed number of clients; its own accountant refuses to count it either). ``secure``:
     the updates reach the server through secure aggregation (their sum only). An adaptive-clipping wrapper's
     epsilon is the one its rounds spent (``adaptive_clipping.as_run``: the clipped count and the clip each round
-    was noised at) from ``clips``, the trajectory the audit noted."""
+    was noised at) from ``clips``, the trajectory the audit noted, ``rounds_sent`` naming the rounds of ``sent``;
+    its noise multiplier is the one it was given (its ``noise_multiplier`` attribute is the mean's share of it)."""
     from privbench.defenses.calibration import epsilon
 
     name = type(strategy).__name__
@@ -148,7 +149,8 @@ def strategy_dp(strategy: Any, *, sent: list[int], delta: float, secure: bool = 
     sees = ("under secure aggregation it sees only their sum, still without the noise" if secure else
             "so it sees every update without the noise (the attacks on each upload are its view)")
     problems = []
-    if declared and fewest < declared:
+    adaptive = "AdaptiveClipping" in name
+    if declared and fewest < declared and not adaptive:  # adaptive: as_run counts each round's clients
         problems.append(f"{name}: told {declared} clients a round but sent to {fewest}: its noise multiplier is "
                         f"{effective:.3g}, not {z:g}, and its epsilon over {rounds} rounds {eps:.3g}")
     row = {"mechanism": name, "covers": f"the models the server releases: {clips_by} and the server adds the noise; "
@@ -157,12 +159,16 @@ def strategy_dp(strategy: Any, *, sent: list[int], delta: float, secure: bool = 
            "clip": float(getattr(strategy, "clipping_norm", getattr(strategy, "initial_clipping_norm", math.nan))),
            "num_sampled_clients": declared, "clients_sent": sent, "rounds": rounds, "delta": delta,
            "epsilon_measured": eps, "epsilon_sampling": "none counted", "problems": problems}
-    if "AdaptiveClipping" in name and clips is not None and declared:
-        spent = as_run(clips, z_delta=z, sigma_b=float(getattr(strategy, "clipped_count_stddev", 0.0) or 0.0),
-                       declared=declared, received=sent, delta=delta)
+    if adaptive:
+        sigma_b = float(getattr(strategy, "clipped_count_stddev", 0.0) or 0.0)
+        spent: dict[str, Any] = (as_run(clips, z_delta=z, sigma_b=sigma_b, declared=declared, delta=delta,
+                                        received=dict(zip(rounds_sent or range(1, rounds + 1), sent)))
+                                 if clips is not None and declared else {"epsilon_as_run": math.inf, "problems": [
+                                     f"{name}: no clip was noted round by round, so what its rounds spent is not "
+                                     "bounded here"]})
         problems += spent.pop("problems")
-        row.update({**spent, "clip": clips.used(min(clips.clips)) if clips.clips else row["clip"],
-                    "epsilon_measured": spent["epsilon_as_run"]})
+        row.update({**spent, "noise_multiplier": stated_noise(z, sigma_b), "epsilon_measured": spent["epsilon_as_run"],
+                    "clip": clips.used(min(clips.clips)) if clips is not None and clips.clips else row["clip"]})
     return row
 
 

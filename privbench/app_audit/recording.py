@@ -164,11 +164,12 @@ class RecordingGrid(Grid):
 
     The ServerApp gets this grid in place of its own; every method forwards to the grid Flower gave it, and a
     batch's wait for replies is capped at ``reply_timeout`` seconds. ``before_train`` is called with any batch that
-    holds a train message before it leaves (the audit plans its canary clients there, and reads an adaptive clip).
+    holds a train message, and the round it is filed under, before it leaves (the audit plans its canary clients
+    there, and reads an adaptive clip).
     """
 
     def __init__(self, grid: Grid, *, reply_timeout: float = 300.0,
-                 before_train: Callable[[list[Message]], None] | None = None) -> None:
+                 before_train: Callable[[list[Message], int], None] | None = None) -> None:
         self.grid, self.reply_timeout, self.before_train = grid, reply_timeout, before_train
         self.messages: list[Sent] = []
         self._rounds: dict[str, int] = {}
@@ -230,7 +231,8 @@ class RecordingGrid(Grid):
 
     def _about_to_send(self, messages: list[Message]) -> None:
         if self.before_train is not None and any(m.metadata.message_type.startswith("train") for m in messages):
-            self.before_train(messages)
+            first = next(m for m in messages if m.metadata.message_type.startswith("train"))
+            self.before_train(messages, self._round(first))
 
     def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
         messages = list(messages)

@@ -19,7 +19,7 @@ from privbench.app_audit.adaptive_clipping import ClipTrajectory, adaptive_wrapp
 from privbench.app_audit.app import AppError, FlowerApp, load_component
 from privbench.app_audit.canary_client import CLIPS, CanaryPlan
 from privbench.app_audit.client_side import AuditedClientApp
-from privbench.app_audit.recording import Broadcast, RecordingGrid, Sent, stated_round
+from privbench.app_audit.recording import Broadcast, RecordingGrid, Sent
 from privbench.errors import PrivbenchError
 from privbench.flower.simulation import environment
 from privbench.io import atomic_write_text
@@ -153,7 +153,7 @@ class _ServerHooks:
         legacy = getattr(self.server_app, "_strategy", None)
         return [*self.started, *([legacy] if legacy is not None else [])]
 
-    def before_train(self, messages: list[Any]) -> None:
+    def before_train(self, messages: list[Any], round_: int) -> None:
         assert self.notes is not None
         if self.canaries is not None and "plan" not in self.outcome:
             self.outcome["plan"] = plan = self.canaries(self.strategies(), self.client_app)
@@ -161,7 +161,7 @@ class _ServerHooks:
                 plan.write(self.notes)
         adaptive = adaptive_wrapper(self.strategies())
         if adaptive is not None:  # the clip this round's updates will be clipped to, noted before they leave
-            self.trajectory.note(stated_round(messages[0]), adaptive)
+            self.trajectory.note(round_, adaptive)
             if self.outcome.get("plan") is not None:
                 clips = {str(r): c for r, c in self.trajectory.clips.items()}
                 atomic_write_text(self.notes / CLIPS, json.dumps(clips))
