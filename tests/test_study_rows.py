@@ -32,7 +32,8 @@ ROWS: dict[str, tuple[str, str]] = {
     "bytes_curve": ("bytes_curve", "+experiment/bytes_curve=fedavg,seed=0"),
     "client_dp": ("client_dp", "+experiment/client_dp/protocol=fedavg,+experiment/client_dp=plain,seed=0"),
     "client_dp_classes": ("client_dp_classes", "+experiment/client_dp=local_eps4,seed=0"),
-    "client_dp_lira": ("client_dp_lira", "+experiment/client_dp=plain,seed=0"),
+    "client_dp_lira": ("client_dp_lira", "+experiment/client_dp=plain,+experiment/client_dp_lira/protocol=fedavg,"
+                                         "seed=0"),
     "client_dp_uploads": ("client_dp_uploads", "+experiment/client_dp=eps4,+experiment/client_dp_uploads/protocol="
                                                "fedavg,+experiment/client_dp_uploads/read=source,seed=0"),
     "cohort_separation": ("cohort_separation", "+experiment/cohort_separation/attack=peeled,"
@@ -43,7 +44,7 @@ ROWS: dict[str, tuple[str, str]] = {
     "exact_cpa": ("exact_cpa", "seed=0,victim.num_images=16"),
     "fedavg_leakage": ("fedavg_leakage", "+experiment/fedavg_leakage=ig_unroll,seed=0"),
     "learngene_completion": ("learngene_completion", "+experiment/learngene_completion/attack=rmia_online,"
-                                                     "attack.complete=public,seed=0"),
+                                                     "+experiment/learngene_completion/read=learngene_public,seed=0"),
     "loki": ("loki", "+experiment/loki/attack=imprint,+experiment/loki=one_step,model=lenet,seed=0"),
     "loki_victim": ("adaptive_server", "+experiment/adaptive_server/attack=loki,+experiment/adaptive_server="
                                        "fedavg_secagg,seed=0,victim.num_images=8"),
