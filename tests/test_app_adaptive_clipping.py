@@ -132,6 +132,7 @@ def _adaptive_run(clips: list[float], noise_multiplier: float, *, seed: int = 0)
                   canaries={10: 0, 11: 1}, clips=trajectory), plan
 
 
+@pytest.mark.slow  # over 1.2 s in the quick suite (2026-12-07)
 def test_canaries_read_each_round_in_its_own_clip():
     """The clip grows 8-fold over the rounds: read in the round's clip each canary moves the sum by one clip (read
     in the first round's, the later rounds would look 8 times as revealing), and the fit holds the setting."""
