@@ -53,6 +53,12 @@ def test_a_key_one_arm_does_not_have_is_a_value_of_its_own():
                         "seed": [0, 1, 0, 1], "mia_auc": [0.7, 0.8, 0.5, 0.6]})  # an arm that adds two keys: one factor
     assert [(c.factor, c.with_it, round(c.mean, 6)) for c in contrasts(arm, ["defense.sigma", "defense.clip"])] == [
         ("defense.sigma", "defense.clip=-->2", -0.2)]
+    crossed = pd.DataFrame({"attack": ["a"] * 4 + ["b"] * 4, "dp": ["-", "-", "on", "on"] * 2,
+                            "seed": [0, 1] * 4, "mia_auc": [0.5, 0.6, 0.4, 0.5, 0.7, 0.8, 0.6, 0.7]})
+    crossed["dp"] = crossed["dp"].replace("-", float("nan"))  # the DP arm is an axis of its own, crossed with attack
+    found = {(c.a, c.b, c.fixed) for c in contrasts(crossed, ["attack", "dp"]) if c.figure == "mia_auc"}
+    assert found == {("a", "b", "dp=-"), ("a", "b", "dp=on"), ("-", "on", "attack=a"), ("-", "on", "attack=b")} \
+        or found == {("a", "b", "dp=-"), ("a", "b", "dp=on"), ("on", "-", "attack=a"), ("on", "-", "attack=b")}
     mutual = arm.assign(**{"defense.clip": [2.0] * 2 + [float("nan")] * 2})  # each has a key the other lacks: two
     assert contrasts(mutual, ["defense.sigma", "defense.clip"]) == []
     found = contrasts(runs.assign(**{"defense.sigma": [float("nan")] * 4}), ["defense", "defense.sigma"])

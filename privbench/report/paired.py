@@ -71,6 +71,8 @@ def contrasts(runs: pd.DataFrame, keys: list[str]) -> list[Contrast]:
         differ = [i for i in changed if MISSING not in (one[i], two[i])]  # a key one side lacks is its arm's own
         if len(differ) > 1 or (not differ and len(changed) != 1 and not _one_sided(one, two, changed)):
             continue
+        if len(differ) == 1 and not _own_keys(list(settings), one, two, differ[0], changed):
+            continue
         i = (differ or changed)[0]
         fixed = ", ".join(f"{k}={v}" for j, (k, v) in enumerate(zip(keys, one)) if j not in changed)
         tied = [f"{keys[j]}={one[j]}->{two[j]}" for j in changed if j != i]
@@ -92,6 +94,22 @@ def _one_sided(one: tuple[str, ...], two: tuple[str, ...], changed: list[int]) -
     """Whether every changed key is one setting's own (the other has none of them): an arm that adds several keys,
     one factor (plain averaging against DP-FedAvg's clipping, noise and accountant)."""
     return all(one[i] == MISSING for i in changed) or all(two[i] == MISSING for i in changed)
+
+
+def _own_keys(settings: list[tuple[str, ...]], one: tuple[str, ...], two: tuple[str, ...], factor: int,
+              changed: list[int]) -> bool:
+    """Whether every key that changes besides ``factor`` is the other side's own: the side that lacks it never has
+    it at its value of ``factor`` (the other keys as they are). A key such a setting does have elsewhere in the sweep
+    is an axis of its own (DP-FedAvg's arm against another attack), so the pair is two factors apart."""
+    fixed = [k for k in range(len(one)) if k not in changed]
+    for j in changed:
+        if j == factor:
+            continue
+        lacking = one if one[j] == MISSING else two
+        if any(s[j] != MISSING for s in settings
+               if s[factor] == lacking[factor] and all(s[k] == lacking[k] for k in fixed)):
+            return False
+    return True
 
 
 def _value(value: object) -> str:
