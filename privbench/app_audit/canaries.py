@@ -9,8 +9,8 @@ every round's release along each canary's direction, in clip units:
 Canaries that the strategy did not send to in a round are scored with sign 0 there; ``UNSEEN`` directions that no
 client ever sends give the null distribution. A Gaussian fit of the draws (``fit``: Student's t over the canaries,
 the per-round shift composed over the rounds) gives mu-GDP and an empirical epsilon, set against the epsilon the
-mechanism's own setting gives over the rounds observed (``defenses.client_dp.canary_clients.verdict``). The canary clients' partitions train nothing that reaches the server: the attacks leave
-them out (``AppRun.without``)."""
+mechanism's own setting gives over the rounds observed (``defenses.client_dp.canary_clients.verdict``). The canary
+clients' partitions train nothing that reaches the server: the attacks leave them out (``AppRun.without``)."""
 from __future__ import annotations
 
 import math
@@ -103,8 +103,8 @@ def _flat(arrays: dict[str, torch.Tensor], names: list[str]) -> torch.Tensor:
 def scores(run: AppRun, plan: CanaryPlan, *, unseen: int = UNSEEN,
            releases: dict[int, dict[str, Any]] | None = None) -> tuple[np.ndarray, ...]:
     """Each canary's projection per observed round in clip units (the round's clip, under adaptive clipping) and its
-    sign (0 where it was not sent to): the
-    inserted canaries' then the unseen directions' (``z_in, z_out, s_in, s_out``), and the rounds observed.
+    sign (0 where it was not sent to): the inserted canaries' then the unseen directions' (``z_in, z_out, s_in,
+    s_out``), and the rounds observed.
 
     What the inserted canaries add when clipping works (the clip along each one's signed direction: the auditor's
     own knowledge) is taken out of every vector projected, each canary's own part kept in its own projection, so that
@@ -172,10 +172,11 @@ def shares(run: AppRun, releases: dict[int, dict[str, Any]] | None = None) -> li
 def fit(z_in: np.ndarray, z_out: np.ndarray, s_in: np.ndarray, s_out: np.ndarray, *, delta: float) -> Estimate:
     """mu-GDP of a client in every observed round, from the canaries' scores (canaries x rounds; sign 0 where a
     canary was not sent to). Each round's scores (projection times sign) are centred and scaled by the unseen
-    directions' mean and spread that round (the lower ends allow for their error); every (canary, round) a canary was sent to
-    is one draw of the round's mu, assumed the same each round (one setting); Student's t over those draws gives
-    its interval (a handful of canaries proves little), and a client in all ``T`` rounds is ``sqrt(T)`` times it
-    (Gaussian mechanisms compose so). Round correlation of the unseen scores is the diagnostic of reused noise."""
+    directions' mean and spread that round (the lower ends allow for their error); every (canary, round) a canary
+    was sent to is one draw of the round's mu, assumed the same each round (one setting); Student's t over those
+    draws gives its interval (a handful of canaries proves little), and a client in all ``T`` rounds is ``sqrt(T)``
+    times it (Gaussian mechanisms compose so). Round correlation of the unseen scores is the diagnostic of reused
+    noise."""
     from scipy import stats
 
     null = s_out * z_out

@@ -66,12 +66,13 @@ def contrasts(runs: pd.DataFrame, keys: list[str]) -> list[Contrast]:
     per_seed = {k: g[["seed", *figures]].apply(pd.to_numeric, errors="coerce").groupby("seed").mean()
                 for k, g in settings.items()}
     out: list[Contrast] = []
-    for one, two in itertools.combinations(settings, 2):
+    every = list(settings)
+    for one, two in itertools.combinations(every, 2):
         changed = [i for i, (x, y) in enumerate(zip(one, two)) if x != y]
         differ = [i for i in changed if MISSING not in (one[i], two[i])]  # a key one side lacks is its arm's own
         if len(differ) > 1 or (not differ and len(changed) != 1 and not _one_sided(one, two, changed)):
             continue
-        if len(differ) == 1 and not _own_keys(list(settings), one, two, differ[0], changed):
+        if len(differ) == 1 and not _own_keys(every, one, two, differ[0], changed):
             continue
         i = (differ or changed)[0]
         fixed = ", ".join(f"{k}={v}" for j, (k, v) in enumerate(zip(keys, one)) if j not in changed)
