@@ -13,11 +13,12 @@ from typing import Any
 
 import torch
 
-from privbench.app_audit import attacks, canaries, inversion, privacy
+from privbench.app_audit import attacks, canaries, inversion, privacy, record_canaries
 from privbench.app_audit.app import FlowerApp
 from privbench.app_audit.gate import Rule
 from privbench.app_audit.model import find_model, legacy
 from privbench.app_audit.participation import participation
+from privbench.app_audit.record_canary_client import RecordPlan
 from privbench.app_audit.reported import gain as reported_gain
 from privbench.app_audit.reported import reported_metrics
 from privbench.app_audit.simulation import AppRun, run_app
@@ -45,6 +46,16 @@ class Options:
     max_images: int = 8
     inversion_steps: int = 1600
     canaries: int = 0
+    record_canaries: int = 0
+
+    def record_plan(self) -> RecordPlan | None:
+        """The canary records planted in the first SuperNode's DP-SGD (``--record-canaries``), or None."""
+        if not self.record_canaries:
+            return None
+        import numpy as np
+
+        seed = int(np.random.SeedSequence([self.seed, 2]).generate_state(1)[0])  # not the canary clients' directions
+        return RecordPlan(self.record_canaries, host=0, seed=seed)
 
 
 def mechanisms(app: FlowerApp, run: AppRun, o: Options) -> list[dict[str, Any]]:
@@ -173,9 +184,10 @@ def aggregate_attacks(run: AppRun, model: Any, o: Options) -> dict[str, Any]:
 
 
 def gate_figures(uploads: list[dict[str, Any]], found: list[dict[str, Any]], aggregate: dict[str, Any],
-                 reported: list[dict[str, Any]] | None = None, canary: dict[str, Any] | None = None) -> dict[str, Any]:
+                 reported: list[dict[str, Any]] | None = None, canary: dict[str, Any] | None = None,
+                 record: dict[str, Any] | None = None) -> dict[str, Any]:
     """The gated figures: membership and label figures as means over the uploads (one test per upload; the worst
-    of many noisy tests would fail a gate by chance), the largest measured epsilon, the canary clients' epsilon."""
+    of many noisy tests would fail a gate by chance), the largest measured epsilon, the canaries' epsilons."""
     auc, auc_ci = _mean([u["membership"]["membership_auc"] for u in uploads if "membership" in u], bounds=(0, 1))
     tpr, tpr_ci = _mean([u["membership"]["membership_tpr_at_1pct_fpr"] for u in uploads if "membership" in u],
                         bounds=(0, 1))
@@ -194,9 +206,12 @@ def gate_figures(uploads: list[dict[str, Any]], found: list[dict[str, Any]], agg
             "epsilon_measured": max((m["epsilon_measured"] for m in found if m.get("epsilon_measured") is not None),
                                     default=None),
             "epsilon_empirical_lower": (canary or {}).get("epsilon_alarm"),
+            "record_epsilon_empirical_lower": (record or {}).get("epsilon_alarm"),
             "problems": [*(p for m in found for p in m.get("problems", [])),
                          *([f"canary clients: {canary['verdict']}"] if canary and
-                           str(canary.get("verdict", "")).startswith("BROKEN") else [])],
+                           str(canary.get("verdict", "")).startswith("BROKEN") else []),
+                         *([f"canary records: {record['verdict']}"] if record and
+                           str(record.get("verdict", "")).startswith("BROKEN") else [])],
             "mechanisms": found}
 
 
@@ -204,7 +219,7 @@ def audit(app: FlowerApp, out: Path, o: Options) -> tuple[dict[str, Any], bool]:
     """Audit ``app`` into the new folder ``out``; the summary and whether the gate failed."""
     start = time.perf_counter()
     planned = canaries.planner(o.canaries, app.supernodes, seed=o.seed) if o.canaries else None
-    full = run_app(app, seed=o.seed, reply_timeout=o.reply_timeout, canaries=planned)
+    full = run_app(app, seed=o.seed, reply_timeout=o.reply_timeout, canaries=planned, records=o.record_plan())
     partial = out.parent / f".{out.name}.partial"
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
@@ -215,24 +230,28 @@ def audit(app: FlowerApp, out: Path, o: Options) -> tuple[dict[str, Any], bool]:
         model = find_model(app, carried, o.model)
         if legacy(carried):
             name_legacy_arrays(full, model)
-        run = full.without(set(full.canaries))  # the canary clients' uploads are the audit's own: no attack reads them
+        host = record_canaries.host_node(full, 0) if o.record_canaries else None
+        # the canary clients' uploads are the audit's own, the host's carry the canary records: no attack reads them
+        run = full.without(set(full.canaries) | ({host} if host is not None else set()))
         traffic = write_wire(full, partial, o.declared.reply_kind)
         found = mechanisms(app, full, o)
         canary = canaries.measure(full, found, delta=o.delta)
+        record = record_canaries.measure(full, found, delta=o.delta)
         records = evaluation_records(run)
         uploads = attack_uploads(run, app, model, o, partial, records)
         aggregate = aggregate_attacks(run, model, o)
         reported = reported_metrics(run, model, records[1])
-        figures = gate_figures(uploads, found, aggregate, reported, canary)
+        figures = gate_figures(uploads, found, aggregate, reported, canary, record)
         results = [rule.check(figures) for rule in o.rules]
         summary = {"app": {"name": app.name, "root": str(app.root), "supernodes": app.supernodes, "seed": o.seed,
-                           "canary_clients": sorted(full.canaries),
+                           "canary_clients": sorted(full.canaries), "record_canary_host": host,
                            "rounds": max((m.round for m in run.messages), default=0), "run_config": app.run_config,
                            "strategy": " around ".join(type(s).__name__ for s in run.strategies) or "none started",
                            "mods": [getattr(m, "__name__", type(m).__name__) for m in privacy.client_mods(run.client_app)],
                            "model": f"{model.__module__}:{model.__qualname__}"},
                    "bytes": traffic, "mechanisms": found, "problems": figures["problems"], "uploads": uploads,
                    "aggregates": aggregate, "reported_metrics": reported, "canaries": canary,
+                   "record_canaries": record,
                    "notes": [*app.notes, *([] if uploads else [
                        "no client's train reply carries arrays (under secure aggregation they are masked vectors): "
                        "no upload is attacked; each round's aggregate is (participation inference, below)"])],

@@ -173,13 +173,22 @@ class AuditedClientApp(ClientApp):
 
     def __call__(self, message: Message, context: Context) -> Message:
         from privbench.app_audit.canary_client import CanaryPlan, canary_call
+        from privbench.app_audit.record_canary_client import RecordPlan, planting
+        from privbench.app_audit.recording import stated_round
 
         self.plan = plan = self.plan or CanaryPlan.read(Path(self.notes))
         if plan is not None:
             self.seed_numpy(message, context)
-        plan = plan if message.metadata.message_type.startswith("train") else None
-        canary = plan.index(int(context.node_config.get("partition-id", -1))) if plan is not None else None
-        with noting_loaders() as seen, noting_dp_sgd() as dp_sgd:
+        train = message.metadata.message_type.startswith("train")
+        plan = plan if train else None
+        partition = int(context.node_config.get("partition-id", -1))
+        canary = plan.index(partition) if plan is not None else None
+        records = RecordPlan.read(Path(self.notes)) if train else None
+        round_ = stated_round(message)
+        hosting = records is not None and records.host == partition and round_ is not None
+        with noting_loaders() as seen, noting_dp_sgd() as dp_sgd, \
+                (planting(records, round_) if hosting and records and round_ is not None
+                 else contextlib.nullcontext()) as planted:
             if plan is not None and canary is not None:
                 reply = canary_call(self.app, message, context, plan, canary, Path(self.notes))
             else:
@@ -190,7 +199,8 @@ class AuditedClientApp(ClientApp):
                 "type": message.metadata.message_type.split(".")[0], "group": message.metadata.group_id,
                 "message_id": message.metadata.message_id, "inputs": inputs, "labels": labels,
                 "held_inputs": held_inputs, "held_labels": held_labels, "capped": seen.full,
-                "batches": [len(y) for _, y in seen.trained], "dp_sgd": dp_sgd, "canary": canary}
+                "batches": [len(y) for _, y in seen.trained], "dp_sgd": dp_sgd, "canary": canary,
+                "record_canaries": planted.as_dict() if planted is not None else None}
         folder = Path(self.notes)
         name = f"{note['node']}-{note['type']}-{note['group'] or 'x'}-{uuid.uuid4().hex[:12]}"
         tmp = folder / f".{name}.tmp"

@@ -44,6 +44,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--canaries", type=int, default=0, metavar="K", help="make the last K of the app's SuperNodes "
                    "canary clients (each sends an update of twice the clip along a direction of its own, through the "
                    "app's mods) and measure the app's client-level DP mechanism's epsilon from them (default 0: none)")
+    p.add_argument("--record-canaries", type=int, default=0, metavar="K", help="plant K canary records in the "
+                   "Opacus DP-SGD of the app's first SuperNode (partition 0): each step, the gradient of each record "
+                   "that joins (at the accountant's rate) is twice the clip along a direction of its own; measure a "
+                   "record's empirical epsilon from the uploads (default 0: none; its uploads are then not attacked)")
     p.add_argument("--fail-on", action="append", default=[], metavar="RULE",
                    help="epsilon-above-claim, misconfigured, or FIGURE>VALUE (membership_auc, "
                         "membership_tpr_at_1pct_fpr, label_set_exact, label_count_error_gain, psnr_gain, "
@@ -86,11 +90,14 @@ def options(args: argparse.Namespace) -> tuple[Any, Any]:
     if args.canaries and not 2 <= args.canaries < app.supernodes:
         raise ConfigError(f"--canaries {args.canaries}: needs at least 2 canary clients and at least one of the app's "
                           f"own among its {app.supernodes} SuperNodes (--supernodes N raises them)")
+    if args.record_canaries and not 2 <= args.record_canaries <= 100_000:
+        raise ConfigError(f"--record-canaries {args.record_canaries}: must be 2 to 100000 canary records")
     given = sys.argv[2:] if sys.argv[1:2] == ["audit-app"] else sys.argv[1:]
     command = " ".join([PROG, *(shlex.quote(a) for a in given)])
     return app, Options(seed=args.seed, model=args.model, declared=declared, delta=args.delta, rules=rules,
                         command=command, reply_timeout=args.reply_timeout, max_images=args.max_images,
-                        inversion_steps=args.inversion_steps, canaries=args.canaries)
+                        inversion_steps=args.inversion_steps, canaries=args.canaries,
+                        record_canaries=args.record_canaries)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -27,6 +27,8 @@ FIGURES = {
     "epsilon_measured": "the largest measured epsilon of any privacy mechanism",
     "epsilon_empirical_lower": "the 99.5 % lower end of the canary clients' empirical epsilon of the app's "
                                "client-level DP (--canaries)",
+    "record_epsilon_empirical_lower": "the 99.5 % lower end of the canary records' empirical epsilon of a record "
+                                      "in the first SuperNode's DP-SGD (--record-canaries)",
     PSNR_GAIN.key: "the reconstruction's PSNR over chance (dB), mean over the uploads it ran on",
     "class_proportion_gain": "chance's total variation from a client's class shares less the one its reported "
                              "evaluation figures give, mean over the clients whose figures are consistent (0 when "

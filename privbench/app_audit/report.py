@@ -44,6 +44,7 @@ def tables(summary: dict[str, Any]) -> list[Table]:
                 or [["none found", "", "", "", "", "", ""]],
                 "measured epsilons: privbench's RDP accountant over the rounds each client took part in; DP-SGD's by its engines' own accountant (PRV by default), at the delta they targeted"))
     out.append(_canary_table(summary.get("canaries")))
+    out.append(_record_table(summary.get("record_canaries")))
     rows = []
     for u in summary["uploads"]:
         m, lab, rec = u.get("membership", {}), u.get("labels", {}), u.get("reconstruction", {})
@@ -100,6 +101,25 @@ def _canary_table(c: dict[str, Any] | None) -> Table:
             "sent, times the updates received; local: each canary's upload) is projected on every canary's and on "
             "unseen directions; Student's t over the canaries gives the interval; BROKEN where its 99.5 % lower "
             "end passes the epsilon of the mechanism's setting over the rounds observed")
+
+
+def _record_table(c: dict[str, Any] | None) -> Table:
+    """The canary records' table (``--record-canaries``)."""
+    row = (["none (--record-canaries K adds them)", "", "", "", "", "", ""] if c is None else
+           [f"{c['canaries']} in {c['host']}'s {c.get('optimizer', 'DP-SGD')}, {c['unseen']} unseen",
+            _f(c.get("rounds_observed")), f"{_f(c.get('mu'))} [{_f(c.get('mu_interval'))}] ({_f(c.get('mu_planned'))})",
+            f"{_f(c.get('empirical_epsilon'))} [{_f(c.get('epsilon_interval'))}]", _f(c.get("epsilon_accountant")),
+            f"{_f(c.get('canary_shift'))} / {_f(c.get('noise_measured'))} "
+            f"({_f(c.get('shift_planned'))} / {_f(c.get('noise_planned'))})", c.get("verdict", "")])
+    return ("Canary records: an empirical record-level epsilon of DP-SGD",
+            ["canaries", "rounds", "mu-GDP [95 % CI] (setting's mean shift)", "epsilon [95 % CI]",
+             "epsilon of its accountant", "shift / noise in clip norms a step (setting)", "verdict"], [row],
+            "each step of the first SuperNode's Opacus DP optimizer, every canary record joins at the accountant's "
+            "rate with a gradient of twice the clip along its own direction, clipped by Opacus with the batch "
+            "(gradient canaries, Nasr et al. 2023); each round its upload less the model it received is projected on "
+            "every canary's and on unseen directions; Student's t over the canaries gives the interval; BROKEN where "
+            "its 99.5 % lower end passes the accountant's epsilon, or (plain SGD, whose scale is known) where the "
+            "noise measured is below the setting's or a canary moves the release more than its rate allows")
 
 
 def _reported_table(summary: dict[str, Any]) -> Table:

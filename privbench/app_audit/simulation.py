@@ -19,6 +19,7 @@ from privbench.app_audit.adaptive_clipping import ClipTrajectory, adaptive_wrapp
 from privbench.app_audit.app import AppError, FlowerApp, load_component
 from privbench.app_audit.canary_client import CLIPS, CanaryPlan
 from privbench.app_audit.client_side import AuditedClientApp
+from privbench.app_audit.record_canary_client import RecordPlan
 from privbench.app_audit.recording import Broadcast, RecordingGrid, Sent
 from privbench.errors import PrivbenchError
 from privbench.flower.simulation import environment
@@ -42,13 +43,15 @@ class AppRun:
     canaries: dict[int, int] = field(default_factory=dict)
     #: an adaptive-clipping DP wrapper's clip, round by round (None: the app runs none)
     clips: ClipTrajectory | None = None
+    #: the canary records planted in a client's DP-SGD (``record_canary_client``), or None
+    record_plan: RecordPlan | None = None
 
     def without(self, nodes: set[int]) -> AppRun:
         """This run with ``nodes``' messages, notes and partitions left out (what the attacks read when ``nodes``
         are the audit's canary clients)."""
         return AppRun([m for m in self.messages if m.node not in nodes], [n for n in self.notes if n["node"] not in nodes],
                       self.strategies, self.client_app, {k: v for k, v in self.partitions.items() if k not in nodes},
-                      self.models, self.canary_plan, {}, self.clips)
+                      self.models, self.canary_plan, {}, self.clips, self.record_plan)
 
 
 @contextlib.contextmanager
@@ -87,9 +90,9 @@ Planner = Callable[[list[Any], Any], "CanaryPlan | None"]
 
 
 def run_app(app: FlowerApp, *, seed: int, slots: int = 2, reply_timeout: float = 300.0,
-            canaries: Planner | None = None) -> AppRun:
+            canaries: Planner | None = None, records: RecordPlan | None = None) -> AppRun:
     """Run ``app`` in Flower's simulation with the audit's wrappers (and canary clients where ``canaries`` plans
-    them); one error line if the app fails."""
+    them, canary records in a client's DP-SGD where ``records`` plans them); one error line if the app fails."""
     from flwr.app import Context, RecordDict
     from flwr.common.config import get_fused_config_from_dir
     from flwr.common.constant import SUPERLINK_NODE_ID
@@ -127,6 +130,8 @@ def run_app(app: FlowerApp, *, seed: int, slots: int = 2, reply_timeout: float =
     with tempfile.TemporaryDirectory(prefix="privbench-app-notes-") as notes, \
             environment(PYTHONPATH=path, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1"), noting_strategies() as started:
         hooks.notes, hooks.started = Path(notes), started
+        if records is not None:
+            records.write(Path(notes))
         _run_simulation(num_supernodes=app.supernodes, exit_event=_leave_event(), client_app=AuditedClientApp(
             client_app, notes, seed=seed), server_app=wrapper, backend_config=backend, app_dir=str(app.root), is_app=True,
             run=run, server_app_context=context)
@@ -134,7 +139,8 @@ def run_app(app: FlowerApp, *, seed: int, slots: int = 2, reply_timeout: float =
     grid = _checked(app, outcome, reply_timeout)
     return AppRun(grid.messages, read, hooks.strategies(), client_app,
                   {int(n["node"]): int(n["partition"]) for n in read}, grid.models, outcome.get("plan"),
-                  {int(n["node"]): int(n["canary"]) for n in read if n.get("canary") is not None}, hooks.clips())
+                  {int(n["node"]): int(n["canary"]) for n in read if n.get("canary") is not None}, hooks.clips(),
+                  records)
 
 
 class _ServerHooks:

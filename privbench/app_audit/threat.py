@@ -43,6 +43,15 @@ def threat_model(summary: dict[str, Any], options: Any) -> dict[str, Any]:
                             "reads": "central: every model the server sends; local: each canary's upload",
                             "test": "Gaussian fit of each round's projections (Andrew et al., ICLR 2024), "
                                     "Student's t over the canaries"}),
+        "canary_records": ("none" if summary.get("record_canaries") is None else
+                           {"host": "the first SuperNode (partition 0), its uploads left out of the attacks",
+                            "gradient": "each step of its Opacus DP optimizer, each canary joins at the rate the "
+                                        "accountant is told, with a gradient of twice the clip along a random "
+                                        "direction of its own (a sign of its own each round), before Opacus clips",
+                            "unseen_directions": summary["record_canaries"]["unseen"],
+                            "reads": "the host's upload less the model it received, each round",
+                            "test": "Gaussian fit of each round's projections, Student's t over the canaries "
+                                    "(white-box gradient canaries, Nasr et al. 2023)"}),
         "reply_read_as": {"auto": "the client's trained model (a reply that is no model near the one sent is not "
                                   "attacked)", "model": "the client's trained model (--reply-kind model)",
                           "delta": "the model received plus the reply (--reply-kind delta)"
