@@ -90,8 +90,9 @@ def cli_here(monkeypatch, tmp_path):
 
 #: Test files whose tests start Flower's simulation (a Ray cluster) or a deployment: one shard runs them all, so that
 #: two shards never start two at once.
-FLOWER_FILES = {"test_adaptive_server.py", "test_app_record_canaries.py", "test_audit_app_runs.py", "test_client_dp.py",
-                "test_doc_examples.py", "test_flower.py", "test_launchers.py", "test_loki.py", "test_secure_aggregation.py"}
+FLOWER_FILES = {"test_adaptive_server.py", "test_app_deployment.py", "test_app_record_canaries.py",
+                "test_audit_app_runs.py", "test_client_dp.py", "test_doc_examples.py", "test_flower.py",
+                "test_launchers.py", "test_loki.py", "test_secure_aggregation.py"}
 
 
 @pytest.hookimpl(trylast=True)  # after ``-m`` has deselected

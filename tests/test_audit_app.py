@@ -86,10 +86,15 @@ def test_what_is_not_an_app_this_audit_can_run_is_named_in_one_line(tmp_path, bo
     assert words in str(err.value) and "\n" not in str(err.value)
 
 
-def test_a_loopback_federation_is_run_in_simulation_and_the_audit_says_so(tmp_path):
-    app = read_app(_app(tmp_path, APP.replace("options.num-supernodes = 5", 'address = "127.0.0.1:9093"')))
-    assert app.supernodes == 2 and "names a deployment at 127.0.0.1:9093" in app.notes[0]
-    assert read_app(_app(tmp_path, APP)).notes == ()
+def test_a_loopback_federation_is_deployed_unless_asked_otherwise_and_the_audit_says_so(tmp_path):
+    path = _app(tmp_path, APP.replace("options.num-supernodes = 5", 'address = "127.0.0.1:9093"'))
+    app = read_app(path)
+    assert app.deployment and app.supernodes == 2 and "names a deployment at 127.0.0.1:9093" in app.notes[0]
+    assert "the audit deploys it on this machine" in app.notes[0]
+    simulated = read_app(path, engine="simulation")
+    assert not simulated.deployment and "runs it in Flower's simulation (--engine)" in simulated.notes[0]
+    plain = read_app(_app(tmp_path, APP))
+    assert plain.notes == () and not plain.deployment and read_app(_app(tmp_path, APP), engine="deployment").deployment
 
 
 def _message(arrays: dict[str, np.ndarray], kind: str = MessageType.TRAIN, **config) -> Message:
@@ -475,3 +480,16 @@ def test_a_reply_that_is_not_a_model_is_refused_per_upload_and_a_declared_delta_
     torch.testing.assert_close(declared.payloads(None)[0].tensors["weight"], trained["weight"], rtol=0, atol=1e-7)
     with pytest.raises(ConfigError, match="--reply-kind gradient"):
         Declared(reply_kind="gradient").check()
+
+
+def test_what_flwr_run_said_is_its_error_box_s_first_paragraph_in_one_line():
+    from privbench.app_audit.deployment import flower_said
+
+    box = ("Migrated SuperLink connections:\n  local (default)\n"
+           "╭─ Error ────────╮\n│ Invalid Flower App configuration in '/a/pyproject.toml':  │\n"
+           "│ - Unable to find attribute server in module m  │\n│                │\n│ The object reference ... │\n"
+           "╰────────────────╯\n")
+    assert flower_said(box) == ("Invalid Flower App configuration in '/a/pyproject.toml': - Unable to find "
+                                "attribute server in module m")
+    assert flower_said("starting\nrun 7 failed: no nodes\n") == "run 7 failed: no nodes"
+    assert flower_said("") == "flwr run said nothing"

@@ -32,6 +32,8 @@ class FlowerApp:
         supernodes: ``options.num-supernodes`` of the default federation (or the audit's override).
         name: the project name.
         notes: what the audit runs differently from what the app asks, one line each.
+        deployment: run in a loopback deployment (the app's default federation names a loopback address, or the
+            audit was asked to), not Flower's simulation.
     """
 
     root: Path
@@ -41,6 +43,7 @@ class FlowerApp:
     supernodes: int = 2
     name: str = ""
     notes: tuple[str, ...] = ()
+    deployment: bool = False
 
 
 def _flatten(table: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -95,8 +98,10 @@ def _flower_checks(root: Path) -> None:
         raise AppError(f"{root / 'pyproject.toml'}: Flower refuses it: {'; '.join(problems)}") from None
 
 
-def read_app(path: Path, *, overrides: dict[str, Any] | None = None, supernodes: int | None = None) -> FlowerApp:
-    """The app at ``path`` (its folder or its ``pyproject.toml``), with run-config ``overrides``."""
+def read_app(path: Path, *, overrides: dict[str, Any] | None = None, supernodes: int | None = None,
+             engine: str = "auto") -> FlowerApp:
+    """The app at ``path`` (its folder or its ``pyproject.toml``), with run-config ``overrides``; run in a loopback
+    deployment where its default federation names one (``engine="auto"``) or ``engine="deployment"``."""
     path = Path(path)
     pyproject = path if path.name == "pyproject.toml" else path / "pyproject.toml"
     if not path.exists():
@@ -123,15 +128,19 @@ def read_app(path: Path, *, overrides: dict[str, Any] | None = None, supernodes:
     _flower_checks(pyproject.parent)
     federation = _federation(flwr, pyproject)
     options = federation.get("options", {})
-    notes = (f"the app's default federation names a deployment at {federation['address']}; the audit runs the app "
-             "in Flower's simulation instead (a loopback deployment of a user's app is not built yet)",
-             ) if "address" in federation else ()
+    deployment = engine == "deployment" or (engine == "auto" and "address" in federation)
+    notes: tuple[str, ...] = ()
+    if "address" in federation:
+        notes = (f"the app's default federation names a deployment at {federation['address']}; "
+                 + ("the audit deploys it on this machine: a SuperLink and a SuperNode per partition, insecure, on "
+                    "free loopback ports" if deployment else "the audit runs it in Flower's simulation (--engine)"),)
     nodes = supernodes if supernodes is not None else options.get("num-supernodes", 2)
     if not isinstance(nodes, int) or isinstance(nodes, bool) or not 2 <= nodes <= 64:
-        raise AppError(f"num-supernodes = {nodes!r}: the audit runs 2 to 64 simulated SuperNodes")
+        raise AppError(f"num-supernodes = {nodes!r}: the audit runs 2 to 64 SuperNodes")
     return FlowerApp(root=pyproject.parent.resolve(), serverapp=server, clientapp=client,
                      run_config={**config, **(overrides or {})}, supernodes=nodes,
-                     name=str(toml.get("project", {}).get("name", pyproject.parent.name)), notes=notes)
+                     name=str(toml.get("project", {}).get("name", pyproject.parent.name)), notes=notes,
+                     deployment=deployment)
 
 
 def load_component(app: FlowerApp, which: str) -> Any:

@@ -219,7 +219,13 @@ def audit(app: FlowerApp, out: Path, o: Options) -> tuple[dict[str, Any], bool]:
     """Audit ``app`` into the new folder ``out``; the summary and whether the gate failed."""
     start = time.perf_counter()
     planned = canaries.planner(o.canaries, app.supernodes, seed=o.seed) if o.canaries else None
-    full = run_app(app, seed=o.seed, reply_timeout=o.reply_timeout, canaries=planned, records=o.record_plan())
+    if app.deployment:
+        from privbench.app_audit.deployment import deploy_app
+
+        full = deploy_app(app, seed=o.seed, reply_timeout=o.reply_timeout, canaries=o.canaries,
+                          records=o.record_plan())
+    else:
+        full = run_app(app, seed=o.seed, reply_timeout=o.reply_timeout, canaries=planned, records=o.record_plan())
     partial = out.parent / f".{out.name}.partial"
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
@@ -244,6 +250,7 @@ def audit(app: FlowerApp, out: Path, o: Options) -> tuple[dict[str, Any], bool]:
         figures = gate_figures(uploads, found, aggregate, reported, canary, record)
         results = [rule.check(figures) for rule in o.rules]
         summary = {"app": {"name": app.name, "root": str(app.root), "supernodes": app.supernodes, "seed": o.seed,
+                           "engine": "loopback deployment" if app.deployment else "simulation",
                            "canary_clients": sorted(full.canaries), "record_canary_host": host,
                            "rounds": max((m.round for m in run.messages), default=0), "run_config": app.run_config,
                            "strategy": " around ".join(type(s).__name__ for s in run.strategies) or "none started",

@@ -23,7 +23,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("path", type=Path, help="the app's folder (or its pyproject.toml)")
     p.add_argument("--out", type=Path, default=Path("results/audit-app"), help="results go into a new folder under it")
     p.add_argument("--seed", type=int, default=0, help="the audit's seed (sampling of candidates, probes)")
-    p.add_argument("--supernodes", type=int, help="simulated SuperNodes (default: the app's federation's)")
+    p.add_argument("--supernodes", type=int, help="SuperNodes (default: the app's federation's, else 2)")
+    p.add_argument("--engine", choices=("auto", "simulation", "deployment"), default="auto",
+                   help="Flower's simulation, or a loopback deployment on this machine (Flower's own SuperLink and "
+                        "SuperNode processes); auto: a deployment where the app's default federation names one")
     p.add_argument("--run-config", action="append", default=[], metavar="KEY=VALUE",
                    help="override a key of the app's [tool.flwr.app.config] (TOML value), as flwr run --run-config")
     p.add_argument("--model", help="the app's model class, module:Class (default: found by the tensors it carries)")
@@ -86,7 +89,7 @@ def options(args: argparse.Namespace) -> tuple[Any, Any]:
     rules = [Rule.parse(r) for r in args.fail_on]
     declared = Declared(args.lr, args.epochs, args.batch_size, args.momentum, args.reply_kind)
     declared.check()
-    app = read_app(args.path, overrides=_overrides(args.run_config), supernodes=args.supernodes)
+    app = read_app(args.path, overrides=_overrides(args.run_config), supernodes=args.supernodes, engine=args.engine)
     if args.canaries and not 2 <= args.canaries < app.supernodes:
         raise ConfigError(f"--canaries {args.canaries}: needs at least 2 canary clients and at least one of the app's "
                           f"own among its {app.supernodes} SuperNodes (--supernodes N raises them)")

@@ -96,7 +96,6 @@ def run_app(app: FlowerApp, *, seed: int, slots: int = 2, reply_timeout: float =
     from flwr.app import Context, RecordDict
     from flwr.common.config import get_fused_config_from_dir
     from flwr.common.constant import SUPERLINK_NODE_ID
-    from flwr.serverapp import ServerApp
     from flwr.simulation.run_simulation import _run_simulation
     from flwr.supercore.constant import NOOP_FEDERATION_ID
     from flwr.supercore.run import Run
@@ -104,17 +103,8 @@ def run_app(app: FlowerApp, *, seed: int, slots: int = 2, reply_timeout: float =
 
     server_app, client_app = load_component(app, "serverapp"), load_component(app, "clientapp")
     outcome: dict[str, Any] = {}
-    wrapper = ServerApp()
-    hooks = _ServerHooks(server_app, client_app, canaries, outcome)
-
-    @wrapper.main()
-    def main(grid: Any, context: Context) -> None:
-        outcome["grid"] = recording = RecordingGrid(grid, reply_timeout=reply_timeout, before_train=hooks.before_train)
-        try:
-            server_app(recording, context)
-        except BaseException as exc:  # raised again in the caller, as one line
-            outcome["error"] = exc
-
+    hooks = ServerHooks(server_app, client_app, canaries, outcome)
+    wrapper = recording_server_app(hooks, reply_timeout)
     run = Run.create_empty(run_id=seed + 1)
     run.override_config = dict(app.run_config)
     run.primary_task_id, run.federation_id = seed + 1, NOOP_FEDERATION_ID
@@ -124,9 +114,7 @@ def run_app(app: FlowerApp, *, seed: int, slots: int = 2, reply_timeout: float =
     backend: dict[str, Any] = {"client_resources": {"num_cpus": 1, "num_gpus": 0.0},
                                "init_args": {"num_cpus": slots, "include_dashboard": False, "log_to_driver": False}}
     path = os.pathsep.join(p for p in (str(app.root), os.environ.get("PYTHONPATH", "")) if p)
-    torch.manual_seed(seed)  # the ServerApp runs in this process: numpy's and Python's generators too (a DP
-    np.random.seed(seed)     # wrapper's noise, a strategy's sampling)
-    random.seed(seed)
+    seeded(seed)  # the ServerApp runs in this process
     with tempfile.TemporaryDirectory(prefix="privbench-app-notes-") as notes, \
             environment(PYTHONPATH=path, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1"), noting_strategies() as started:
         hooks.notes, hooks.started = Path(notes), started
@@ -136,14 +124,51 @@ def run_app(app: FlowerApp, *, seed: int, slots: int = 2, reply_timeout: float =
             client_app, notes, seed=seed), server_app=wrapper, backend_config=backend, app_dir=str(app.root), is_app=True,
             run=run, server_app_context=context)
         read = [torch.load(p, weights_only=True) for p in sorted(Path(notes).glob("*.pt"))]
-    grid = _checked(app, outcome, reply_timeout)
-    return AppRun(grid.messages, read, hooks.strategies(), client_app,
-                  {int(n["node"]): int(n["partition"]) for n in read}, grid.models, outcome.get("plan"),
-                  {int(n["node"]): int(n["canary"]) for n in read if n.get("canary") is not None}, hooks.clips(),
+    grid = outcome.get("grid")
+    checked(app, outcome.get("error"), grid.messages if grid is not None else None, reply_timeout)
+    assert grid is not None
+    return assembled(grid.messages, grid.models, read, hooks.strategies(), client_app, outcome.get("plan"),
+                     hooks.clips(), records)
+
+
+def assembled(messages: list[Sent], models: list[Broadcast], read: list[dict[str, Any]], strategies: list[Any],
+              client_app: Any, plan: CanaryPlan | None, clips: ClipTrajectory | None,
+              records: RecordPlan | None) -> AppRun:
+    """The run from what the grid recorded and the clients' notes (``read``)."""
+    return AppRun(messages, read, strategies, client_app, {int(n["node"]): int(n["partition"]) for n in read}, models,
+                  plan, {int(n["node"]): int(n["canary"]) for n in read if n.get("canary") is not None}, clips,
                   records)
 
 
-class _ServerHooks:
+def seeded(seed: int) -> None:
+    """Seed torch's, numpy's and Python's generators in the ServerApp's process (a DP wrapper's noise, a strategy's
+    sampling)."""
+    torch.manual_seed(seed)
+    np.random.seed(seed)
+    random.seed(seed)
+
+
+def recording_server_app(hooks: ServerHooks, reply_timeout: float) -> Any:
+    """A ServerApp that runs the app's with its grid recorded (``outcome["grid"]``) and its error kept
+    (``outcome["error"]``, raised again in the audit as one line)."""
+    from flwr.app import Context
+    from flwr.serverapp import ServerApp
+
+    wrapper = ServerApp()
+    outcome = hooks.outcome
+
+    @wrapper.main()
+    def main(grid: Any, context: Context) -> None:
+        outcome["grid"] = recording = RecordingGrid(grid, reply_timeout=reply_timeout, before_train=hooks.before_train)
+        try:
+            hooks.server_app(recording, context)
+        except BaseException as exc:
+            outcome["error"] = exc
+
+    return wrapper
+
+
+class ServerHooks:
     """What the audit does in the server's process as the app runs: plan the canary clients when the first train
     message is about to leave, and note an adaptive-clipping wrapper's clip as each round's leave (written for the
     canary clients where there are some)."""
@@ -181,24 +206,24 @@ class _ServerHooks:
         return self.trajectory
 
 
-def _checked(app: FlowerApp, outcome: dict[str, Any], reply_timeout: float) -> RecordingGrid:
-    """The run's grid, or the one line that says why the run is no result."""
-    if "error" in outcome:
-        exc = outcome["error"]
-        if isinstance(exc, PrivbenchError):
-            raise exc
-        raise AppError(f"{app.serverapp}: the ServerApp failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
-    grid: RecordingGrid | None = outcome.get("grid")
-    if grid is None:
-        raise AppError(f"{app.name}: Flower's simulation ended before the ServerApp started")
-    failed = next((m for m in grid.messages if m.error), None)
+def checked(app: FlowerApp, error: BaseException | None, messages: list[Sent] | None, reply_timeout: float,
+            *, engine: str = "Flower's simulation") -> None:
+    """Nothing where the run is a result; else the one line that says why not."""
+    if error is not None:
+        if isinstance(error, PrivbenchError):
+            raise error
+        line = str(error).splitlines()[0] if str(error) else ""
+        raise AppError(f"{app.serverapp}: the ServerApp failed: {type(error).__name__}: {line}")
+    if messages is None:
+        raise AppError(f"{app.name}: {engine} ended before the ServerApp started")
+    failed = next((m for m in messages if m.error), None)
     if failed is not None:
         raise AppError(f"{app.clientapp}: the ClientApp on node {failed.node} failed: {failed.error}")
-    silent = grid.unanswered()
+    answered = {m.message_id for m in messages if m.direction == "up"}
+    silent = [m for m in messages if m.direction == "down" and m.message_id not in answered]
     if silent:
         raise AppError(f"{app.clientapp}: the ClientApp on node {silent[0].node} sent no reply Flower accepts to a "
                        f"{silent[0].message_type} message within {reply_timeout:g} s (Flower's log above says why)")
-    return grid
 
 
 def _leave_event() -> Any:
