@@ -20,7 +20,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from privbench.app_audit import record_canaries
-from privbench.app_audit.record_canary_client import RecordPlan, planned_noise, planned_shift, planting
+from privbench.app_audit.record_canary_client import RecordPlan, planned_noise, planned_shift, planting, unit
 from privbench.app_audit.recording import Sent
 from privbench.app_audit.simulation import AppRun
 
@@ -39,7 +39,8 @@ class Net(nn.Module):
 
 
 def train(rounds: int, *, plan: RecordPlan, noise: float = 1.0, reseed: bool = False, adam: bool = False,
-          engine: bool = True, prefix: str = "") -> tuple[AppRun, list[dict[str, Any]]]:
+          engine: bool = True, prefix: str = "", schedule: bool = False,
+          second: bool = False) -> tuple[AppRun, list[dict[str, Any]]]:
     """A host client's rounds of DP-SGD (a fresh engine each round, as Flower's Opacus example), recorded as the
     audit records them: the model sent, the model uploaded, the client's notes."""
     from opacus import PrivacyEngine
@@ -71,6 +72,16 @@ def train(rounds: int, *, plan: RecordPlan, noise: float = 1.0, reseed: bool = F
                     opt.zero_grad()
                     F.cross_entropy(model(xb), yb).backward()
                     opt.step()
+                    if schedule:  # as Opacus's noise scheduler: the multiplier falls each step
+                        opt.noise_multiplier *= 0.9
+            if second:  # another engine in the same call, on another model
+                other = Net()
+                m2, o2, l2 = PrivacyEngine().make_private(module=other, optimizer=torch.optim.SGD(other.parameters(),
+                                                          lr=0.1), data_loader=DataLoader(TensorDataset(x, y),
+                                                          batch_size=32), noise_multiplier=1.0, max_grad_norm=1.0)
+                xb, yb = next(iter(l2))
+                F.cross_entropy(m2(xb), yb).backward()
+                o2.step()
         upload = {f"{prefix}{k}": v.clone() for k, v in net.state_dict().items()}
         messages += [Sent("down", "train", r, 1, 0, 0, {k: v.clone() for k, v in state.items()}),
                      Sent("up", "train", r, 1, 0, 0, upload)]
@@ -88,7 +99,8 @@ PLAN = RecordPlan(256, host=0, seed=11)
 def test_an_honest_dp_sgd_is_consistent_and_its_noise_and_shift_are_the_setting_s():
     run, found = train(2, plan=PLAN)
     planted = run.notes[0]["record_canaries"]
-    assert planted["steps"] == STEPS and planted["sample_rate"] == RATE and planted["clip"] == 1.0
+    assert planted["clips"] == [1.0] * STEPS and planted["noise_multipliers"] == [1.0] * STEPS
+    assert planted["sample_rate"] == RATE
     assert planted["step_scales"] == pytest.approx([0.1 / 32] * STEPS)  # lr over the expected batch, each step
     assert sum(planted["joined"]) / 256 == pytest.approx(RATE * STEPS, abs=0.25)  # about one join a round each
     out = record_canaries.measure(run, found, delta=1e-5)
@@ -141,6 +153,23 @@ def test_noise_reused_across_rounds_is_caught():
     assert honest is not None and honest["verdict"].startswith("consistent") and honest["mu"] < out["mu"] / 2
 
 
+def test_a_noise_schedule_is_followed_step_by_step_and_is_no_false_alarm():
+    run, found = train(2, plan=PLAN, schedule=True)
+    planted = run.notes[0]["record_canaries"]
+    assert planted["noise_multipliers"] == pytest.approx([0.9 ** t for t in range(STEPS)])
+    out = record_canaries.measure(run, found, delta=1e-5)
+    assert out is not None and out["noise_planned"] == pytest.approx(math.sqrt(sum(0.81 ** t for t in range(STEPS))))
+    assert out["noise_measured"] == pytest.approx(out["noise_planned"], rel=0.12)
+    assert "adds less noise" not in out["verdict"]
+
+
+def test_a_second_dp_optimizer_in_the_call_is_named_and_no_estimate_is_made():
+    run, found = train(1, plan=PLAN, second=True)
+    out = record_canaries.measure(run, found, delta=1e-5)
+    assert out is not None and out["verdict"] == ("not estimated: a second DP optimizer stepped in the train call; "
+                                                  "the canaries ride in one")
+
+
 def test_a_step_of_unknown_scale_is_read_without_the_setting_s_noise_and_opacus_names_are_matched():
     run, found = train(2, plan=PLAN, adam=True, prefix="_module.")
     out = record_canaries.measure(run, found, delta=1e-5)
@@ -157,17 +186,20 @@ def test_a_dp_optimizer_made_outside_an_engine_carries_no_canary_and_says_so():
 def test_the_settings_figures_are_those_of_a_hand_count():
     from privbench.app_audit.record_canary_client import Planted
 
-    p = Planted(round=1, sample_rate=0.25, noise_multiplier=2.0, steps=4, step_scales=[1.0, 1.0, 2.0, 2.0])
-    assert planned_shift(p) == 1.0
+    p = Planted(round=1, sample_rate=0.25, noise_multipliers=[2.0] * 4, clips=[1.0] * 4,
+                step_scales=[1.0, 1.0, 2.0, 2.0])
+    assert planned_shift(p) == 1.0 and unit(p) == 1.5
     assert planned_noise(p) == pytest.approx(2.0 * math.sqrt(10) / 1.5)  # root of the squared scales over their mean
+    p.clips = [1.0, 1.0, 0.5, 0.5]  # the clip moved: each step's noise is z C_t s_t, its unit C_t s_t
+    assert unit(p) == 1.0 and planned_noise(p) == pytest.approx(2.0 * math.sqrt(1 + 1 + 1 + 1) / 1.0)
 
 
 def test_the_command_refuses_a_count_out_of_range_before_it_runs(capsys):
     from privbench.app_audit.command import main
 
-    for k in ("1", "100001"):
+    for k in ("99", "100001"):
         assert main([str(EXAMPLES / "opacus-dp-sgd"), "--record-canaries", k, "--out", "/nonexistent/x"]) == 2
-        assert f"--record-canaries {k}: must be 2 to 100000 canary records" in capsys.readouterr().err
+        assert f"--record-canaries {k}: must be 100 to 100000 canary records" in capsys.readouterr().err
 
 
 def test_the_report_and_the_gate_read_the_canary_records():

@@ -215,17 +215,21 @@ def gate_figures(uploads: list[dict[str, Any]], found: list[dict[str, Any]], agg
             "mechanisms": found}
 
 
-def audit(app: FlowerApp, out: Path, o: Options) -> tuple[dict[str, Any], bool]:
-    """Audit ``app`` into the new folder ``out``; the summary and whether the gate failed."""
-    start = time.perf_counter()
-    planned = canaries.planner(o.canaries, app.supernodes, seed=o.seed) if o.canaries else None
+def run_audited(app: FlowerApp, o: Options) -> AppRun:
+    """The app run with the audit's wrappers: in a loopback deployment where it asks for one, else simulated."""
     if app.deployment:
         from privbench.app_audit.deployment import deploy_app
 
-        full = deploy_app(app, seed=o.seed, reply_timeout=o.reply_timeout, canaries=o.canaries,
+        return deploy_app(app, seed=o.seed, reply_timeout=o.reply_timeout, canaries=o.canaries,
                           records=o.record_plan())
-    else:
-        full = run_app(app, seed=o.seed, reply_timeout=o.reply_timeout, canaries=planned, records=o.record_plan())
+    planned = canaries.planner(o.canaries, app.supernodes, seed=o.seed) if o.canaries else None
+    return run_app(app, seed=o.seed, reply_timeout=o.reply_timeout, canaries=planned, records=o.record_plan())
+
+
+def audit(app: FlowerApp, out: Path, o: Options) -> tuple[dict[str, Any], bool]:
+    """Audit ``app`` into the new folder ``out``; the summary and whether the gate failed."""
+    start = time.perf_counter()
+    full = run_audited(app, o)
     partial = out.parent / f".{out.name}.partial"
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)

@@ -173,7 +173,7 @@ class AuditedClientApp(ClientApp):
 
     def __call__(self, message: Message, context: Context) -> Message:
         from privbench.app_audit.canary_client import CanaryPlan, canary_call
-        from privbench.app_audit.record_canary_client import RecordPlan, planting
+        from privbench.app_audit.record_canary_client import Planted, RecordPlan, planting
         from privbench.app_audit.recording import stated_round
 
         self.plan = plan = self.plan or CanaryPlan.read(Path(self.notes))
@@ -185,10 +185,12 @@ class AuditedClientApp(ClientApp):
         canary = plan.index(partition) if plan is not None else None
         records = RecordPlan.read(Path(self.notes)) if train else None
         round_ = stated_round(message)
-        hosting = records is not None and records.host == partition and round_ is not None
+        hosting = records is not None and records.host == partition
+        unplanted = Planted(round=-1, problem="a train message states no round (no server-round, no numeric group "
+                                              "id), so a canary's sign cannot be drawn") if hosting else None
         with noting_loaders() as seen, noting_dp_sgd() as dp_sgd, \
                 (planting(records, round_) if hosting and records and round_ is not None
-                 else contextlib.nullcontext()) as planted:
+                 else contextlib.nullcontext(unplanted)) as planted:
             if plan is not None and canary is not None:
                 reply = canary_call(self.app, message, context, plan, canary, Path(self.notes))
             else:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import math
 import shlex
@@ -47,10 +48,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--canaries", type=int, default=0, metavar="K", help="make the last K of the app's SuperNodes "
                    "canary clients (each sends an update of twice the clip along a direction of its own, through the "
                    "app's mods) and measure the app's client-level DP mechanism's epsilon from them (default 0: none)")
-    p.add_argument("--record-canaries", type=int, default=0, metavar="K", help="plant K canary records in the "
-                   "Opacus DP-SGD of the app's first SuperNode (partition 0): each step, the gradient of each record "
-                   "that joins (at the accountant's rate) is twice the clip along a direction of its own; measure a "
-                   "record's empirical epsilon from the uploads (default 0: none; its uploads are then not attacked)")
+    p.add_argument("--record-canaries", type=int, default=0, metavar="K", help="plant K (100 or more) canary "
+                   "records in the Opacus DP-SGD of the app's first SuperNode (partition 0): each step, the "
+                   "gradient of each record that joins (at the accountant's rate) is twice the clip along a direction "
+                   "of its own; measure a record's empirical epsilon from the uploads (default 0: none; its uploads "
+                   "are then not attacked)")
     p.add_argument("--fail-on", action="append", default=[], metavar="RULE",
                    help="epsilon-above-claim, misconfigured, or FIGURE>VALUE (membership_auc, "
                         "membership_tpr_at_1pct_fpr, label_set_exact, label_count_error_gain, psnr_gain, "
@@ -93,8 +95,11 @@ def options(args: argparse.Namespace) -> tuple[Any, Any]:
     if args.canaries and not 2 <= args.canaries < app.supernodes:
         raise ConfigError(f"--canaries {args.canaries}: needs at least 2 canary clients and at least one of the app's "
                           f"own among its {app.supernodes} SuperNodes (--supernodes N raises them)")
-    if args.record_canaries and not 2 <= args.record_canaries <= 100_000:
-        raise ConfigError(f"--record-canaries {args.record_canaries}: must be 2 to 100000 canary records")
+    if args.record_canaries and not 100 <= args.record_canaries <= 100_000:
+        raise ConfigError(f"--record-canaries {args.record_canaries}: must be 100 to 100000 canary records (the "
+                          "bootstrap over fewer raises false alarms)")
+    if args.record_canaries and importlib.util.find_spec("opacus") is None:
+        raise ConfigError("--record-canaries: Opacus is not installed here; the canary records ride in its DP-SGD")
     given = sys.argv[2:] if sys.argv[1:2] == ["audit-app"] else sys.argv[1:]
     command = " ".join([PROG, *(shlex.quote(a) for a in given)])
     return app, Options(seed=args.seed, model=args.model, declared=declared, delta=args.delta, rules=rules,

@@ -66,10 +66,14 @@ def _run(grid: Any, server_app_dir: str, server_app_attr: str, context: Any) -> 
         context = flower_run(grid=grid, server_app_dir=server_app_dir, loaded_server_app=wrapper, context=context)
     recorded = outcome.get("grid")
     error = outcome.get("error")
+    from privbench.errors import PrivbenchError
+
     out = {"messages": recorded.messages if recorded is not None else None,
            "models": recorded.models if recorded is not None else [],
            "strategies": [picklable(s) for s in hooks.strategies()], "plan": outcome.get("plan"),
-           "clips": hooks.clips(), "error": picklable(error) if error is not None else None}
+           "clips": hooks.clips(),  # the app's error as words: its arguments may not pickle
+           "error": None if error is None else (type(error).__name__, str(error).splitlines()[0] if str(error) else "",
+                                                isinstance(error, PrivbenchError))}
     import io
 
     buffer = io.BytesIO()

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from privbench.app_audit.app import AppError, FlowerApp, load_component
-from privbench.app_audit.deployed import NOTES, RECORDING, SPEC
+from privbench.app_audit.deployed import FAILED, NOTES, RECORDING, SPEC
 from privbench.app_audit.record_canary_client import RecordPlan
 from privbench.app_audit.simulation import AppRun, assembled, checked
 
@@ -43,14 +43,43 @@ def free_ports(n: int) -> list[int]:
     return ports
 
 
-def _wait_for(port: int, seconds: float, process: subprocess.Popen[bytes]) -> None:
+def _tail(log: Path) -> str:
+    """The log's last line that says something, for an error line."""
+    lines = [ln.strip() for ln in log.read_text(errors="replace").splitlines() if ln.strip()] if log.is_file() else []
+    return lines[-1][-300:] if lines else "nothing logged"
+
+
+def _wait_for(port: int, seconds: float, process: subprocess.Popen[bytes], log: Path) -> None:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline and process.poll() is None:
         with socket.socket() as s:
             if s.connect_ex(("127.0.0.1", port)) == 0:
                 return
         time.sleep(0.3)
+    if process.poll() is not None:
+        raise AppError(f"the loopback deployment's SuperLink exited ({process.returncode}) before it listened: "
+                       f"{_tail(log)}")
     raise AppError(f"the loopback deployment's SuperLink did not listen on 127.0.0.1:{port} within {seconds:g} s")
+
+
+def _stop(procs: list[subprocess.Popen[bytes]], notes: Path) -> None:
+    """Stop the deployment's processes: their groups, then anything else that carries the audit's notes folder in
+    its environment (the SuperLink starts its executor in a session of its own); what does not stop is killed."""
+    for p in procs:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(p.pid, signal.SIGTERM)
+    for p in procs:
+        try:
+            p.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p.pid, signal.SIGKILL)
+            p.wait(timeout=30)
+    marker = f"{NOTES}={notes}".encode()
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        with contextlib.suppress(OSError, ValueError):
+            if marker in environ.read_bytes().split(b"\0") and int(environ.parent.name) != os.getpid():
+                os.kill(int(environ.parent.name), signal.SIGKILL)
 
 
 def flower_said(output: str) -> str:
@@ -105,8 +134,9 @@ def _prepare(app: FlowerApp, folder: Path, *, seed: int, reply_timeout: float, c
 
 
 def deploy_app(app: FlowerApp, *, seed: int, reply_timeout: float = 300.0, canaries: int = 0,
-               records: RecordPlan | None = None, wait: float = 900.0) -> AppRun:
-    """Run ``app`` in a loopback deployment with the audit's wrappers; one error line if it fails."""
+               records: RecordPlan | None = None, wait: float | None = None) -> AppRun:
+    """Run ``app`` in a loopback deployment with the audit's wrappers; one error line if it fails (``wait``:
+    seconds ``flwr run`` may take, None for no limit: each batch of replies is held to ``reply_timeout``)."""
     with tempfile.TemporaryDirectory(prefix="privbench-app-deployment-") as tmp:
         folder = Path(tmp)
         env, notes, link = _prepare(app, folder, seed=seed, reply_timeout=reply_timeout, canaries=canaries,
@@ -122,7 +152,7 @@ def deploy_app(app: FlowerApp, *, seed: int, reply_timeout: float = 300.0, canar
         try:
             link_process = start("flower-superlink", "--insecure", "--port", str(link),
                                  "--disable-runtime-dependency-installation")
-            _wait_for(link, START_WAIT, link_process)
+            _wait_for(link, START_WAIT, link_process, folder / "processes.log")
             for i, port in enumerate(free_ports(app.supernodes)):
                 start("flower-supernode", "--insecure", "--superlink", f"127.0.0.1:{link}", "--port", str(port),
                       "--node-config", f"partition-id={i} num-partitions={app.supernodes}")
@@ -134,13 +164,10 @@ def deploy_app(app: FlowerApp, *, seed: int, reply_timeout: float = 300.0, canar
             except subprocess.TimeoutExpired:
                 said = f"flwr run did not return within {wait:g} s"
         finally:
-            for p in procs:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(p.pid, signal.SIGTERM)
-            for p in procs:
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    p.wait(timeout=30)
+            _stop(procs, notes)
             log.close()
+        if (notes / FAILED).is_file():  # the audit's own ServerApp process failed outside the app
+            said = (notes / FAILED).read_text().strip().splitlines()[-1]
         if not (notes / RECORDING).is_file():
             raise AppError(f"{app.name}: the loopback deployment ended before the ServerApp returned: {said}")
         recorded = torch.load(notes / RECORDING, weights_only=False)  # written by the audit's own ServerApp process

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from privbench.app_audit.record_canary_client import Planted, planned_noise, planned_shift
+from privbench.app_audit.record_canary_client import Planted, planned_noise, planned_shift, unit
 from privbench.app_audit.simulation import AppRun
 from privbench.defenses.client_dp.canary_clients import CHUNK, CanaryClients, Estimate, estimate
 
@@ -55,7 +55,8 @@ def _release(run: AppRun, node: int, planted: Planted) -> tuple[torch.Tensor | N
 
 def scores(run: AppRun, node: int, planted: list[Planted], *, count: int, seed: int,
            unseen: int = UNSEEN) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, list[str]]:
-    """Projections in clip norms of the round's mean step (canaries x rounds, then the unseen directions') and signs,
+    """Projections in ``unit`` (the clip times the step's scale, averaged over the round's steps: one clipped record's
+    move in a mean step), canaries x rounds, then the unseen directions', and signs,
     per round the host's release was read; and why rounds were left out."""
     kept, left = [], []
     for p in planted:
@@ -74,54 +75,54 @@ def scores(run: AppRun, node: int, planted: list[Planted], *, count: int, seed: 
     for p, release in kept:
         signs = np.array([canaries.sign(j, p.round) for j in range(total)])
         if p.weights is not None and p.step_scales:
-            unit = p.clip * float(np.mean(p.step_scales))
-            own = p.clip * np.array(p.weights) * signs[:count]  # what each canary added along its direction
+            own = np.array(p.weights) * signs[:count]  # what each canary added along its direction
             known = torch.zeros_like(release)
             for start in range(0, count, CHUNK):
                 stop = min(start + CHUNK, count)
                 known += torch.from_numpy(own[start:stop]) @ canaries.directions(start, stop)
-            prepared.append((release - known, np.concatenate([own, np.zeros(unseen)]), unit, signs))
+            prepared.append((release - known, np.concatenate([own, np.zeros(unseen)]), unit(p), signs))
         else:  # a step that is not plain SGD: its scale is unknown, the projections are in clip norms of the release
-            prepared.append((release, np.zeros(total), p.clip, signs))
+            prepared.append((release, np.zeros(total), unit(p), signs))
     for start in range(0, total, CHUNK):
         stop = min(start + CHUNK, total)
         u = canaries.directions(start, stop)
-        for i, (base, own, unit, signs) in enumerate(prepared):
-            z[start:stop, i] = ((u @ base).numpy() + own[start:stop]) / unit
+        for i, (base, own, scale, signs) in enumerate(prepared):
+            z[start:stop, i] = ((u @ base).numpy() + own[start:stop]) / scale
             s[start:stop, i] = signs[start:stop]
     return z[:count], z[count:], s[:count], s[count:], left
 
 
-def verdict(est: Estimate, *, claimed: float, shift: float, noise: float, unseen: int) -> str:
+def verdict(est: Estimate, *, claimed: float, shift: float, noise: float, unseen: int, spread: float) -> str:
     """One line: the estimate against the accountant's epsilon (BROKEN where the 99.5 % lower end passes it), then
-    the defect the diagnostics point to: noise reused across rounds, and, where the scale is known (``noise``
-    finite), less noise than the setting's or a canary moving the release more than its rate allows."""
+    the defect the diagnostics point to: noise reused across rounds and, where the scale is known (``noise``
+    finite), less noise than the setting's or a canary moving the release more than clipping allows (``spread``:
+    the standard deviation of a canary's signed projection in a round, joins and noise together)."""
     from scipy import stats
 
     low, high = est.epsilon_interval
     if math.isnan(est.epsilon) or math.isnan(est.epsilon_alarm):
         return "undetermined: the canaries' projections gave no estimate (no noise and no signal, or a failed fit)"
+    reused = (f"the noise of different rounds is correlated ({est.round_correlation:.2f}): noise reused across "
+              "rounds (a generator seeded alike each round; Opacus draws its noise from torch's unless secure_mode), "
+              "so the rounds do not compose as the accountant assumes") if est.round_correlation > 0.3 else ""
     found = []
-    if est.round_correlation > 0.3:
-        found.append(f"the noise of different rounds is correlated ({est.round_correlation:.2f}): noise reused across "
-                     "rounds (a generator seeded alike each round; Opacus draws its noise from torch's unless "
-                     "secure_mode), so the rounds do not compose as the accountant assumes")
     if math.isfinite(noise):
         upper = est.noise * math.sqrt((unseen - 1) / stats.chi2.ppf(0.005, unseen - 1))
         if upper < 0.8 * noise:
-            found.append(f"the release carries {est.noise:.3g} clip norms of noise along a direction (99.5 % upper end "
-                         f"{upper:.3g}), the engine's noise multiplier gives {noise:.3g}: the DP optimizer adds less "
-                         "noise than its accountant is told")
-        floor = est.shift - stats.norm.ppf(0.995) * est.noise / math.sqrt(max(est.canaries, 1))
+            found.append(f"the release carries {est.noise:.3g} step units of noise along a direction (99.5 % upper "
+                         f"end {upper:.3g}), the engine's noise multiplier gives {noise:.3g}: the DP optimizer adds "
+                         "less noise than its accountant is told")
+        floor = est.shift - stats.norm.ppf(0.995) * spread / math.sqrt(max(est.canaries * est.rounds, 1))
         if floor > 1.25 * shift + 0.05:
-            found.append(f"a canary moved the release by {est.shift:.3g} clip norms a round (99.5 % lower end "
-                         f"{floor:.3g}) where joining at the accountant's rate moves it by {shift:.3g}: records' "
-                         "gradients not clipped, or records sampled more often than the accountant is told")
+            found.append(f"a canary moved the release by {est.shift:.3g} step units a round (99.5 % lower end "
+                         f"{floor:.3g}) where its joins at the accountant's rate, clipped, move it by {shift:.3g}: "
+                         "records' gradients not clipped")
     if est.epsilon_alarm > claimed:
         head = (f"BROKEN: empirical epsilon {est.epsilon:.2f} [{low:.2f}, {high:.2f}] of a record exceeds the "
                 f"accountant's {claimed:.2f} (99.5 % lower end {est.epsilon_alarm:.2f})")
-        return f"{head}; {found[0]}" if found else f"{head}; no diagnostic singles out the defect"
-    if found and not found[0].startswith("the noise of different rounds"):
+        why = reused or (found[0] if found else "no diagnostic singles out the defect")
+        return f"{head}; {why}"
+    if found:
         return f"BROKEN: {found[0]}"
     where = "holds" if high >= claimed else "lies below"
     return (f"consistent with the accountant: {est.epsilon:.2f} [{low:.2f}, {high:.2f}] {where} its {claimed:.2f} "
@@ -155,19 +156,21 @@ def measure(run: AppRun, found: list[dict[str, Any]], *, delta: float, unseen: i
     if z_in.shape[1] == 0:
         out["verdict"] = "not estimated: " + left[0]
         return out
-    est = estimate(z_in, z_out, s_in, s_out, delta=delta, seed=plan.seed)
     row = next((m for m in found if m.get("mechanism") == "Opacus DP-SGD" and m.get("client") == out["host"]), {})
-    claimed = float(row.get("epsilon_measured") or math.inf)
+    claimed, delta = float(row.get("epsilon_measured") or math.inf), float(row.get("delta", delta))
+    est = estimate(z_in, z_out, s_in, s_out, delta=delta, seed=plan.seed)  # at the delta its accountant's is
     linear = all(p.step_scales for p in riding)
     shift = float(np.mean([planned_shift(p) for p in riding]))
     noise = float(np.mean([planned_noise(p) for p in riding])) if linear else math.nan
-    rate, z = riding[0].sample_rate, riding[0].noise_multiplier
+    spread = float((s_in * z_in).std(ddof=1)) if z_in.size > 1 else math.inf
     out.update(est.as_dict())
-    out.update({"rounds_observed": [p.round for p in riding], "steps": [p.steps for p in riding],
-                "sample_rate": rate, "noise_multiplier": z, "clip": riding[0].clip, "optimizer": riding[0].optimizer,
+    out.update({"delta": delta, "rounds_observed": [p.round for p in riding], "steps": [p.steps for p in riding],
+                "sample_rate": riding[0].sample_rate, "optimizer": riding[0].optimizer,
+                "noise_multiplier": sorted({z for p in riding for z in p.noise_multipliers}),
+                "clip": sorted({c for p in riding for c in p.clips}),
                 "scale_known": linear, "shift_planned": shift, "noise_planned": noise if linear else None,
                 "mu_planned": shift / noise * math.sqrt(len(riding)) if linear else None,
                 "joins_per_round": float(np.mean([np.mean(p.joined) for p in riding])),
                 "epsilon_accountant": claimed,
-                "verdict": verdict(est, claimed=claimed, shift=shift, noise=noise, unseen=unseen)})
+                "verdict": verdict(est, claimed=claimed, shift=shift, noise=noise, unseen=unseen, spread=spread)})
     return out

@@ -59,9 +59,11 @@ class Planted:
 
     Attributes:
         names, shapes: the DP optimizer's parameters as the app's model names them, in order (the directions' space).
-        sample_rate, noise_multiplier, clip: the engine's, as its accountant is told.
-        steps: the optimizer's steps; joined: each canary's number of steps joined.
-        weights: each canary's joined steps' scales summed (None where the step is not ``-scale * grad``).
+        sample_rate: the engine's, as its accountant is told.
+        noise_multipliers, clips: the optimizer's at each step (an Opacus scheduler may move them).
+        joined: each canary's number of steps joined.
+        weights: each canary's joined steps' scales times their clips, summed: how far it moved the model along its
+            direction when clipping works (None where a step is not ``-scale * grad``).
         step_scales: each step's scale on the model (``lr / expected batch``; None where not linear).
         optimizer: the optimizer's class; problem: why no canary rode (one line), else "".
     """
@@ -70,14 +72,17 @@ class Planted:
     names: list[str] = field(default_factory=list)
     shapes: list[list[int]] = field(default_factory=list)
     sample_rate: float = 0.0
-    noise_multiplier: float = 0.0
-    clip: float = 0.0
-    steps: int = 0
+    noise_multipliers: list[float] = field(default_factory=list)
+    clips: list[float] = field(default_factory=list)
     joined: list[int] = field(default_factory=list)
     weights: list[float] | None = None
     step_scales: list[float] | None = None
     optimizer: str = ""
     problem: str = ""
+
+    @property
+    def steps(self) -> int:
+        return len(self.clips)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -92,16 +97,18 @@ def linear_scale(optimizer: Any) -> float | None:
         return None
     if any(g.get("momentum", 0) or g.get("weight_decay", 0) or g.get("maximize", False) for g in groups):
         return None
-    divisor = optimizer.expected_batch_size * optimizer.accumulated_iterations if optimizer.loss_reduction == "mean" else 1
+    mean = optimizer.loss_reduction == "mean"
+    divisor = optimizer.expected_batch_size * optimizer.accumulated_iterations if mean else 1
     return float(groups[0]["lr"]) / float(divisor)
 
 
 class _Host:
-    """The canaries of one train call: their directions over the first registered DP optimizer's parameters."""
+    """The canaries of one train call: their directions over the first DP optimizer's parameters that steps."""
 
     def __init__(self, plan: RecordPlan, round_: int) -> None:
         self.plan, self.planted = plan, Planted(round=round_)
         self.canaries: CanaryClients | None = None
+        self.bound: Any = None  # the optimizer they ride in
         self.cache: dict[int, torch.Tensor] = {}
         self.rng = np.random.default_rng([plan.seed, plan.host, round_, 3])
 
@@ -113,6 +120,16 @@ class _Host:
         if self.plan.count * self.canaries.dims <= CACHE:
             self.cache[j] = u
         return u
+
+    def rides(self, optimizer: Any) -> bool:
+        """Whether the canaries ride in this step of ``optimizer`` (the problem noted where they cannot)."""
+        p = self.planted
+        if p.problem or optimizer not in ENGINES or optimizer._check_skip_next_step(pop_next=False):
+            return False
+        if self.bound is not None and self.bound is not optimizer:
+            p.problem = "a second DP optimizer stepped in the train call; the canaries ride in one"
+            return False
+        return self.bound is not None or self.first_step(optimizer)
 
     def first_step(self, optimizer: Any) -> bool:
         """Set the canaries' space from ``optimizer``; False (with the problem noted) where they cannot ride."""
@@ -127,11 +144,11 @@ class _Host:
             return False
         p.names = [names[id(q)] for q in optimizer.params]
         p.shapes = [list(q.shape) for q in optimizer.params]
-        p.sample_rate, p.noise_multiplier = rate, float(optimizer.noise_multiplier)
-        p.clip, p.joined = float(optimizer.max_grad_norm), [0] * self.plan.count
+        p.sample_rate, p.joined = rate, [0] * self.plan.count
         p.weights, p.step_scales = [0.0] * self.plan.count, []
         self.canaries = CanaryClients(self.plan.count, shapes={n: torch.Size(s) for n, s in zip(p.names, p.shapes)},
                                       seed=self.plan.seed)
+        self.bound = optimizer
         return True
 
     def plant(self, optimizer: Any) -> list[int]:
@@ -142,22 +159,25 @@ class _Host:
             return joined
         assert self.canaries is not None
         signs = torch.tensor([self.canaries.sign(j, p.round) for j in joined])
-        rows = self.plan.scale * p.clip * signs[:, None] * torch.stack([self.direction(j) for j in joined])
+        clip = float(optimizer.max_grad_norm)
+        rows = self.plan.scale * clip * signs[:, None] * torch.stack([self.direction(j) for j in joined])
         at = 0
         for q in optimizer.params:
             size = q.numel()
-            piece = rows[:, at:at + size].reshape(len(joined), *q.shape).to(q.dtype)
+            last = q.grad_sample[-1] if isinstance(q.grad_sample, list) else q.grad_sample
+            piece = rows[:, at:at + size].reshape(len(joined), *q.shape).to(device=last.device, dtype=q.dtype)
             at += size
             if isinstance(q.grad_sample, list):  # accumulated passes: the canaries join the last one
-                q.grad_sample[-1] = torch.cat([q.grad_sample[-1], piece])
+                q.grad_sample[-1] = torch.cat([last, piece])
             else:
-                q.grad_sample = torch.cat([q.grad_sample, piece])
+                q.grad_sample = torch.cat([last, piece])
         return joined
 
     def note_step(self, optimizer: Any, joined: list[int]) -> None:
         p = self.planted
-        scale = linear_scale(optimizer)
-        p.steps += 1
+        scale, clip = linear_scale(optimizer), float(optimizer.max_grad_norm)
+        p.noise_multipliers.append(float(optimizer.noise_multiplier))
+        p.clips.append(clip)
         for j in joined:
             p.joined[j] += 1
         if p.weights is None or p.step_scales is None or scale is None:
@@ -165,7 +185,7 @@ class _Host:
             return
         p.step_scales.append(scale)
         for j in joined:
-            p.weights[j] += scale
+            p.weights[j] += scale * clip
 
 
 @contextlib.contextmanager
@@ -185,9 +205,7 @@ def planting(plan: RecordPlan, round_: int) -> Iterator[Planted]:
         return result
 
     def clip_and_accumulate(self: Any) -> None:
-        ride = self in ENGINES and not host.planted.problem and not self._check_skip_next_step(pop_next=False)
-        if ride and host.canaries is None:
-            ride = host.first_step(self)
+        ride = host.rides(self)
         joined = host.plant(self) if ride else []
         clip(self)
         if ride:
@@ -207,15 +225,20 @@ def planting(plan: RecordPlan, round_: int) -> Iterator[Planted]:
 
 
 def planned_shift(planted: Planted) -> float:
-    """Clip norms a canary moves one round's release by on average: its expected joins (``rate x steps``)."""
+    """Step units a canary moves one round's release by on average: its expected joins (``rate x steps``)."""
     return planted.sample_rate * planted.steps
 
 
+def unit(planted: Planted) -> float:
+    """The release's unit: the clip times the step's scale, over the round's steps (the clip where not linear)."""
+    scales = planted.step_scales or [1.0] * planted.steps
+    return sum(s * c for s, c in zip(scales, planted.clips)) / max(planted.steps, 1)
+
+
 def planned_noise(planted: Planted) -> float:
-    """The release's noise along a direction, in clip norms of the round's mean step: the noise multiplier times the
-    root of the steps' squared scales over their mean (``sqrt(steps)`` at a constant learning rate)."""
-    scales = planted.step_scales or []
-    if not scales:
+    """The release's noise along a direction, in ``unit``: the root of the steps' squared scale x noise multiplier x
+    clip (``z sqrt(steps)`` at a constant learning rate, noise and clip); NaN where the scale is not known."""
+    if not planted.step_scales:
         return math.nan
-    mean = sum(scales) / len(scales)
-    return planted.noise_multiplier * math.sqrt(sum(s * s for s in scales)) / mean
+    terms = zip(planted.step_scales, planted.noise_multipliers, planted.clips)
+    return math.sqrt(sum((s * z * c) ** 2 for s, z, c in terms)) / unit(planted)

@@ -113,13 +113,15 @@ def _record_table(c: dict[str, Any] | None) -> Table:
             f"({_f(c.get('shift_planned'))} / {_f(c.get('noise_planned'))})", c.get("verdict", "")])
     return ("Canary records: an empirical record-level epsilon of DP-SGD",
             ["canaries", "rounds", "mu-GDP [95 % CI] (setting's mean shift)", "epsilon [95 % CI]",
-             "epsilon of its accountant", "shift / noise in clip norms a step (setting)", "verdict"], [row],
+             "epsilon of its accountant", "shift / noise a round, in step units (setting)", "verdict"], [row],
             "each step of the first SuperNode's Opacus DP optimizer, every canary record joins at the accountant's "
             "rate with a gradient of twice the clip along its own direction, clipped by Opacus with the batch "
             "(gradient canaries, Nasr et al. 2023); each round its upload less the model it received is projected on "
-            "every canary's and on unseen directions; Student's t over the canaries gives the interval; BROKEN where "
-            "its 99.5 % lower end passes the accountant's epsilon, or (plain SGD, whose scale is known) where the "
-            "noise measured is below the setting's or a canary moves the release more than its rate allows")
+            "every canary's and on unseen directions, in step units (the clip times the step's scale, a round's "
+            "mean); a matched filter across rounds whitened by the unseen directions, bootstrapped over the canaries, "
+            "gives the interval; BROKEN where its 99.5 % lower end passes the accountant's epsilon, or (plain SGD, "
+            "whose scale is known) where the noise measured is below the setting's or a canary moves the release "
+            "more than clipping allows")
 
 
 def _reported_table(summary: dict[str, Any]) -> Table:

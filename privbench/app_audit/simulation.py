@@ -206,14 +206,17 @@ class ServerHooks:
         return self.trajectory
 
 
-def checked(app: FlowerApp, error: BaseException | None, messages: list[Sent] | None, reply_timeout: float,
-            *, engine: str = "Flower's simulation") -> None:
-    """Nothing where the run is a result; else the one line that says why not."""
+def checked(app: FlowerApp, error: BaseException | tuple[str, str, bool] | None, messages: list[Sent] | None,
+            reply_timeout: float, *, engine: str = "Flower's simulation") -> None:
+    """Nothing where the run is a result; else the one line that says why not (``error``: the exception the
+    ServerApp raised, or its type name, first line and whether it is privbench's own)."""
+    if isinstance(error, PrivbenchError):
+        raise error
+    if isinstance(error, BaseException):
+        error = (type(error).__name__, str(error).splitlines()[0] if str(error) else "", False)
     if error is not None:
-        if isinstance(error, PrivbenchError):
-            raise error
-        line = str(error).splitlines()[0] if str(error) else ""
-        raise AppError(f"{app.serverapp}: the ServerApp failed: {type(error).__name__}: {line}")
+        name, line, own = error
+        raise AppError(line if own else f"{app.serverapp}: the ServerApp failed: {name}: {line}")
     if messages is None:
         raise AppError(f"{app.name}: {engine} ended before the ServerApp started")
     failed = next((m for m in messages if m.error), None)

@@ -50,8 +50,9 @@ def threat_model(summary: dict[str, Any], options: Any) -> dict[str, Any]:
                                         "direction of its own (a sign of its own each round), before Opacus clips",
                             "unseen_directions": summary["record_canaries"]["unseen"],
                             "reads": "the host's upload less the model it received, each round",
-                            "test": "Gaussian fit of each round's projections, Student's t over the canaries "
-                                    "(white-box gradient canaries, Nasr et al. 2023)"}),
+                            "test": "matched filter of each canary's signs across rounds, whitened by the unseen "
+                                    "directions, bootstrapped over the canaries (white-box gradient canaries, Nasr "
+                                    "et al. 2023)"}),
         "reply_read_as": {"auto": "the client's trained model (a reply that is no model near the one sent is not "
                                   "attacked)", "model": "the client's trained model (--reply-kind model)",
                           "delta": "the model received plus the reply (--reply-kind delta)"
