@@ -25,6 +25,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Context, Error, Message, Message
 from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
 
 from privbench import api  # noqa: E402
+from privbench.app_audit.deployment import free_ports  # noqa: E402
 from privbench.audit.plan import plan  # noqa: E402
 from privbench.audit.run import run_audit  # noqa: E402
 from privbench.errors import ConfigError  # noqa: E402
@@ -394,16 +395,6 @@ LOOPBACK = ("data.num_clients=2 data.num_agnostic_clients=1 data.partition=iid f
             "fl.agnostic.fedavg_reference=false metrics.lpips=false attack=idlg payload=learngene")
 
 
-def _free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
-
-
 def _wait_for(port: int, seconds: float) -> None:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
@@ -425,7 +416,7 @@ def test_a_tls_deployment_with_authenticated_nodes_is_captured_and_attacked(tmp_
     certs = make_federation(tmp_path / "certs", nodes=4)  # nodes 0-2 registered, node 3 never
     env = {**os.environ, "FLWR_HOME": str(home), "FLWR_TELEMETRY_ENABLED": "0",
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
-    link, *nodes = _free_ports(5)  # the SuperLink; two known clients, one agnostic client, the stranger
+    link, *nodes = free_ports(5)  # the SuperLink; two known clients, one agnostic client, the stranger
     (home / "config.toml").write_text(f'[superlink]\ndefault = "loopback"\n\n[superlink.loopback]\n'
                                       f'address = "127.0.0.1:{link}"\nroot-certificates = "{certs.ca}"\n')
     log = (tmp_path / "processes.log").open("w")
