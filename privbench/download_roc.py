@@ -5,7 +5,8 @@ and GENE-FL sent over ``--rounds`` rounds on the embedded data (every round and 
 downloads: each honest one as each active server crafts it (trap weights at 1 % of public images, half the rows
 trapped, the PCA trap, the imprint block; ``privbench.attacks``), and the quiet download a non-victim receives
 under model inconsistency (the half-trapped rows, or the PCA trap's second-layer rows, zeroed). Each download is
-scored on 64 of the client's images (``defenses.detector.download_scores``) and checked by the shipped check
+scored on 64 of the client's images (``defenses.detector.download_scores``; ``drift`` against the model the same run
+sent the round before, the same cluster's where it had one) and checked by the shipped check
 (``inspect_download``). The table gives, per family, the shipped check's flag rate, each score's AUROC against
 the honest downloads, and a cautious client's checks: the shipped ones or any score above ``MARGIN`` times the
 largest value an honest download of the other seeds reached (leave one seed out: the false-positive rate is that
@@ -39,7 +40,7 @@ from privbench.metrics.membership import auc
 from privbench.models import MLP
 from privbench.pixels import normalise
 
-SCORES = ("architecture", "aligned", "silent", "off_centre", "dead_rows", "bias_scale")
+SCORES = ("architecture", "aligned", "silent", "off_centre", "dead_rows", "bias_scale", "drift")
 #: A cautious client flags a score above this many times the largest honest value it has seen (chosen after a
 #: first run at 1x flagged 8 % of held-out honest downloads; every crafted family is flagged from 1.5x to 10x).
 MARGIN = 2.0
@@ -51,12 +52,16 @@ def _servers() -> dict[str, ActiveAttack]:
         "imprint": ImprintAttack(bins=128, scale=1.0)}
 
 
-def _honest(seed: int, rounds: int, inits: int, work: Path) -> list[tuple[str, dict[str, torch.Tensor]]]:
-    """Fresh initialisations and, with ``rounds``, every full model FedAvg and GENE-FL sent."""
-    out = []
+Honest = tuple[str, dict[str, torch.Tensor], "dict[str, torch.Tensor] | None"]
+
+
+def _honest(seed: int, rounds: int, inits: int, work: Path) -> list[Honest]:
+    """Fresh initialisations and, with ``rounds``, every full model FedAvg and GENE-FL sent; each with the model a
+    client of that run received the round before (the same cluster's where it had one; None in the first round)."""
+    out: list[Honest] = []
     for k in range(inits):  # a stream of their own: a run at seed s starts from torch.manual_seed(s)
         torch.manual_seed(1_000_003 + 1_000 * seed + k)
-        out.append((f"init{k}", MLP(in_channels=1, image_size=28, num_classes=10).state_dict()))
+        out.append((f"init{k}", MLP(in_channels=1, image_size=28, num_classes=10).state_dict(), None))
     if rounds < 1:
         return out
     import privbench
@@ -67,13 +72,18 @@ def _honest(seed: int, rounds: int, inits: int, work: Path) -> list[tuple[str, d
         run = privbench.run([f"fl={fl}", "model=mlp", f"fl.rounds={rounds}", "attack=none", "metrics.lpips=false",
                              "capture.rounds=all", "capture.clients=all"], results_dir=work / fl, seed=seed)
         store, seen = PayloadStore.open(run.payloads), set()
+        sent: dict[tuple[int, Any], dict[str, torch.Tensor]] = {}  # (round, cluster) -> the model sent
         for record in store.records(direction="down", stored=True):
             payload = store.load(record["id"])
             key = (fl, payload.round, payload.cluster, payload.kind)
             if payload.spec.carries == "model" and payload.tensors is not None and set(payload.tensors) == names \
                     and key not in seen:
                 seen.add(key)
-                out.append((f"{fl} round {payload.round} {payload.kind}", dict(payload.tensors)))
+                sent[(payload.round, payload.cluster)] = state = dict(payload.tensors)
+                earlier = [r for r, _ in sent if r < payload.round]
+                before = None if not earlier else sent.get((max(earlier), payload.cluster)) or next(
+                    v for (r, _), v in reversed(list(sent.items())) if r == max(earlier))
+                out.append((f"{fl} round {payload.round} {payload.kind}", state, before))
     return out
 
 
@@ -85,7 +95,7 @@ def collect(seeds: Sequence[int], *, rounds: int, inits: int = 5, work: Path) ->
     public = normalise(test.images[:1000].float() / 255, train.mean, train.std)
     rows, seen = [], set()
     for seed in seeds:
-        for source, state in _honest(seed, rounds, inits, work / f"seed{seed}"):
+        for source, state, before in _honest(seed, rounds, inits, work / f"seed{seed}"):
             content = hashlib.sha256(b"".join(t.detach().cpu().numpy().tobytes() for t in state.values())).digest()
             if content in seen:  # a model sent twice (GENE-FL clusters that agree) is one download
                 continue
@@ -104,7 +114,8 @@ def collect(seeds: Sequence[int], *, rounds: int, inits: int = 5, work: Path) ->
                 sent = net.state_dict()
                 verdict = inspect_download(sent, expected, model=net, local=local)
                 rows.append({"seed": seed, "family": family, "source": source, "shipped": float(verdict.flagged),
-                             **download_scores(sent, expected, model=net, local=local)})
+                             "previous": float(before is not None),
+                             **download_scores(sent, expected, model=net, local=local, previous=before)})
     return rows
 
 
@@ -122,20 +133,24 @@ def table(rows: list[dict[str, Any]]) -> str:
     def union(r: dict[str, Any]) -> bool:
         return bool(r["shipped"]) or any(r[s] > flagged[r["seed"]][s] for s in SCORES)
 
-    honest = np.array([[r[s] for s in SCORES] for r in rows if r["family"] == "honest"])
+    def scored(r: dict[str, Any], s: str) -> bool:  # drift reads the round before: a first round has none
+        return s != "drift" or bool(r.get("previous", 1.0))
+
+    header = [f"AUROC {s}" + (" (downloads with a round before)" if s == "drift" else "") for s in SCORES]
     lines = [f"| downloads | n | shipped check flags | shipped or a score over {MARGIN:g} x the honest max "
-             "(leave one seed out) | "
-             + " | ".join(f"AUROC {s}" for s in SCORES) + " |", "|---" * (4 + len(SCORES)) + "|"]
+             "(leave one seed out) | " + " | ".join(header) + " |", "|---" * (4 + len(SCORES)) + "|"]
     for family in dict.fromkeys(r["family"] for r in rows):
         mine = [r for r in rows if r["family"] == family]
         cells = [family, str(len(mine)), f"{np.mean([r['shipped'] for r in mine]):.2f}",
                  f"{np.mean([union(r) for r in mine]):.2f}"]
-        for i, s in enumerate(SCORES):
-            if family == "honest":
+        for s in SCORES:
+            crafted = [r[s] for r in mine if scored(r, s)]
+            honest = [r[s] for r in rows if r["family"] == "honest" and scored(r, s)]
+            if family == "honest" or not crafted or not honest:
                 cells.append("-")
                 continue
-            scores = np.r_[[r[s] for r in mine], honest[:, i]]
-            cells.append(f"{auc(scores, np.r_[np.ones(len(mine), bool), np.zeros(len(honest), bool)]):.3f}")
+            labels = np.r_[np.ones(len(crafted), bool), np.zeros(len(honest), bool)]
+            cells.append(f"{auc(np.r_[crafted, honest], labels):.3f}")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

@@ -40,6 +40,13 @@ def test_each_new_score_sees_what_its_construction_leaves(rows):
     assert lines["quiet (trap_behind_pca)"].split(" | ")[8] == "1.000"  # AUROC dead_rows
 
 
+def test_drift_reads_only_downloads_with_a_round_before(rows):
+    """Fresh initialisations have no round before: drift 0 for honest and crafted alike, and no AUROC for it."""
+    assert all(r["previous"] == 0.0 and r["drift"] == 0.0 for r in rows)
+    lines = {line.split(" | ")[0].removeprefix("| "): line for line in table(rows).splitlines()[2:]}
+    assert lines["trap_weights"].rstrip(" |").split(" | ")[-1] == "-"
+
+
 def test_one_seed_cannot_be_held_out(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["--out", str(tmp_path), "--seeds", "0"])

@@ -5,7 +5,7 @@ A change that moves a committed figure fails here until the
 study is rerun and its report rewritten.
 
 ``download_check`` has no runs (its table is a script's ROC, ``scores.csv``) and is checked by
-``tests/test_download_check.py``."""
+``tests/test_download_roc.py``."""
 from __future__ import annotations
 
 import math

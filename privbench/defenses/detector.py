@@ -114,8 +114,26 @@ def inspect_download(received: dict[str, torch.Tensor], expected: dict[str, list
     return Verdict(bool(reasons), reasons)
 
 
+def drift(received: dict[str, torch.Tensor], previous: dict[str, torch.Tensor] | None) -> float:
+    """The largest relative change of one weight matrix (two or more dimensions: what a trap rewrites; a bias near 0
+    moves by many times itself in honest training) from the model the client received the round before,
+    ``||new - old|| / ||old||`` (0 without one, or for a matrix it did not hold).
+
+    Example:
+        >>> round(drift({"w": torch.tensor([[2.0, 0.0]]), "b": torch.tensor([9.0])},
+        ...             {"w": torch.tensor([[1.0, 0.0]]), "b": torch.tensor([0.1])}), 9)
+        1.0
+    """
+    if previous is None:
+        return 0.0
+    changes = [float((t.detach().double() - previous[n].double()).norm() / (previous[n].double().norm() + 1e-12))
+               for n, t in received.items() if t.is_floating_point() and t.dim() >= 2 and n in previous
+               and previous[n].shape == t.shape]
+    return max(changes, default=0.0)
+
+
 def download_scores(received: dict[str, torch.Tensor], expected: dict[str, list[int]], *, model: nn.Module,
-                    local: torch.Tensor) -> dict[str, float]:
+                    local: torch.Tensor, previous: dict[str, torch.Tensor] | None = None) -> dict[str, float]:
     """Continuous scores of a download, each larger where it looks more crafted (for a ROC of the checks):
 
     - ``architecture``: 1 when its names or shapes differ from ``expected``, else 0 (the first check);
@@ -123,7 +141,9 @@ def download_scores(received: dict[str, torch.Tensor], expected: dict[str, list[
     - ``silent``: 1 minus its first ReLU layer's mean firing rate on ``local`` (the third check, at 0.8);
     - ``off_centre``: how far that firing rate is from 1/2, either way (a layer that always fires is linear);
     - ``dead_rows``: the largest share of all-zero rows in one weight matrix (a unit that can never fire);
-    - ``bias_scale``: the largest bias, in units of its layer's default initialisation bound ``1/sqrt(fan_in)``.
+    - ``bias_scale``: the largest bias, in units of its layer's default initialisation bound ``1/sqrt(fan_in)``;
+    - ``drift``: the largest relative change of a weight matrix from ``previous``, the model the client received the
+      round before (``drift``; 0 in a client's first round).
 
     Limits: ``silent`` and ``off_centre`` read the first ``nn.ReLU`` module (a model without one, or with a
     functional ReLU, scores a neutral 1/2 and 0); ``bias_scale`` reads biases beside a weight of two or more
@@ -155,5 +175,6 @@ def download_scores(received: dict[str, torch.Tensor], expected: dict[str, list[
     first = first_firing(model, local)
     rate = first[1] if first is not None else 0.5
     return {"architecture": 0.0 if same else 1.0, "aligned": max(cosines), "silent": 1.0 - rate,
-            "off_centre": abs(rate - 0.5), "dead_rows": max(dead), "bias_scale": max(scale)}
+            "off_centre": abs(rate - 0.5), "dead_rows": max(dead), "bias_scale": max(scale),
+            "drift": drift(received, previous)}
 
