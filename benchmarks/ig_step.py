@@ -1,12 +1,13 @@
 """Inverting Gradients' step on ResNet-18: privbench's attack against a plain loop, milliseconds per step.
 
-One image's gradient of ``ResNet18`` (batch norm, training mode, the paper's 32x32 colour setting by default); one
-attempt of ``--iterations`` signed-Adam steps by ``InvertingGradients`` (its label from the head gradient, exact for
-one image; the paper gives the label), and the same steps written plainly as the paper's code does them (the
-model's own parameters, forward, ``autograd.grad(create_graph=True)``, one minus the cosine of the concatenated gradients plus total
-variation, ``backward``, the image gradient's sign, Adam with its step schedule, the box). Interleaved, best of
-``--repeats`` after a warm-up; ``ratio`` is privbench's milliseconds per step over the plain loop's (issue 51 asks
-for at most 1.0). Figures depend on the machine; run it alone.
+One image's gradient of ``ResNet18`` (batch norm in training mode, as a client trains; the paper's code inverts in
+eval mode by default), the paper's 32x32 colour setting by default. One attempt of ``--iterations`` signed-Adam
+steps by ``InvertingGradients`` (its label from the head gradient, exact for one image; the paper gives the label;
+its own copy of the model runs small convolutions as im2col products), and the same steps written plainly as the
+paper's code does them: the model's own parameters, forward, ``autograd.grad(create_graph=True)``, one minus the
+cosine of the concatenated gradients plus total variation, ``backward``, the image gradient's sign, Adam with its
+step schedule, the box. Interleaved, best of ``--repeats`` after a warm-up; ``ratio`` is privbench's milliseconds
+per step over the plain loop's (issue 51 asks for at most 1.0). Figures depend on the machine; run it alone.
 
 Example:
     python benchmarks/ig_step.py --iterations 20 --repeats 3
@@ -89,9 +90,11 @@ def main() -> None:
             start = time.perf_counter()
             plain_loop(model, target.gradient, label, shape, iterations=args.iterations)
             plain.append((time.perf_counter() - start) / args.iterations * 1e3)
+            target.evaluations = 0
             start = time.perf_counter()
             attack.attack(target, seed=0)
             ours.append((time.perf_counter() - start) / args.iterations * 1e3)
+            assert target.evaluations == args.iterations, "privbench's attempt stopped early: no like-for-like figure"
         best_plain, best_ours = min(plain[1:]), min(ours[1:])
         print(f"{threads:>7} {best_plain:>13.1f} {best_ours:>17.1f} {best_ours / best_plain:>6.2f}", flush=True)
 

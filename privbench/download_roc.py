@@ -79,12 +79,31 @@ def _honest(seed: int, rounds: int, inits: int, work: Path) -> list[Honest]:
             if payload.spec.carries == "model" and payload.tensors is not None and set(payload.tensors) == names \
                     and key not in seen:
                 seen.add(key)
+                before = previous(sent, payload.round, payload.cluster)
                 sent[(payload.round, payload.cluster)] = state = dict(payload.tensors)
-                earlier = [r for r, _ in sent if r < payload.round]
-                before = None if not earlier else sent.get((max(earlier), payload.cluster)) or next(
-                    v for (r, _), v in reversed(list(sent.items())) if r == max(earlier))
                 out.append((f"{fl} round {payload.round} {payload.kind}", state, before))
     return out
+
+
+def previous(sent: dict[tuple[int, Any], dict[str, torch.Tensor]], round_: int,
+             cluster: Any) -> dict[str, torch.Tensor] | None:
+    """The model a client of ``cluster`` received the round before ``round_``: of the latest earlier round, its
+    cluster's, else the last one that round sent (``sent`` in send order by ``(round, cluster)``); None in a first
+    round.
+
+    Example:
+        >>> a, b, c = ({"w": torch.full((1,), float(v))} for v in range(3))
+        >>> sent = {(0, None): a, (1, 0): b, (1, 1): c}
+        >>> [previous(sent, 2, k)["w"].item() for k in (0, 1, 5)], previous(sent, 1, 0)["w"].item()
+        ([1.0, 2.0, 2.0], 0.0)
+        >>> previous(sent, 0, None) is None
+        True
+    """
+    earlier = [r for r, _ in sent if r < round_]
+    if not earlier:
+        return None
+    last = max(earlier)
+    return sent.get((last, cluster)) or next(v for (r, _), v in reversed(list(sent.items())) if r == last)
 
 
 def collect(seeds: Sequence[int], *, rounds: int, inits: int = 5, work: Path) -> list[dict[str, Any]]:

@@ -51,7 +51,8 @@ def test_an_app_that_asks_for_a_loopback_deployment_is_deployed_and_audited_as_t
 
 def test_canary_clients_and_a_dp_wrapper_are_measured_alike_in_a_deployment(tmp_path):
     """The server's hooks (the canary plan, the DP wrapper found around the strategy) run in Flower's ServerApp
-    process; the figures come back equal to the simulation's (node ids are random: float sums to 1e-7)."""
+    process; the figures come back equal to the simulation's (node ids are random: float sums agree to 1e-6
+    relative)."""
     code, _, stderr, deployed = audit(EXAMPLES / "central-dp", tmp_path / "deployed", "--canaries", "2",
                                       "--engine", "deployment")
     assert code == 0 and deployed is not None, stderr[-3000:]

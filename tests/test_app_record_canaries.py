@@ -194,6 +194,21 @@ def test_the_settings_figures_are_those_of_a_hand_count():
     assert unit(p) == 1.0 and planned_noise(p) == pytest.approx(2.0 * math.sqrt(1 + 1 + 1 + 1) / 1.0)
 
 
+def test_the_shift_s_bound_counts_the_unseen_directions_error_too():
+    """With many canaries the unseen directions' mean is the shift's larger error: 10,000 canaries, 2 rounds, 1,000
+    unseen, noise 3 a round, a shift of 1.4 against the setting's 1.0 is within it (bound 1.22, not above 1.3); 1.6
+    is not (bound 1.42); and every diagnostic found is said, not only the first."""
+    from privbench.defenses.client_dp.canary_clients import Estimate
+
+    def said(shift: float, noise: float = 3.0) -> str:
+        est = Estimate(0.1, (0.05, 0.15), 0.5, (0.2, 0.8), 0.1, shift, noise, 0.0, 10_000, 2)
+        return record_canaries.verdict(est, claimed=5.0, shift=1.0, noise=3.0, unseen=1000, spread=3.0, null=3.0)
+
+    assert said(1.4).startswith("consistent") and "not clipped" in said(1.6)
+    both = said(1.6, noise=1.0)
+    assert both.startswith("BROKEN") and "adds less noise" in both and "not clipped" in both
+
+
 def test_the_command_refuses_a_count_out_of_range_before_it_runs(capsys):
     from privbench.app_audit.command import main
 

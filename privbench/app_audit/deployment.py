@@ -63,8 +63,10 @@ def _wait_for(port: int, seconds: float, process: subprocess.Popen[bytes], log: 
 
 
 def _stop(procs: list[subprocess.Popen[bytes]], notes: Path) -> None:
-    """Stop the deployment's processes: their groups, then anything else that carries the audit's notes folder in
-    its environment (the SuperLink starts its executor in a session of its own); what does not stop is killed."""
+    """Stop the deployment's processes: their groups (SIGTERM, then SIGKILL for what does not stop in 30 s), then,
+    on Linux, anything left that carries the audit's notes folder in its environment (the SuperLink starts its
+    executor in a session of its own; SIGKILL: its parent is gone). Without ``/proc`` that last sweep finds
+    nothing, and Flower's own parent-process watch is what ends the executor."""
     for p in procs:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(p.pid, signal.SIGTERM)
@@ -166,8 +168,9 @@ def deploy_app(app: FlowerApp, *, seed: int, reply_timeout: float = 300.0, canar
         finally:
             _stop(procs, notes)
             log.close()
-        if (notes / FAILED).is_file():  # the audit's own ServerApp process failed outside the app
-            said = (notes / FAILED).read_text().strip().splitlines()[-1]
+        failed = (notes / FAILED).read_text().strip().splitlines() if (notes / FAILED).is_file() else []
+        if failed:  # the audit's own ServerApp process failed outside the app
+            said = failed[-1]
         if not (notes / RECORDING).is_file():
             raise AppError(f"{app.name}: the loopback deployment ended before the ServerApp returned: {said}")
         recorded = torch.load(notes / RECORDING, weights_only=False)  # written by the audit's own ServerApp process

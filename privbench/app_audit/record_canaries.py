@@ -92,11 +92,13 @@ def scores(run: AppRun, node: int, planted: list[Planted], *, count: int, seed: 
     return z[:count], z[count:], s[:count], s[count:], left
 
 
-def verdict(est: Estimate, *, claimed: float, shift: float, noise: float, unseen: int, spread: float) -> str:
+def verdict(est: Estimate, *, claimed: float, shift: float, noise: float, unseen: int, spread: float,
+            null: float) -> str:
     """One line: the estimate against the accountant's epsilon (BROKEN where the 99.5 % lower end passes it), then
-    the defect the diagnostics point to: noise reused across rounds and, where the scale is known (``noise``
-    finite), less noise than the setting's or a canary moving the release more than clipping allows (``spread``:
-    the standard deviation of a canary's signed projection in a round, joins and noise together)."""
+    every defect the diagnostics point to: noise reused across rounds and, where the scale is known (``noise``
+    finite), less noise than the setting's or a canary moving the release more than clipping allows (``spread``
+    and ``null``: the standard deviations of a canary's and of an unseen direction's signed projection in a round;
+    the shift is the difference of their means, so both errors bound it)."""
     from scipy import stats
 
     low, high = est.epsilon_interval
@@ -112,7 +114,9 @@ def verdict(est: Estimate, *, claimed: float, shift: float, noise: float, unseen
             found.append(f"the release carries {est.noise:.3g} step units of noise along a direction (99.5 % upper "
                          f"end {upper:.3g}), the engine's noise multiplier gives {noise:.3g}: the DP optimizer adds "
                          "less noise than its accountant is told")
-        floor = est.shift - stats.norm.ppf(0.995) * spread / math.sqrt(max(est.canaries * est.rounds, 1))
+        rounds = max(est.rounds, 1)
+        error = math.sqrt(spread ** 2 / (max(est.canaries, 1) * rounds) + null ** 2 / (max(unseen, 1) * rounds))
+        floor = est.shift - stats.norm.ppf(0.995) * error
         if floor > 1.25 * shift + 0.05:
             found.append(f"a canary moved the release by {est.shift:.3g} step units a round (99.5 % lower end "
                          f"{floor:.3g}) where its joins at the accountant's rate, clipped, move it by {shift:.3g}: "
@@ -120,10 +124,10 @@ def verdict(est: Estimate, *, claimed: float, shift: float, noise: float, unseen
     if est.epsilon_alarm > claimed:
         head = (f"BROKEN: empirical epsilon {est.epsilon:.2f} [{low:.2f}, {high:.2f}] of a record exceeds the "
                 f"accountant's {claimed:.2f} (99.5 % lower end {est.epsilon_alarm:.2f})")
-        why = reused or (found[0] if found else "no diagnostic singles out the defect")
-        return f"{head}; {why}"
+        why = [w for w in (reused, *found) if w] or ["no diagnostic singles out the defect"]
+        return "; ".join([head, *why])
     if found:
-        return f"BROKEN: {found[0]}"
+        return "BROKEN: " + "; ".join(found)
     where = "holds" if high >= claimed else "lies below"
     return (f"consistent with the accountant: {est.epsilon:.2f} [{low:.2f}, {high:.2f}] {where} its {claimed:.2f} "
             "(a lower bound of this DP-SGD, not a proof of the claim)")
@@ -163,6 +167,7 @@ def measure(run: AppRun, found: list[dict[str, Any]], *, delta: float, unseen: i
     shift = float(np.mean([planned_shift(p) for p in riding]))
     noise = float(np.mean([planned_noise(p) for p in riding])) if linear else math.nan
     spread = float((s_in * z_in).std(ddof=1)) if z_in.size > 1 else math.inf
+    null = float((s_out * z_out).std(ddof=1)) if z_out.size > 1 else math.inf
     out.update(est.as_dict())
     out.update({"delta": delta, "rounds_observed": [p.round for p in riding], "steps": [p.steps for p in riding],
                 "sample_rate": riding[0].sample_rate, "optimizer": riding[0].optimizer,
@@ -172,5 +177,6 @@ def measure(run: AppRun, found: list[dict[str, Any]], *, delta: float, unseen: i
                 "mu_planned": shift / noise * math.sqrt(len(riding)) if linear else None,
                 "joins_per_round": float(np.mean([np.mean(p.joined) for p in riding])),
                 "epsilon_accountant": claimed,
-                "verdict": verdict(est, claimed=claimed, shift=shift, noise=noise, unseen=unseen, spread=spread)})
+                "verdict": verdict(est, claimed=claimed, shift=shift, noise=noise, unseen=unseen, spread=spread,
+                                   null=null)})
     return out
