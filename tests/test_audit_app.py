@@ -493,3 +493,20 @@ def test_what_flwr_run_said_is_its_error_box_s_first_paragraph_in_one_line():
                                 "attribute server in module m")
     assert flower_said("starting\nrun 7 failed: no nodes\n") == "run 7 failed: no nodes"
     assert flower_said("") == "flwr run said nothing"
+
+
+def test_a_deployment_is_prepared_offline_on_a_copy_with_the_audit_s_commands_first(tmp_path):
+    import os
+
+    from privbench.app_audit.deployed import NOTES, SPEC
+    from privbench.app_audit.deployment import _prepare
+
+    app = read_app(EXAMPLES / "quickstart-pytorch", engine="deployment")
+    env, notes, link = _prepare(app, tmp_path, seed=3, reply_timeout=9.0, canaries=0, records=None)
+    assert env["FLWR_DISABLE_UPDATE_CHECK"] == "1" and env["FLWR_TELEMETRY_ENABLED"] == "0"
+    assert env["FLWR_HOME"] == str(tmp_path / "flwr") and env[NOTES] == str(notes)
+    assert env["PATH"].split(os.pathsep)[0] == str(tmp_path / "bin")
+    assert all(os.access(tmp_path / "bin" / c, os.X_OK) for c in ("flwr-serverapp", "flwr-clientapp"))
+    assert (tmp_path / "app" / "pyproject.toml").read_text() == (EXAMPLES / "quickstart-pytorch" / "pyproject.toml").read_text()
+    assert f'address = "127.0.0.1:{link}"' in (tmp_path / "flwr" / "config.toml").read_text()
+    assert '"seed": 3' in (notes / SPEC).read_text()

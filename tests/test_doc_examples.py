@@ -154,7 +154,7 @@ def folders(tmp_path_factory):  # type: ignore[no-untyped-def]
 def test_the_example_runs(block, folders):  # type: ignore[no-untyped-def]
     cwd = folders(block.doc)
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
-           "OMP_NUM_THREADS": "1", "FLWR_TELEMETRY_ENABLED": "0", "MPLBACKEND": "Agg"}
+           "OMP_NUM_THREADS": "1", "FLWR_TELEMETRY_ENABLED": "0", "FLWR_DISABLE_UPDATE_CHECK": "1", "MPLBACKEND": "Agg"}
     files = re.search(r"files: ([\w. ]+)", block.detail)
     if files:
         _user_files(cwd)

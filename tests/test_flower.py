@@ -414,7 +414,7 @@ def test_a_tls_deployment_with_authenticated_nodes_is_captured_and_attacked(tmp_
     home, run = tmp_path / "flwr", tmp_path / "deployed"
     home.mkdir()
     certs = make_federation(tmp_path / "certs", nodes=4)  # nodes 0-2 registered, node 3 never
-    env = {**os.environ, "FLWR_HOME": str(home), "FLWR_TELEMETRY_ENABLED": "0",
+    env = {**os.environ, "FLWR_HOME": str(home), "FLWR_TELEMETRY_ENABLED": "0", "FLWR_DISABLE_UPDATE_CHECK": "1",
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
     link, *nodes = free_ports(5)  # the SuperLink; two known clients, one agnostic client, the stranger
     (home / "config.toml").write_text(f'[superlink]\ndefault = "loopback"\n\n[superlink.loopback]\n'

@@ -128,7 +128,8 @@ def _prepare(app: FlowerApp, folder: Path, *, seed: int, reply_timeout: float, c
     (home / "config.toml").write_text(f'[superlink]\ndefault = "loopback"\n\n[superlink.loopback]\n'
                                       f'address = "127.0.0.1:{link}"\ninsecure = true\n')
     package = str(Path(__file__).resolve().parents[2])
-    env = {**os.environ, "FLWR_HOME": str(home), "FLWR_TELEMETRY_ENABLED": "0", NOTES: str(notes),
+    env = {**os.environ, "FLWR_HOME": str(home), "FLWR_TELEMETRY_ENABLED": "0", "FLWR_DISABLE_UPDATE_CHECK": "1",
+           NOTES: str(notes),
            "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
            "PATH": os.pathsep.join([str(shims), str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
            "PYTHONPATH": os.pathsep.join(p for p in (package, os.environ.get("PYTHONPATH", "")) if p)}
