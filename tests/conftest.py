@@ -99,7 +99,8 @@ FLOWER_FILES = {"test_adaptive_server.py", "test_app_deployment.py", "test_app_r
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """``PRIVBENCH_SHARD=i/n`` keeps shard ``i`` of ``n`` (CI runs the slow tests in two processes of one thread
     each): tests balanced by their measured seconds (``tests/slow_seconds.json``; 5 s where unmeasured), largest
-    first onto the lightest shard, the Flower files all on shard 0."""
+    first onto the lightest shard, the Flower files' slow tests all on shard 0 (their quick tests start no Flower
+    process)."""
     spec = os.environ.get("PRIVBENCH_SHARD")
     if not spec:
         return
@@ -112,9 +113,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     seconds = json.loads((Path(__file__).parent / "slow_seconds.json").read_text())
     load, shard = [0.0] * count, {}
     timed = sorted(items, key=lambda it: (-seconds.get(it.nodeid, 5.0), it.nodeid))
-    for item in sorted(timed, key=lambda it: Path(str(it.fspath)).name not in FLOWER_FILES):
-        flower = Path(str(item.fspath)).name in FLOWER_FILES
-        target = 0 if flower else min(range(count), key=lambda i: (load[i], i))
+
+    def flower(item: pytest.Item) -> bool:  # a slow test of a Flower file starts Flower's processes
+        return Path(str(item.fspath)).name in FLOWER_FILES and item.get_closest_marker("slow") is not None
+
+    for item in sorted(timed, key=lambda it: not flower(it)):
+        target = 0 if flower(item) else min(range(count), key=lambda i: (load[i], i))
         shard[item.nodeid] = target
         load[target] += seconds.get(item.nodeid, 5.0)
     kept = [it for it in items if shard[it.nodeid] == index]
