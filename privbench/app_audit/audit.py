@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from privbench.app_audit import attacks, canaries, inversion, privacy, record_canaries
@@ -52,8 +53,6 @@ class Options:
         """The canary records planted in the first SuperNode's DP-SGD (``--record-canaries``), or None."""
         if not self.record_canaries:
             return None
-        import numpy as np
-
         seed = int(np.random.SeedSequence([self.seed, 2]).generate_state(1)[0])  # not the canary clients' directions
         return RecordPlan(self.record_canaries, host=0, seed=seed)
 
@@ -240,7 +239,7 @@ def audit(app: FlowerApp, out: Path, o: Options) -> tuple[dict[str, Any], bool]:
         model = find_model(app, carried, o.model)
         if legacy(carried):
             name_legacy_arrays(full, model)
-        host = record_canaries.host_node(full, 0) if o.record_canaries else None
+        host = record_canaries.host_node(full, full.record_plan.host) if full.record_plan is not None else None
         # the canary clients' uploads are the audit's own, the host's carry the canary records: no attack reads them
         run = full.without(set(full.canaries) | ({host} if host is not None else set()))
         traffic = write_wire(full, partial, o.declared.reply_kind)

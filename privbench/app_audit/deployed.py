@@ -5,6 +5,7 @@ notes folder (``NOTES`` in the environment) holds its spec; the ServerApp's proc
 there when the app's ServerApp returns (``RECORDING``), whole or not at all; each ClientApp call writes its notes."""
 from __future__ import annotations
 
+import io
 import json
 import os
 import pickle
@@ -50,6 +51,7 @@ def _run(grid: Any, server_app_dir: str, server_app_attr: str, context: Any) -> 
 
     from privbench.app_audit import canaries
     from privbench.app_audit.simulation import ServerHooks, noting_strategies, recording_server_app, seeded
+    from privbench.errors import PrivbenchError
     from privbench.io import atomic_write_bytes
 
     notes, spec = _spec()
@@ -66,16 +68,12 @@ def _run(grid: Any, server_app_dir: str, server_app_attr: str, context: Any) -> 
         context = flower_run(grid=grid, server_app_dir=server_app_dir, loaded_server_app=wrapper, context=context)
     recorded = outcome.get("grid")
     error = outcome.get("error")
-    from privbench.errors import PrivbenchError
-
     out = {"messages": recorded.messages if recorded is not None else None,
            "models": recorded.models if recorded is not None else [],
            "strategies": [picklable(s) for s in hooks.strategies()], "plan": outcome.get("plan"),
            "clips": hooks.clips(),  # the app's error as words: its arguments may not pickle
            "error": None if error is None else (type(error).__name__, str(error).splitlines()[0] if str(error) else "",
                                                 isinstance(error, PrivbenchError))}
-    import io
-
     buffer = io.BytesIO()
     torch.save(out, buffer)
     atomic_write_bytes(notes / RECORDING, buffer.getvalue())

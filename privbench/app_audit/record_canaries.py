@@ -155,7 +155,8 @@ def measure(run: AppRun, found: list[dict[str, Any]], *, delta: float, unseen: i
     if not riding:
         out["verdict"] = "not estimated: " + (problems[0] if problems else f"client{plan.host} trained no round")
         return out
-    z_in, z_out, s_in, s_out, left = scores(run, node or 0, riding, count=plan.count, seed=plan.seed, unseen=unseen)
+    assert node is not None  # its notes were found by it
+    z_in, z_out, s_in, s_out, left = scores(run, node, riding, count=plan.count, seed=plan.seed, unseen=unseen)
     out["rounds_left_out"] = left + [f"round {p.round}: {p.problem}" for p in planted if p.problem]
     if z_in.shape[1] == 0:
         out["verdict"] = "not estimated: " + left[0]

@@ -154,7 +154,7 @@ class _Host:
     def plant(self, optimizer: Any) -> list[int]:
         """Add the joining canaries' gradients beside the batch's per-sample gradients; the canaries that joined."""
         p = self.planted
-        joined = [j for j in range(self.plan.count) if self.rng.random() < p.sample_rate]
+        joined = np.flatnonzero(self.rng.random(self.plan.count) < p.sample_rate).tolist()
         if not joined:
             return joined
         assert self.canaries is not None
