@@ -276,9 +276,12 @@ def test_an_imprint_block_sent_to_the_victim_only_is_read_through_secure_aggrega
 
 
 def test_each_active_attack_states_which_client_checks_its_download_was_built_to_pass() -> None:
-    """threat_model.json's client_checks: the imprint block is built to pass none of the three checks, full traps
-    the architecture and aligned-row checks only, partial traps the firing rate too, traps behind PCA all three."""
+    """threat_model.json's client_checks: the imprint block is built to pass none of the three shipped checks, full
+    traps the architecture and aligned-row checks only, partial traps the firing rate too, traps behind PCA all
+    three; only the disguised trap with few rows also the cautious client's scores (with every row trapped, its
+    rare units give it away, and it says so)."""
     from privbench.attacks.active.base import CLIENT_CHECKS
+    from privbench.attacks.active.disguised_trap import DisguisedTrapAttack
     from privbench.attacks.active.imprint import ImprintAttack
 
     def passes(attack) -> set[str]:
@@ -288,8 +291,12 @@ def test_each_active_attack_states_which_client_checks_its_download_was_built_to
 
     assert passes(ImprintAttack()) == set()
     assert passes(TrapWeightsAttack()) == {"architecture", "aligned_rows"}
-    assert passes(TrapWeightsAttack(rows_trapped=0.5)) == set(CLIENT_CHECKS)
-    assert passes(TrapBehindPCAAttack()) == set(CLIENT_CHECKS)
+    shipped = set(CLIENT_CHECKS) - {"cautious_scores"}
+    assert passes(TrapWeightsAttack(rows_trapped=0.5)) == shipped
+    assert passes(TrapBehindPCAAttack()) == shipped
+    assert passes(DisguisedTrapAttack()) == shipped
+    assert "rare_units" in DisguisedTrapAttack().designed_against()["cautious_scores"]
+    assert passes(DisguisedTrapAttack(fire_rate=0.06, rows_trapped=0.05)) == set(CLIENT_CHECKS)
 
 
 @pytest.mark.parametrize("attack", [

@@ -20,6 +20,8 @@ from torch import nn
 COSINE = 0.999
 #: A first ReLU layer whose units fire, on average, on fewer than this share of the client's inputs is silent.
 FIRING = 0.2
+#: A unit that fires on fewer than this share of the client's inputs is rare (``rare_units``).
+RARE = 0.05
 
 
 @dataclass(frozen=True)
@@ -87,6 +89,41 @@ def first_firing(model: nn.Module, inputs: torch.Tensor) -> tuple[str, float] | 
     return seen[0] if seen else None
 
 
+def rare_units(model: nn.Module, inputs: torch.Tensor, *, rare: float = RARE) -> float:
+    """The largest share, over ``model``'s ``nn.ReLU`` modules, of one module's units (output elements) that are
+    positive on fewer than ``rare`` of ``inputs``: a trap row fires for few inputs by design, in any layer.
+
+    Example:
+        >>> net = nn.Sequential(nn.Linear(1, 2), nn.ReLU(), nn.Linear(2, 4), nn.ReLU())
+        >>> with torch.no_grad():
+        ...     _ = net[0].weight.fill_(1.0), net[0].bias.zero_(), net[2].weight.fill_(1.0)
+        ...     _ = net[2].bias.copy_(torch.tensor([0.0, 0.0, -5.0, -5.0]))
+        >>> x = torch.arange(1.0, 21.0).unsqueeze(1)
+        >>> rare_units(net, x)  # units 3 and 4 fire on 18 of the 20 inputs: not rare
+        0.0
+        >>> _ = net[2].bias.data.fill_(-39.5)  # all four fire on one input of 20 (5 %): rare below 10 %, not 5 %
+        >>> rare_units(net, x), rare_units(net, x, rare=0.1)
+        (0.0, 1.0)
+    """
+    shares: list[float] = [0.0]
+
+    def record(_module: nn.Module, _inputs: tuple[torch.Tensor, ...], output: torch.Tensor) -> None:
+        rates = (output.detach().flatten(1) > 0).double().mean(0)
+        shares.append(float((rates < rare).double().mean()))
+
+    handles = [m.register_forward_hook(record) for m in model.modules() if isinstance(m, nn.ReLU)]
+    training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            model(inputs)
+    finally:
+        model.train(training)
+        for handle in handles:
+            handle.remove()
+    return max(shares)
+
+
 def inspect_download(received: dict[str, torch.Tensor], expected: dict[str, list[int]], *,
                      cosine: float = COSINE, model: nn.Module | None = None, local: torch.Tensor | None = None,
                      firing: float = FIRING) -> Verdict:
@@ -141,6 +178,8 @@ def download_scores(received: dict[str, torch.Tensor], expected: dict[str, list[
     - ``silent``: 1 minus its first ReLU layer's mean firing rate on ``local`` (the third check, at 0.8);
     - ``off_centre``: how far that firing rate is from 1/2, either way (a layer that always fires is linear);
     - ``dead_rows``: the largest share of all-zero rows in one weight matrix (a unit that can never fire);
+    - ``rare_units``: the largest share of one ReLU module's units that fire on fewer than 5 % of ``local``
+      (``rare_units``: a trap in any layer, not only the first);
     - ``bias_scale``: the largest bias, in units of its layer's default initialisation bound ``1/sqrt(fan_in)``;
     - ``drift``: the largest relative change of a weight matrix from ``previous``, the model the client received the
       round before (``drift``; 0 in a client's first round).
@@ -175,6 +214,7 @@ def download_scores(received: dict[str, torch.Tensor], expected: dict[str, list[
     first = first_firing(model, local)
     rate = first[1] if first is not None else 0.5
     return {"architecture": 0.0 if same else 1.0, "aligned": max(cosines), "silent": 1.0 - rate,
-            "off_centre": abs(rate - 0.5), "dead_rows": max(dead), "bias_scale": max(scale),
+            "off_centre": abs(rate - 0.5), "dead_rows": max(dead), "rare_units": rare_units(model, local),
+            "bias_scale": max(scale),
             "drift": drift(received, previous)}
 

@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from privbench.attacks.active.isolation import Isolation
+from privbench.attacks.active.isolation import Isolation, quiet
 from privbench.attacks.active.views import ActiveView
 from privbench.attacks.base import Attack
 from privbench.attacks.reconstruction.findings import Reconstruction
@@ -61,6 +61,11 @@ class ActiveAttack(Attack[ActiveView, Reconstruction]):
         None: the isolation's crafted and quiet downloads."""
         return None
 
+    def quiet(self, crafted: nn.Module) -> nn.Module:
+        """The download every member but the victim gets under model inconsistency: ``crafted`` with its crafted
+        rows zeroed (``attacks.active.isolation.quiet``); an attack may hush them otherwise."""
+        return quiet(crafted, self.crafted_layer(crafted), self.crafted_rows(crafted))
+
     def crafted_rows(self, crafted: nn.Module) -> torch.Tensor:
         """The output units of ``crafted_layer`` the server crafted (all of them by default)."""
         weight = crafted.get_submodule(self.crafted_layer(crafted)).get_parameter("weight")
@@ -91,5 +96,7 @@ class ActiveAttack(Attack[ActiveView, Reconstruction]):
                               label_source="none")
 
 
-#: The client's checks of a download an active attack may be built to pass (``defenses.detector``).
-CLIENT_CHECKS = ("architecture", "aligned_rows", "first_relu_firing")
+#: The client's checks of a download an active attack may be built to pass (``defenses.detector``): the three the
+#: client ships (``inspect_download``) and the scores a cautious client adds (``download_scores``, past their honest
+#: range).
+CLIENT_CHECKS = ("architecture", "aligned_rows", "first_relu_firing", "cautious_scores")

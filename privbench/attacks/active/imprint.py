@@ -171,7 +171,8 @@ class ImprintAttack(ActiveAttack):
     def designed_against(self) -> dict[str, str]:
         return {"architecture": "not designed to pass: it adds a block the agreed architecture lacks",
                 "aligned_rows": "not designed to pass: its bins share one direction",
-                "first_relu_firing": "not designed to pass"}
+                "first_relu_firing": "not designed to pass",
+                "cautious_scores": "not designed to pass: it adds tensors (the architecture score)"}
 
     def describe(self) -> dict[str, Any]:
         """What the server changed, for ``threat_model.json``."""

@@ -215,7 +215,8 @@ class LokiAttack(ActiveAttack):
     def designed_against(self) -> dict[str, str]:
         return {"architecture": "not designed to pass: it adds a block the agreed architecture lacks",
                 "aligned_rows": "not designed to pass: a slot's bins share one direction",
-                "first_relu_firing": "not designed to pass"}
+                "first_relu_firing": "not designed to pass",
+                "cautious_scores": "not designed to pass: it adds tensors (the architecture score)"}
 
     def nothing(self, status: str) -> Attributed:
         """A read that gave no image: nothing attributed either (0, where the view knows the members)."""

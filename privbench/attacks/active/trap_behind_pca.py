@@ -141,7 +141,9 @@ class TrapBehindPCAAttack(TrapWeightsAttack):
     def designed_against(self) -> dict[str, str]:
         return {"architecture": "designed to pass: the architecture is unchanged",
                 "aligned_rows": "designed to pass: principal directions are orthogonal, trap rows random",
-                "first_relu_firing": "designed to pass: the first layer's ReLU is always on"}
+                "first_relu_firing": "designed to pass: the first layer's ReLU is always on",
+                "cautious_scores": "not designed to pass: its first layer fires on every input (off_centre), its "
+                                   "biases are scaled far beyond the initialisation's (bias_scale)"}
 
 
 def _key(weight: torch.Tensor) -> bytes:

@@ -236,7 +236,9 @@ class TrapWeightsAttack(ActiveAttack):
                   else "not designed to pass: every row trapped fires on few inputs")
         return {"architecture": "designed to pass: the architecture is unchanged",
                 "aligned_rows": "designed to pass: each row's signs and magnitudes are drawn at random",
-                "first_relu_firing": firing}
+                "first_relu_firing": firing,
+                "cautious_scores": "not designed to pass: its rows fire on few inputs (rare_units) with biases far "
+                                   "beyond the initialisation's (bias_scale)"}
 
     def to_inputs(self, reads: torch.Tensor, view: Any) -> torch.Tensor:
         """The flattened model inputs ``[n, D]`` behind the trapped layer's reads (its inputs: here the image)."""

@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from privbench.attacks.active.base import ActiveAttack
-from privbench.attacks.active.isolation import quiet, victim_share, within_noise
+from privbench.attacks.active.isolation import victim_share, within_noise
 from privbench.attacks.active.views import ActiveView
 from privbench.audit.plan import Plan
 from privbench.data import FederatedData
@@ -58,7 +58,7 @@ def secure_round(p: Plan, payload: Payload, base: Payload | None, data: Federate
     names = _cohort(payload, members, victim, isolation.isolates, isolation.sybils)
     received = dict(base.tensors) if base is not None and base.tensors is not None else {}
     sent, layer, rows = parameters_of(crafted), attack.crafted_layer(crafted), attack.crafted_rows(crafted)
-    hushed = quiet(crafted, layer, rows) if isolation.downloads == "inconsistent" else crafted
+    hushed = attack.quiet(crafted) if isolation.downloads == "inconsistent" else crafted
     sent_quiet = parameters_of(hushed)
     own = attack.member_downloads(crafted, len(members))  # per-client downloads (LOKI), else crafted or quiet
     sybils = [n for n in names if n != victim][: isolation.sybils]
@@ -197,10 +197,11 @@ def fresh_trainer(p: Plan) -> Trainer:
 def undo_quiet(observed: dict[str, torch.Tensor], mean: dict[str, torch.Tensor], sent: dict[str, torch.Tensor],
                 sent_quiet: dict[str, torch.Tensor], layer: str, rows: torch.Tensor) -> float:
     """Replace the crafted layer's change in ``observed`` by the victim's, scaled back: the aggregate ``mean``
-    less the downloads' mean (victim share ``w`` estimated from the unfired crafted rows), over ``w``."""
+    less the downloads' mean (victim share ``w`` estimated from the unfired crafted rows, on what the crafted
+    download adds to the quiet one: ``mean - quiet = w (sent - quiet)`` there), over ``w``."""
     keys = [k for k in (f"{layer}.weight", f"{layer}.bias") if k in mean]
-    stack = [torch.cat([mean[k].reshape(len(mean[k]), -1) for k in keys], 1),
-             torch.cat([sent[k].reshape(len(sent[k]), -1) for k in keys], 1)]
+    stack = [torch.cat([(mean[k].double() - sent_quiet[k].double()).reshape(len(mean[k]), -1) for k in keys], 1),
+             torch.cat([(sent[k].double() - sent_quiet[k].double()).reshape(len(sent[k]), -1) for k in keys], 1)]
     share = victim_share(stack[0], stack[1], rows)
     if not share > 0:
         raise AttackNotApplicableError(f"the victim's estimated share of the cohort's weight is {share:.3g}: the "
