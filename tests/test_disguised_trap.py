@@ -175,3 +175,19 @@ def test_model_inconsistency_with_hushed_rows_reads_the_victim_through_secure_ag
     assert abs(threat["victim_share_estimated"] - 8 / 152) < 0.003  # 8 of the cohort's 8 + 3 x 48 images
     assert privacy["download_flagged"] == 0.0 and privacy["members_flagging"] == 0
     assert privacy["recovered_fraction"] >= 0.375
+
+
+def test_a_read_that_finds_no_image_recovers_none_and_a_diverged_optimisation_is_missing(tmp_path):
+    """An analytic read whose every crafted row was dropped as rounding (status ``empty``) scores 0 recovered, so a
+    mean over seeds counts it; an optimisation that diverged leaves the figure missing (it measured nothing)."""
+    from privbench.attacks.reconstruction.findings import Reconstruction
+    from privbench.audit.games.reconstruction import score_reconstructed
+    from privbench.audit.score import Scoring, Truth
+
+    truth = Truth(images=torch.rand(4, 1, 28, 28), labels=torch.arange(4), non_members=torch.rand(8, 1, 28, 28),
+                  class_frequencies=torch.full((10,), 0.1), mean=(0.0,), std=(1.0,))
+    how = Scoring(seed=0, match_on="mse", use_lpips=False, out=tmp_path)
+    empty = DisguisedTrapAttack().nothing("empty")
+    diverged = Reconstruction([{"objective": float("nan"), "status": "diverged", "iterations": 10, "evaluations": 10}])
+    assert score_reconstructed(empty, None, DisguisedTrapAttack(), truth, how)["recovered_fraction"] == 0.0
+    assert "recovered_fraction" not in score_reconstructed(diverged, None, DisguisedTrapAttack(), truth, how)

@@ -98,7 +98,15 @@ def score_reconstructed(finding: Reconstruction, view: Any, attack: Attack, trut
             privacy[LABEL_ACCURACY.key] = float("nan")  # no labels were inferred
         if "certified" in finding.info:
             privacy.update(certificate_figures(finding.info["certified"], recon, truth.images))
+    elif read_nothing(finding):  # an analytic read that found no image recovered none: 0, not a missing figure
+        privacy[RECOVERED_FRACTION.key] = 0.0
     return privacy
+
+
+def read_nothing(finding: Reconstruction) -> bool:
+    """Whether every attempt was an analytic read that found no image (status ``empty``), as opposed to an
+    optimisation that diverged (its images missing, not 0)."""
+    return finding.failed and bool(finding.attempts) and all(a.get("status") == "empty" for a in finding.attempts)
 
 
 def certificate_figures(certified: list[bool], recon: torch.Tensor, truth: torch.Tensor) -> dict[str, Any]:
@@ -144,6 +152,8 @@ def leakage_lines(privacy: dict[str, Any], threat: dict[str, Any]) -> list[tuple
                           f"{LPIPS_MEAN.shown(privacy)} (chance "
                           f"{LPIPS_CHANCE.shown(privacy)}), labels "
                           f"{LABEL_ACCURACY.shown(privacy)}"))
+    elif privacy.get("failed") and RECOVERED_FRACTION.key in privacy and threat.get(CRAFTED_UPLOADED.key) is not False:
+        lines.append(("leakage", "the read found no image: recovered 0 of the true images"))
     elif privacy.get("failed") and threat.get(CRAFTED_UPLOADED.key) is not False:
         lines.append(("leakage", "attack failed: no reconstruction"))
     return lines
