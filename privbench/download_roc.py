@@ -47,7 +47,7 @@ from privbench.pixels import normalise
 
 SCORES = ("architecture", "aligned", "silent", "off_centre", "dead_rows", "rare_units", "bias_scale", "drift")
 #: A cautious client flags a score above this many times the largest honest value it has seen (chosen after a
-#: first run at 1x flagged 8 % of held-out honest downloads; every crafted family is flagged from 1.5x to 10x).
+#: first run at 1x flagged 8 % of held-out honest downloads; the operating points give the others).
 MARGIN = 2.0
 #: The margins of the operating points (``points``).
 MARGINS = (1.0, 1.5, 2.0, 3.0, 5.0, 10.0)

@@ -171,6 +171,29 @@ def test_the_server_undoes_its_own_downloads_from_the_sum():
         assert not torch.allclose(observed[k][20:], change[k][20:])  # the shared rows carry the others' too
 
 
+def test_the_server_undoes_hushed_quiet_rows_too():
+    """The same sum with the others' crafted rows hushed (other weights and biases, not zero; they never move): the
+    share comes back from ``mean - quiet = w (sent - quiet)`` on the unfired rows to 1e-12 and the crafted rows read
+    the victim's change exactly; the zero-quiet estimate (the quiet rows ignored) misses the share."""
+    generator = torch.Generator().manual_seed(1)
+    sent = {"l.weight": torch.randn(25, 6, generator=generator, dtype=torch.float64),
+            "l.bias": torch.randn(25, generator=generator, dtype=torch.float64)}
+    rows = torch.arange(20)
+    hushed = {k: v.clone() for k, v in sent.items()}
+    hushed["l.weight"][rows] = -sent["l.weight"][rows].abs()
+    hushed["l.bias"][rows] = -3.0
+    change = {k: torch.zeros_like(v) for k, v in sent.items()}
+    for k, shape in (("l.weight", (3, 6)), ("l.bias", (3,))):
+        change[k][[2, 7, 11]] = torch.randn(shape, generator=generator, dtype=torch.float64)
+    mean = {k: 0.3 * (sent[k] + change[k]) + 0.7 * hushed[k] for k in sent}
+    observed = {k: mean[k] - sent[k] for k in sent}
+    assert abs(undo_quiet(observed, mean, sent, hushed, "l", rows) - 0.3) < 1e-12
+    for k in sent:
+        assert torch.allclose(observed[k][rows], change[k][rows], atol=1e-12)
+    stacked = torch.cat([mean["l.weight"], mean["l.bias"][:, None]], 1)
+    assert abs(victim_share(stacked, torch.cat([sent["l.weight"], sent["l.bias"][:, None]], 1), rows) - 0.3) > 0.05
+
+
 def test_isolation_settings_are_checked_where_they_enter():
     with pytest.raises(ValueError, match="attack.downloads must be one of same, inconsistent"):
         Isolation("different")
@@ -190,6 +213,10 @@ def test_isolation_settings_are_checked_where_they_enter():
      r"attack.sybils=2: fl=genefl aggregates per cluster"),
     (["attack=trap_behind_pca", "model=mlp", "model.hidden=[200]", "payload=update", "fl=fedavg"],
      r"traps the second fully connected ReLU layer behind the first .* MLP has 1 fully connected ReLU"),
+    (["attack=disguised_trap", "model=mlp", "model.hidden=[200]", "payload=update", "fl=fedavg"],
+     r"attack=disguised_trap traps the second fully connected ReLU layer behind the first .* MLP has 1"),
+    (["attack=disguised_trap", "model=mlp", "model.hidden=[1,200]", "payload=update", "fl=fedavg"],
+     r"attack=disguised_trap: the first layer's 1 units hold 0 pairs .* a pair needs 2 units"),
 ])
 def test_an_isolation_or_a_layer_the_model_lacks_is_refused_before_training(tmp_path, overrides, message):
     import privbench

@@ -61,7 +61,7 @@ def test_the_first_layer_holds_each_principal_direction_twice_opposed(setting):
 def test_every_score_but_rare_units_stays_in_the_downloads_range_and_the_shipped_check_passes(setting):
     """Against the fresh initialisation it replaces: first-layer firing within 0.01 of one half, the largest bias
     no larger (in units of the initialisation's bound), no dead rows, the same architecture, no aligned rows; the
-    hushed quiet download the same, and its trap rows fire on no public image."""
+    hushed quiet download the same, and its trap rows fire on none of 1,000 training images it was not built on."""
     _, public, local, _, _ = setting
     for seed in (0, 1):
         model, attack, crafted = _crafted(setting, seed)
@@ -72,9 +72,13 @@ def test_every_score_but_rare_units_stays_in_the_downloads_range_and_the_shipped
                                     model=crafted, local=local).flagged
         hushed = attack.quiet(crafted)
         quiet = _scores(model, hushed, local)
-        assert quiet["dead_rows"] == 0.0 and quiet["bias_scale"] <= honest["bias_scale"] + 1e-6
-        hidden = torch.relu(hushed.body[1](public.flatten(1)))
-        assert int((hushed.body[3](hidden) > 0).sum()) == 0  # every trap row hushed: fires on no public image
+        assert quiet["architecture"] == 0.0 and quiet["dead_rows"] == 0.0 and quiet["aligned"] < 0.999
+        assert quiet["off_centre"] <= 0.01 and quiet["bias_scale"] <= honest["bias_scale"] + 1e-6
+        train = setting[0]
+        others = normalise(train.images[64:1064].float() / 255, train.mean, train.std)  # images it never saw
+        with torch.no_grad():
+            fired = hushed.body[3](torch.relu(hushed.body[1](others.flatten(1)))) > 0
+        assert int(fired.sum()) == 0  # every row hushed (all of them are trap rows): fires on no input
         assert scores["rare_units"] == 1.0  # every second-layer row fires on about 1 %: this gives it away
 
 

@@ -192,8 +192,10 @@ class ImprintAttack(ActiveAttack):
             raise AttackNotApplicableError(f"{view.knowledge.get('payload')}: the reply carries no imprint rows "
                                            f"({BINS_WEIGHT}, {BINS_BIAS})")
         flat = read_bins(reply[BINS_WEIGHT], reply[BINS_BIAS], tolerance=self.tolerance)
-        if not len(flat) or not torch.isfinite(flat).all():
+        if not len(flat):
             return self.nothing("empty")
+        if not torch.isfinite(flat).all():  # a broken read, not an empty one: its figure stays missing
+            return self.nothing("non-finite")
         images = flat.view(len(flat), *view.image_shape)
         log = [{"objective": 0.0, "status": "analytic", "iterations": 0, "evaluations": 0, "occupied": len(flat)}]
         return Reconstruction(log, images=images, labels=torch.full((len(flat),), -1), objective=0.0,

@@ -54,7 +54,7 @@ class TrapBehindPCAAttack(TrapWeightsAttack):
         first = model.get_submodule(stack[0]) if stack else None
         if len(stack) < 2 or not isinstance(first, nn.Linear) or features not in (None, first.in_features):
             raise AttackNotApplicableError(
-                f"attack=trap_behind_pca traps the second fully connected ReLU layer behind the first (model=mlp with "
+                f"attack={self.name} traps the second fully connected ReLU layer behind the first (model=mlp with "
                 f"at least two hidden layers); {type(model).__name__} has {len(stack)} fully connected ReLU "
                 "layer(s) from its input")
         return stack[0], stack[1]
