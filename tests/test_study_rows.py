@@ -36,6 +36,9 @@ ROWS: dict[str, tuple[str, str]] = {
                                          "seed=0"),
     "client_dp_uploads": ("client_dp_uploads", "+experiment/client_dp=eps4,+experiment/client_dp_uploads/protocol="
                                                "fedavg,+experiment/client_dp_uploads/read=source,seed=0"),
+    "cohort_genefl": ("cohort_separation", "+experiment/cohort_separation/attack=peeled,"
+                                           "+experiment/cohort_separation/protocol=secagg,fl.gene.select=bottom,"
+                                           "fl=genefl,seed=0"),
     "cohort_separation": ("cohort_separation", "+experiment/cohort_separation/attack=peeled,"
                                                "+experiment/cohort_separation/protocol=plain,seed=0"),
     "dlg_batch": ("dlg_batch", "attack.labels=sign,seed=0"),

@@ -57,6 +57,38 @@ def aligned_rows(weight: torch.Tensor, *, cosine: float = COSINE) -> int:
     return int((row_cosines(weight) > cosine).any(1).sum())
 
 
+def relu_firing(model: nn.Module, inputs: torch.Tensor) -> list[tuple[str, torch.Tensor]]:
+    """Each ``nn.ReLU`` module of ``model`` that ``inputs`` reach, in the order they run, with each of its units'
+    (output elements') share of ``inputs`` on which it is positive; the model in eval mode, no gradient, its mode
+    restored (the check must not move its running statistics).
+
+    Example:
+        >>> net = nn.Sequential(nn.Linear(2, 2), nn.ReLU())
+        >>> with torch.no_grad():
+        ...     _ = net[0].weight.copy_(torch.eye(2)), net[0].bias.zero_()
+        >>> [(name, rates.tolist()) for name, rates in relu_firing(net, torch.tensor([[1.0, -1.0], [2.0, 3.0]]))]
+        [('1', [1.0, 0.5])]
+    """
+    seen: list[tuple[str, torch.Tensor]] = []
+
+    def hook(name: str) -> Callable[[nn.Module, tuple[torch.Tensor, ...], torch.Tensor], None]:
+        def record(_module: nn.Module, _inputs: tuple[torch.Tensor, ...], output: torch.Tensor) -> None:
+            seen.append((name, (output.detach().flatten(1) > 0).double().mean(0)))
+        return record
+
+    handles = [m.register_forward_hook(hook(n)) for n, m in model.named_modules() if isinstance(m, nn.ReLU)]
+    training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            model(inputs)
+    finally:
+        model.train(training)
+        for handle in handles:
+            handle.remove()
+    return seen
+
+
 def first_firing(model: nn.Module, inputs: torch.Tensor) -> tuple[str, float] | None:
     """The first ``nn.ReLU`` module of ``model`` that ``inputs`` reach, and the share of its outputs that are
     positive on them (its units' mean firing rate); None when the model has no ReLU module.
@@ -68,25 +100,8 @@ def first_firing(model: nn.Module, inputs: torch.Tensor) -> tuple[str, float] | 
         >>> first_firing(net, torch.tensor([[1.0, -1.0], [2.0, 3.0]]))
         ('1', 0.75)
     """
-    seen: list[tuple[str, float]] = []
-
-    def hook(name: str) -> Callable[[nn.Module, tuple[torch.Tensor, ...], torch.Tensor], None]:
-        def record(_module: nn.Module, _inputs: tuple[torch.Tensor, ...], output: torch.Tensor) -> None:
-            if not seen:
-                seen.append((name, float((output > 0).double().mean())))
-        return record
-
-    handles = [m.register_forward_hook(hook(n)) for n, m in model.named_modules() if isinstance(m, nn.ReLU)]
-    training = model.training
-    model.eval()  # the check must not move the model's running statistics
-    try:
-        with torch.no_grad():
-            model(inputs)
-    finally:
-        model.train(training)
-        for handle in handles:
-            handle.remove()
-    return seen[0] if seen else None
+    seen = relu_firing(model, inputs)
+    return (seen[0][0], float(seen[0][1].mean())) if seen else None
 
 
 def rare_units(model: nn.Module, inputs: torch.Tensor, *, rare: float = RARE) -> float:
@@ -105,23 +120,7 @@ def rare_units(model: nn.Module, inputs: torch.Tensor, *, rare: float = RARE) ->
         >>> rare_units(net, x), rare_units(net, x, rare=0.1)
         (0.0, 1.0)
     """
-    shares: list[float] = [0.0]
-
-    def record(_module: nn.Module, _inputs: tuple[torch.Tensor, ...], output: torch.Tensor) -> None:
-        rates = (output.detach().flatten(1) > 0).double().mean(0)
-        shares.append(float((rates < rare).double().mean()))
-
-    handles = [m.register_forward_hook(record) for m in model.modules() if isinstance(m, nn.ReLU)]
-    training = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            model(inputs)
-    finally:
-        model.train(training)
-        for handle in handles:
-            handle.remove()
-    return max(shares)
+    return max([0.0, *(float((rates < rare).double().mean()) for _, rates in relu_firing(model, inputs))])
 
 
 def inspect_download(received: dict[str, torch.Tensor], expected: dict[str, list[int]], *,
