@@ -193,5 +193,33 @@ def test_a_read_that_finds_no_image_recovers_none_and_a_diverged_optimisation_is
     how = Scoring(seed=0, match_on="mse", use_lpips=False, out=tmp_path)
     empty = DisguisedTrapAttack().nothing("empty")
     diverged = Reconstruction([{"objective": float("nan"), "status": "diverged", "iterations": 10, "evaluations": 10}])
+    broken = DisguisedTrapAttack().nothing("non-finite")  # imprint's read that divided by ~0
     assert score_reconstructed(empty, None, DisguisedTrapAttack(), truth, how)["recovered_fraction"] == 0.0
     assert "recovered_fraction" not in score_reconstructed(diverged, None, DisguisedTrapAttack(), truth, how)
+    assert "recovered_fraction" not in score_reconstructed(broken, None, DisguisedTrapAttack(), truth, how)
+
+
+def test_the_read_takes_the_first_layers_biases_as_sent_and_a_layer_without_bias_is_refused(setting):
+    """The pairs' biases come from the download the view holds (here moved by 0.01 after crafting), not from the
+    server's memory; a second layer whose downloaded biases are all 0 leaves no range to hide the trap rows in."""
+    from privbench.errors import AttackNotApplicableError
+
+    train, public, _, mean, std = setting
+    _, attack, crafted = _crafted(setting)
+    with torch.no_grad():
+        crafted.body[1].bias.add_(0.01)
+    x = normalise(train.images[:4].float() / 255, train.mean, train.std).flatten(1)
+    with torch.no_grad():
+        hidden = torch.relu(crafted.body[1](x)).double()
+    _, view = _read(crafted, attack, x.view(4, 1, 28, 28), train.labels[:4].long())
+    pairs = next(iter(attack._pairs.values()))
+    coordinates = (attack.to_inputs(hidden, view).double() - pairs.centre) @ pairs.directions.T
+    truth = x.double() @ pairs.directions.T - pairs.centre @ pairs.directions.T
+    fired = torch.maximum(hidden[:, pairs.plus], hidden[:, pairs.minus]) > 0
+    assert torch.allclose(coordinates[fired], truth[fired], atol=1e-4)
+    torch.manual_seed(0)
+    model = MLP(in_channels=1, image_size=28, num_classes=10)
+    with torch.no_grad():
+        model.body[3].bias.zero_()
+    with pytest.raises(AttackNotApplicableError, match="every bias there is 0"):
+        DisguisedTrapAttack().craft(model, public, seed=0, mean=mean, std=std)

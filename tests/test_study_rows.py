@@ -25,8 +25,9 @@ REPORTS = ROOT / "docs" / "studies"
 ROWS: dict[str, tuple[str, str]] = {
     "active_genefl": ("active_genefl", "attack.bins=4,fl.gene.score=cos,fl.gene.select=top,seed=0"),
     "active_server": ("active_server", "+experiment/active_server=gradient,attack.bins=64,seed=0,victim.num_images=8"),
-    "adaptive_server": ("adaptive_server", "+experiment/adaptive_server/attack=imprint,"
-                                           "+experiment/adaptive_server=fedavg,seed=0,victim.num_images=8"),
+    "adaptive_server": ("adaptive_server", "+experiment/adaptive_server/attack=disguised_trap_few,"
+                                           "+experiment/adaptive_server=fedavg_secagg_inconsistent,seed=0,"
+                                           "victim.num_images=8"),
     "agreed_download": ("adaptive_server", "++aggregation.agreed_download=True,+experiment/adaptive_server/attack=loki,"
                                            "+experiment/adaptive_server=fedavg_secagg,seed=0,victim.num_images=8"),
     "bytes_curve": ("bytes_curve", "+experiment/bytes_curve=fedavg,seed=0"),

@@ -73,7 +73,8 @@ def relu_firing(model: nn.Module, inputs: torch.Tensor) -> list[tuple[str, torch
 
     def hook(name: str) -> Callable[[nn.Module, tuple[torch.Tensor, ...], torch.Tensor], None]:
         def record(_module: nn.Module, _inputs: tuple[torch.Tensor, ...], output: torch.Tensor) -> None:
-            seen.append((name, (output.detach().flatten(1) > 0).double().mean(0)))
+            flat = output.detach().flatten(1) if output.dim() > 1 else output.detach().reshape(1, -1)  # one input
+            seen.append((name, (flat > 0).double().mean(0)))
         return record
 
     handles = [m.register_forward_hook(hook(n)) for n, m in model.named_modules() if isinstance(m, nn.ReLU)]

@@ -16,7 +16,8 @@ test sees) with an analytic construction of ours, not SEER's trained decoder:
   and does not change) until its bias is no larger than the downloaded layer's largest;
 - under model inconsistency the other members' trap rows are *hushed*, not zeroed: their weights' magnitudes made
   negative and their bias negative, inside the same bound; the layer's inputs are ReLU outputs, so a hushed row
-  fires on no input at all, and no row is dead.
+  fires on no input at all, and no row is all zeros (it can never fire either: a check for rows with no positive
+  weight and a negative bias would see them).
 
 A read recovers the input's projection on the ``k`` principal directions plus the public mean off them (the
 2NN's 100 pairs: a median 21.9 dB on Fashion-MNIST; the ceiling is stated in ``docs/protocol.md``).
@@ -141,7 +142,7 @@ class DisguisedTrapAttack(TrapBehindPCAAttack):
     def quiet(self, crafted: nn.Module) -> nn.Module:
         """The download a non-victim gets under model inconsistency: each trap row hushed, not zeroed: its weights'
         magnitudes made negative and its bias the layer's largest magnitude, negative. The layer's inputs are ReLU
-        outputs (never negative), so a hushed row fires on no input at all; no row is dead and every bias stays in
+        outputs (never negative), so a hushed row fires on no input at all; no row is all zeros and every bias stays in
         range."""
         out = copy.deepcopy(crafted)
         second = out.get_submodule(self._layers(out)[1])
@@ -175,8 +176,8 @@ class DisguisedTrapAttack(TrapBehindPCAAttack):
                      "until no bias exceeds the downloaded layer's largest"
                      + (f"; {self.rows_trapped:.3g} of them trapped" if self.rows_trapped < 1 else ""),
             "first_layer": f"top principal directions of {self.public} public images, opposed in pairs",
-            "quiet": "under model inconsistency the others' trap rows are hushed (a bias that fires on no public "
-                     "image), not zeroed"}
+            "quiet": "under model inconsistency the others' trap rows are hushed, not zeroed: weights made "
+                     "non-positive and a negative bias, so they fire on no input"}
         described["crafted"].pop("bound", None)
         described["budget"] = ("analytic (no optimisation): one read of the reply's trapped second-layer rows, "
                                "inverted through the first layer's pairs")
