@@ -27,7 +27,7 @@ def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 def test_help_lists_groups_and_options(tmp_path):
     out = cli("--help", cwd=tmp_path)
     assert out.returncode == 0
-    for line in ("attack: bias_sign, class_set, cpa, dlg, fedavg_inversion, idlg, ig, ig_paper, imprint, labels, lira, loki, membership, mia_ladder, none, one_run, participation, projection, rmia, sme, source, spear, trap_behind_pca, trap_weights",
+    for line in ("attack: bias_sign, class_set, cpa, disguised_trap, dlg, fedavg_inversion, idlg, ig, ig_paper, imprint, labels, lira, loki, membership, mia_ladder, none, one_run, participation, projection, rmia, sme, source, spear, trap_behind_pca, trap_weights",
                  "payload: aggregate, cluster_gene, cluster_model, gene_gradient, global_model, gradient, learngene, "
                  "masked_upload, secagg_forwarded_shares, secagg_key_shares, secagg_neighbour_keys, secagg_public_keys, "
                  "secagg_unmask_request, secagg_unmask_shares, subspace, update",
@@ -80,7 +80,7 @@ def test_every_key_of_every_option_has_a_description():
 
 @pytest.mark.slow  # each case starts a process; tests/test_invalid_corpus.py checks the messages in-process
 @pytest.mark.parametrize("args, message", [
-    (["attack=nope"], "attack=nope: unknown option (did you mean attack=none?); allowed: bias_sign, class_set, cpa, dlg, fedavg_inversion, idlg, ig, ig_paper, imprint, labels, lira, loki, membership, mia_ladder, none, one_run, participation, projection, rmia, sme"),
+    (["attack=nope"], "attack=nope: unknown option (did you mean attack=none?); allowed: bias_sign, class_set, cpa, disguised_trap, dlg, fedavg_inversion, idlg, ig, ig_paper, imprint, labels, lira, loki, membership, mia_ladder, none, one_run, participation, projection, rmia, sme"),
     (["bogus=1"], "bogus: unknown key; allowed keys:"),
     (["fl.lr=-1"], "fl.lr=-1: must be a number > 0"),
     (["fl.participants=11"], "fl.participants=11 exceeds data.num_clients=10"),

@@ -113,7 +113,7 @@ def test_invalid_values_fail_in_planning(compose_cfg, overrides, error, message)
 
 
 @pytest.mark.parametrize("args, message", [
-    (["attack=nope"], "attack=nope: unknown option (did you mean attack=none?); allowed: bias_sign, class_set, cpa, dlg, fedavg_inversion"),
+    (["attack=nope"], "attack=nope: unknown option (did you mean attack=none?); allowed: bias_sign, class_set, cpa, disguised_trap, dlg, fedavg_inversion"),
     (["attack=dlg,nope"], "attack=nope: unknown option"),
     (["fl.learning_rate=1"], "fl.learning_rate: unknown key; allowed keys: _target_, agnostic, batch_size, downlink"),
     (["model=convnet", "model.norm=gn"], "model.norm: unknown key; allowed keys: _target_, groups, width"),

@@ -178,6 +178,7 @@ def test_model_inconsistency_with_hushed_rows_reads_the_victim_through_secure_ag
     privacy, threat = run.metrics["privacy"], json.loads((run.run_dir / "threat_model.json").read_text())
     assert abs(threat["victim_share_estimated"] - 8 / 152) < 0.003  # 8 of the cohort's 8 + 3 x 48 images
     assert privacy["download_flagged"] == 0.0 and privacy["members_flagging"] == 0
+    assert "the 3 others: its trap rows hushed" in threat["crafted_download"]
     assert privacy["recovered_fraction"] >= 0.375
 
 

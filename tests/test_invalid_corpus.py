@@ -178,7 +178,7 @@ def test_the_cli_exits_2_with_one_line_for_a_sample(tmp_path):
 def test_a_suggestion_only_when_an_option_is_close():
     with pytest.raises(PrivbenchError) as far:
         preflight(["attack=zzzzzz"])
-    assert "did you mean" not in str(far.value) and "allowed: bias_sign, class_set, cpa, dlg, fedavg_inversion, idlg, ig" in str(far.value)
+    assert "did you mean" not in str(far.value) and "allowed: bias_sign, class_set, cpa, disguised_trap, dlg, fedavg_inversion, idlg, ig" in str(far.value)
     with pytest.raises(PrivbenchError) as near:
         preflight(["model=lenett"])
     assert "(did you mean model=lenet?)" in str(near.value)

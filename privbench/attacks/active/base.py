@@ -36,6 +36,8 @@ class ActiveAttack(Attack[ActiveView, Reconstruction]):
     sparse_rows: ClassVar[bool] = False
     #: whether ``member_downloads`` gives each member of a cohort its own download (``downloads=per_client``).
     per_member: ClassVar[bool] = False
+    #: what ``quiet`` does to the crafted rows, as ``threat_model.json`` says it.
+    quieted: ClassVar[str] = "its crafted rows zeroed"
 
     @abstractmethod
     def craft(self, model: nn.Module, public: torch.Tensor, *, seed: int, mean: tuple[float, ...],

@@ -85,6 +85,7 @@ class DisguisedTrapAttack(TrapBehindPCAAttack):
     """
 
     name: ClassVar[str] = "disguised_trap"
+    quieted: ClassVar[str] = "its trap rows hushed: non-positive weights, a negative bias, never firing"
 
     def __init__(self, **settings: Any) -> None:
         super().__init__(**settings)

@@ -87,7 +87,7 @@ def secure_round(p: Plan, payload: Payload, base: Payload | None, data: Federate
     extra = {"downloads": _downloads(isolation.downloads, victim, names, sent, sent_quiet, own), "sybils": sybils,
              **extra, **({"abandoned_by": abandoned} if agreed else {})}
     word = "learnGenes" if "learngene" in p.protocol.sends else "updates"
-    to = (f"sent to {victim} only (the {len(members) - 1} others: its crafted rows zeroed)"
+    to = (f"sent to {victim} only (the {len(members) - 1} others: {attack.quieted})"
           if isolation.downloads == "inconsistent" else
           f"each of the {len(members)} members its own" if own is not None
           else f"sent to all {len(members)} members of the cohort")
