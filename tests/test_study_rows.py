@@ -40,6 +40,9 @@ ROWS: dict[str, tuple[str, str]] = {
     "cohort_genefl": ("cohort_separation", "+experiment/cohort_separation/attack=peeled,"
                                            "+experiment/cohort_separation/protocol=secagg,fl.gene.select=bottom,"
                                            "fl=genefl,seed=0"),
+    "cohort_genefl_shard": ("cohort_separation", "+experiment/cohort_separation/attack=peeled,"
+                                                 "+experiment/cohort_separation/protocol=secagg_fine,"
+                                                 "data.partition=shard,fl.gene.select=bottom,fl=genefl,seed=1"),
     "cohort_separation": ("cohort_separation", "+experiment/cohort_separation/attack=peeled,"
                                                "+experiment/cohort_separation/protocol=plain,seed=0"),
     "dlg_batch": ("dlg_batch", "attack.labels=sign,seed=0"),
