@@ -152,6 +152,23 @@ def test_the_gallery_shows_the_recovered_pairs_first_and_every_pair_on_demand(tm
     assert few.split("<details>", 1)[0].count("class='pair'") == 4 and few.count('alt="reconstruction"') == 6
 
 
+def test_a_cohort_sized_setting_embeds_its_recovered_pairs_and_the_best_of_the_rest(tmp_path, monkeypatch):
+    """With the cap at 3, 2 recovered of 8: both recovered pairs first, the next 3 by PSNR behind the click, and the
+    3 lowest named as not embedded."""
+    from privbench.report import gallery
+
+    monkeypatch.setattr(gallery, "HIDDEN", 3)
+    monkeypatch.setattr(gallery, "PAIRS", 2)
+    images = np.random.default_rng(1).integers(0, 256, (3, 8, 4, 4, 1), dtype=np.uint8)
+    psnr = np.array([5.0, 30.0, 11.0, 9.0, 28.0, 7.0, 13.0, 6.0])
+    np.savez(tmp_path / "gallery.npz", truth=images[0], recon=images[1], chance=images[2], psnr=psnr,
+             chance_psnr=np.full(8, 4.0), true_label=np.arange(8), recon_label=np.arange(8))
+    shown, hidden = gallery.setting_html(tmp_path, "s", "summary", bar=25.0).split("<details>", 1)
+    assert [float(v) for v in re.findall(r"rebuilt ([\d.]+) dB", shown)] == [30.0, 28.0]
+    assert [float(v) for v in re.findall(r"rebuilt ([\d.]+) dB", hidden)] == [13.0, 11.0, 9.0]
+    assert "the other 6 pairs; the 3 with the lowest PSNR are not embedded" in hidden
+
+
 def test_gallery_file_pairs_each_truth_with_its_reconstruction_and_chance_image(tmp_path):
     from privbench.audit.output import write_gallery
     from privbench.metrics.image import psnr

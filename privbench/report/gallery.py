@@ -21,6 +21,9 @@ PAIRS, SCALE = 4, 4
 #: The run's config key of the PSNR a recovered image reaches, and its default (``metrics.recovered_psnr``), for
 #: gallery files written before they carried each pair's ``recovered`` flag (the run's PSNR and SSIM bar).
 RECOVERED_KEY, RECOVERED_PSNR = "metrics.recovered_psnr", 20.0
+#: Pairs embedded behind the click per setting, highest PSNR first (a cohort's sum holds hundreds of unrecovered
+#: images; every pair stays in the run folder's ``gallery.npz``).
+HIDDEN = 16
 
 
 def members(runs: pd.DataFrame, keys: list[str], row: pd.Series) -> pd.DataFrame:
@@ -92,7 +95,8 @@ def order_pairs(psnr: np.ndarray, recovered: np.ndarray) -> tuple[list[int], lis
 
 def setting_html(folder: Path, title: str, summary: str, *, bar: float = RECOVERED_PSNR) -> str:
     """One setting's section from a run folder's ``gallery.npz`` (its ``grid.png`` for runs written before it): the
-    recovered pairs first, by PSNR, and every other pair in a ``<details>`` below."""
+    recovered pairs first, by PSNR, and the other pairs (the ``HIDDEN`` with the highest PSNR) in a ``<details>``
+    below."""
     parts = [f"<section><h2>{html.escape(title)}</h2><p>{html.escape(summary)}</p>"]
     gallery = folder / "gallery.npz"
     if regular(gallery):
@@ -105,8 +109,10 @@ def setting_html(folder: Path, title: str, summary: str, *, bar: float = RECOVER
             parts += [_pair(g, i, bool(flags[i])) for i in first]
             parts.append("</div>")
             if rest:
-                parts.append(f"<details><summary>the other {len(rest)} pairs</summary><div class='pairs'>"
-                             + "".join(_pair(g, i, bool(flags[i])) for i in rest) + "</div></details>")
+                left = (f"; the {len(rest) - HIDDEN} with the lowest PSNR are not embedded (the run folder's "
+                        "gallery.npz holds them)" if len(rest) > HIDDEN else "")
+                parts.append(f"<details><summary>the other {len(rest)} pairs{left}</summary><div class='pairs'>"
+                             + "".join(_pair(g, i, bool(flags[i])) for i in rest[:HIDDEN]) + "</div></details>")
     elif regular(folder / "grid.png"):
         parts.append("<div class='pairs'>")
         data = base64.b64encode(read_regular(folder / "grid.png", RESULT_BYTES)).decode()
@@ -126,8 +132,8 @@ def setting_html(folder: Path, title: str, summary: str, *, bar: float = RECOVER
 
 
 def gallery_page(table: pd.DataFrame, runs: pd.DataFrame, *, root: Path, title: str, style: str) -> str | None:
-    """Every setting with a reconstruction: the lowest seed's run, its recovered pairs first and all of them on
-    demand (``None`` when no setting has one, e.g. a membership study)."""
+    """Every setting with a reconstruction: the lowest seed's run, its recovered pairs first and the best of the
+    rest on demand (``None`` when no setting has one, e.g. a membership study)."""
     keys = list(table.attrs.get("keys", []))
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
              f"<style>{style}</style></head><body><h1>{html.escape(title)}</h1>",
