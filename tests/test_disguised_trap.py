@@ -119,10 +119,11 @@ def test_a_singly_fired_trap_row_reads_a_first_layer_output_and_the_pairs_give_i
         i = (hidden - r.double()).norm(dim=1).argmin()
         assert float((hidden[i] - r.double()).norm() / hidden[i].norm()) < 1e-5
     pairs = next(iter(attack._pairs.values()))
-    truth, found = x.flatten(1).double() @ pairs.directions.T, pairs.coordinates(hidden)
+    bias = crafted.body[1].bias.detach().double()
+    truth, found = x.flatten(1).double() @ pairs.directions.T, pairs.coordinates(hidden, bias)
     fired = torch.maximum(hidden[:, pairs.plus], hidden[:, pairs.minus]) > 0
     assert float(fired.double().mean()) > 0.9 and torch.allclose(found[fired], truth[fired], atol=1e-4)
-    low, high = (pairs.bias_minus / pairs.scale).expand_as(truth), (-pairs.bias_plus / pairs.scale).expand_as(truth)
+    low, high = (bias[pairs.minus] / pairs.scale).expand_as(truth), (-bias[pairs.plus] / pairs.scale).expand_as(truth)
     assert bool(((truth >= low - 1e-5) & (truth <= high + 1e-5))[~fired].all())
     assert torch.allclose(found[~fired], ((low + high) / 2)[~fired])
     p = public.flatten(1).double()
@@ -145,10 +146,11 @@ def test_the_pairs_read_through_a_secure_sums_rounding(setting):
         hidden = torch.relu(crafted.body[1](x)).double()
     noisy = hidden + 1e-3 * torch.randn(hidden.shape, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
     truth = x.double() @ pairs.directions.T
-    window = float(torch.cat([pairs.bias_plus, pairs.bias_minus]).abs().max()) / pairs.scale
-    assert float((pairs.coordinates(noisy) - truth).abs().max()) < 2 * window + 1e-2
+    bias = crafted.body[1].bias.detach().double()
+    window = float(torch.cat([bias[pairs.plus], bias[pairs.minus]]).abs().max()) / pairs.scale
+    assert float((pairs.coordinates(noisy, bias) - truth).abs().max()) < 2 * window + 1e-2
     up, down = noisy[:, pairs.plus], noisy[:, pairs.minus]
-    first_rule = torch.where(up > 0, (up - pairs.bias_plus) / pairs.scale, -(down - pairs.bias_minus) / pairs.scale)
+    first_rule = torch.where(up > 0, (up - bias[pairs.plus]) / pairs.scale, -(down - bias[pairs.minus]) / pairs.scale)
     assert float((first_rule - truth).abs().max()) > 1.0
 
 

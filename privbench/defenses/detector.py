@@ -121,7 +121,12 @@ def rare_units(model: nn.Module, inputs: torch.Tensor, *, rare: float = RARE) ->
         >>> rare_units(net, x), rare_units(net, x, rare=0.1)
         (0.0, 1.0)
     """
-    return max([0.0, *(float((rates < rare).double().mean()) for _, rates in relu_firing(model, inputs))])
+    return rare_share(relu_firing(model, inputs), rare=rare)
+
+
+def rare_share(fired: list[tuple[str, torch.Tensor]], *, rare: float = RARE) -> float:
+    """``rare_units`` from one ``relu_firing`` pass."""
+    return max([0.0, *(float((rates < rare).double().mean()) for _, rates in fired)])
 
 
 def inspect_download(received: dict[str, torch.Tensor], expected: dict[str, list[int]], *,
@@ -211,10 +216,10 @@ def download_scores(received: dict[str, torch.Tensor], expected: dict[str, list[
         if name.endswith(".bias") and weight is not None and weight.dim() >= 2:
             fan_in = int(weight[0].numel())
             scale.append(float(tensor.detach().abs().max()) * fan_in ** 0.5)
-    first = first_firing(model, local)
-    rate = first[1] if first is not None else 0.5
+    fired = relu_firing(model, local)  # one pass for the first layer's rate and every layer's rare units
+    rate = float(fired[0][1].mean()) if fired else 0.5
     return {"architecture": 0.0 if same else 1.0, "aligned": max(cosines), "silent": 1.0 - rate,
-            "off_centre": abs(rate - 0.5), "dead_rows": max(dead), "rare_units": rare_units(model, local),
+            "off_centre": abs(rate - 0.5), "dead_rows": max(dead), "rare_units": rare_share(fired),
             "bias_scale": max(scale),
             "drift": drift(received, previous)}
 

@@ -25,14 +25,13 @@ A read recovers the input's projection on the ``k`` principal directions plus th
 from __future__ import annotations
 
 import copy
-import dataclasses
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
 from torch import nn
 
-from privbench.attacks.active.trap_behind_pca import TrapBehindPCAAttack, _key, relu_layers_from_state
+from privbench.attacks.active.trap_behind_pca import TrapBehindPCAAttack, relu_layers_from_state, sent_digest
 from privbench.attacks.active.trap_weights import trapped
 from privbench.errors import AttackNotApplicableError
 
@@ -46,24 +45,23 @@ RARE = 0.05
 @dataclass(frozen=True)
 class Pairs:
     """What the server keeps of a first layer it sent: the directions ``u`` (``[k, D]``), the rows holding ``+a u``
-    and ``-a u``, their biases, the scale ``a`` and the public centre (for the component off the directions)."""
+    and ``-a u``, the scale ``a`` and the public centre (for the component off the directions)."""
 
     directions: torch.Tensor
     plus: torch.Tensor
     minus: torch.Tensor
-    bias_plus: torch.Tensor
-    bias_minus: torch.Tensor
     scale: float
     centre: torch.Tensor
 
-    def coordinates(self, hidden: torch.Tensor) -> torch.Tensor:
-        """``u.x`` per direction from the first layer's outputs ``[n, units]``: from the unit of the pair that fired
-        more (a secure sum's rounding leaves the other one near, not at, 0), or the middle of the interval where
-        neither fires when both are at most 0."""
+    def coordinates(self, hidden: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+        """``u.x`` per direction from the first layer's outputs ``[n, units]`` and its ``bias`` (as sent): from the
+        unit of the pair that fired more (a secure sum's rounding leaves the other one near, not at, 0), or the
+        middle of the interval where neither fires when both are at most 0."""
         up, down = hidden[:, self.plus].double(), hidden[:, self.minus].double()
-        from_up = (up - self.bias_plus) / self.scale
-        from_down = -(down - self.bias_minus) / self.scale
-        middle = ((self.bias_minus - self.bias_plus) / (2 * self.scale)).expand_as(up)
+        bias_plus, bias_minus = bias[self.plus].double(), bias[self.minus].double()
+        from_up = (up - bias_plus) / self.scale
+        from_down = -(down - bias_minus) / self.scale
+        middle = ((bias_minus - bias_plus) / (2 * self.scale)).expand_as(up)
         return torch.where(torch.maximum(up, down) <= 0, middle, torch.where(up >= down, from_up, from_down))
 
     def hidden(self, inputs: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
@@ -120,7 +118,7 @@ class DisguisedTrapAttack(TrapBehindPCAAttack):
         weight = first.weight.detach().double().clone()
         weight[plus], weight[minus] = a * directions, -a * directions
         bias = first.bias.detach().double()
-        pairs = Pairs(directions, plus, minus, bias[plus], bias[minus], a, centre)
+        pairs = Pairs(directions, plus, minus, a, centre)
         hidden = pairs.hidden(inputs, weight, bias)
         pixel, _ = self.rows(inputs.float(), second.out_features, seed=seed, mean=mean, std=std)
         along = pixel.double() @ directions.T / a  # a trap row on x, read on the pairs: u.x ~ (h+ - h-) / a
@@ -137,7 +135,7 @@ class DisguisedTrapAttack(TrapBehindPCAAttack):
             first.weight.copy_(weight.to(first.weight))
             second.weight[rows] = (shrink[:, None] * carried)[rows].to(second.weight)
             second.bias[rows] = (shrink * fire)[rows].to(second.bias)
-        self._pairs[_key(first.weight)] = pairs
+        self._pairs[sent_digest(first.weight)] = pairs
         return crafted
 
     def quiet(self, crafted: nn.Module) -> nn.Module:
@@ -157,13 +155,12 @@ class DisguisedTrapAttack(TrapBehindPCAAttack):
     def to_inputs(self, reads: torch.Tensor, view: Any) -> torch.Tensor:
         """The first layer's outputs read from the trap rows, mapped back to inputs through the pairs."""
         first = relu_layers_from_state(view.sent, view.crafted_layer)
-        pairs = self._pairs.get(_key(view.sent[f"{first}.weight"]))
+        pairs = self._pairs.get(sent_digest(view.sent[f"{first}.weight"]))
         if pairs is None:
             raise AttackNotApplicableError("attack=disguised_trap reads a download this server did not craft (its "
                                            "first layer is not one it sent)")
-        bias = view.sent[f"{first}.bias"].double().to(pairs.directions.device)  # the biases sent, not remembered
-        pairs = dataclasses.replace(pairs, bias_plus=bias[pairs.plus], bias_minus=bias[pairs.minus])
-        return pairs.inputs(pairs.coordinates(reads.double().to(pairs.directions.device)))
+        bias = view.sent[f"{first}.bias"].to(pairs.directions.device)  # the biases sent, not remembered
+        return pairs.inputs(pairs.coordinates(reads.double().to(pairs.directions.device), bias))
 
     def describe(self) -> dict[str, Any]:
         """What the server changed, for ``threat_model.json``."""

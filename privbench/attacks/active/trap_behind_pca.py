@@ -106,7 +106,7 @@ class TrapBehindPCAAttack(TrapWeightsAttack):
             first.bias.copy_((scale * first_bias).to(first.bias))
             second.weight[rows] = carried[rows].to(second.weight)
             second.bias[rows] = bias[rows].to(second.bias)
-        self._outside[_key(first.weight)] = (centre - directions.T @ (directions @ centre)).float()
+        self._outside[sent_digest(first.weight)] = (centre - directions.T @ (directions @ centre)).float()
         return crafted
 
     def to_inputs(self, reads: torch.Tensor, view: Any) -> torch.Tensor:
@@ -114,7 +114,7 @@ class TrapBehindPCAAttack(TrapWeightsAttack):
         weights sent, plus the public mean off ``U``, which the server kept when it crafted that layer."""
         first = relu_layers_from_state(view.sent, view.crafted_layer)
         weight, bias = view.sent[f"{first}.weight"].double(), view.sent[f"{first}.bias"].double()
-        outside = self._outside.get(_key(view.sent[f"{first}.weight"]))
+        outside = self._outside.get(sent_digest(view.sent[f"{first}.weight"]))
         if outside is None:
             raise AttackNotApplicableError("attack=trap_behind_pca reads a download this server did not craft (its "
                                            "first layer is not one it sent)")
@@ -146,7 +146,7 @@ class TrapBehindPCAAttack(TrapWeightsAttack):
                                    "biases are scaled far beyond the initialisation's (bias_scale)"}
 
 
-def _key(weight: torch.Tensor) -> bytes:
+def sent_digest(weight: torch.Tensor) -> bytes:
     """The digest of a first layer's weights, by which the server recalls what it sent."""
     return hashlib.sha256(weight.detach().cpu().float().contiguous().numpy().tobytes()).digest()
 
